@@ -1,0 +1,1 @@
+"""The one admission path every way in (REST, scheduler extender, GenericNode) shares."""

@@ -1,0 +1,80 @@
+"""Admission = hold in the ledger, then let an external gate (Slurm) confirm the hold.
+
+1. Hold: the ledger's atomic check-and-hold, as PENDING when a gate must confirm.
+2. Confirm: the gate tells the external system and checks it agrees (e.g. pushes the
+   lowered k8scpu counts and reads the node back).
+3. On refusal, undo the hold and tell the gate to restore what it pushed; on success,
+   mark the holding HELD.
+A release removes the holding, then tells the gate.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from app.ledger.errors import AdmissionRejected, HoldingNotFound
+from app.ledger.records import EventKind, Holder, HolderKind, Holding, HoldingState, NodeView
+from app.ledger.resources import Resources
+from app.ledger.service import Admission, Ledger
+
+log = logging.getLogger(__name__)
+
+
+class AdmissionGate(Protocol):
+    """An external system that must agree before a hold counts (Slurm, when enabled)."""
+
+    def confirm(self, node: NodeView, holding: Holding) -> None:
+        """Return when the external system agrees; raise AdmissionRejected otherwise.
+        ``node`` already includes ``holding``."""
+
+    def released(self, node: str) -> None:
+        """Holdings on ``node`` went down; let the external system have them back."""
+
+
+class Admissions:
+    def __init__(self, ledger: Ledger, gate: AdmissionGate | None = None) -> None:
+        self.ledger = ledger
+        self.gate = gate
+
+    def admit(self, node: str, holder: Holder, requests: Resources) -> Admission:
+        if self.gate is None:
+            return self.ledger.admit(node, holder, requests)
+        admission = self.ledger.admit(node, holder, requests, state=HoldingState.PENDING)
+        if admission.holding.state is HoldingState.HELD:
+            return admission
+        # A PENDING holding, new or left by an earlier try: the gate decides either way.
+        try:
+            self.gate.confirm(self.ledger.get_node(node), admission.holding)
+        except Exception as exc:
+            self._undo(holder, exc)
+            raise
+        return Admission(self.ledger.confirm(holder.kind, holder.id), admission.created)
+
+    def _undo(self, holder: Holder, cause: Exception) -> None:
+        reason = cause.message if isinstance(cause, AdmissionRejected) else f"gate failed: {cause}"
+        try:
+            holding = self.ledger.release(holder.id, holder.kind, reason=f"rejected: {reason}")
+        except HoldingNotFound:
+            return
+        self.ledger.record_event(
+            EventKind.REJECTED,
+            holding.node,
+            reason,
+            {"holder_kind": holder.kind.value, "holder_id": holder.id},
+        )
+        self._gate_released(holding.node)
+
+    def release(self, holder_id: str, kind: HolderKind | None = None) -> Holding:
+        holding = self.ledger.release(holder_id, kind)
+        self._gate_released(holding.node)
+        return holding
+
+    def _gate_released(self, node: str) -> None:
+        if self.gate is None:
+            return
+        try:
+            self.gate.released(node)
+        except Exception:
+            # The holding is gone either way; the periodic sync pushes the counts again.
+            log.exception("telling the gate about a release on %s failed", node)

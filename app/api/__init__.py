@@ -1,0 +1,1 @@
+"""HTTP edge: thin routers that parse, call one service function and shape the answer."""

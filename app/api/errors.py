@@ -1,0 +1,55 @@
+"""Domain errors to HTTP, in one place."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+
+from app.api.schemas import ErrorOut, ShortfallOut
+from app.ledger import errors
+
+log = logging.getLogger(__name__)
+
+STATUS = {
+    errors.NodeNotFound: 404,
+    errors.HoldingNotFound: 404,
+    errors.AdmissionRejected: 409,
+    errors.HolderConflict: 409,
+    errors.NodeInUse: 409,
+    errors.CapacityBelowHoldings: 409,
+    errors.InvalidRequest: 422,
+}
+
+
+def status_of(exc: errors.LedgerError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 400
+
+
+def error_response(exc: errors.LedgerError) -> JSONResponse:
+    body = ErrorOut(
+        detail=exc.message,
+        code=exc.code,
+        retryable=exc.retryable,
+        shortfalls=[ShortfallOut.of(s) for s in getattr(exc, "shortfalls", ())],
+    )
+    return JSONResponse(body.model_dump(), status_code=status_of(exc))
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(errors.LedgerError)
+    async def _ledger_error(_request: Request, exc: errors.LedgerError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(OperationalError)
+    async def _database_unavailable(_request: Request, exc: OperationalError) -> JSONResponse:
+        log.error("database unavailable: %s", exc)
+        body = ErrorOut(
+            detail="database unavailable, try again", code="database_unavailable", retryable=True
+        )
+        return JSONResponse(body.model_dump(), status_code=503)

@@ -1,0 +1,287 @@
+"""Request and response models of the REST API.
+
+Quantities arrive as Kubernetes quantity strings or plain numbers and are converted to
+integer base units here, at the edge: requests and reservations round up, capacities down.
+Responses carry both the Kubernetes-style string and the integers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+
+from app.ledger.arithmetic import Shortfall
+from app.ledger.records import Holder, HolderKind, Holding, LedgerEvent, NodeSpec, NodeView
+from app.ledger.resources import Resources
+from app.ledger.service import format_amount
+from app.quantities import Quantity, Rounding, cpu_millis, format_cpu, format_memory, gpu_count
+from app.quantities import memory_bytes as to_memory_bytes
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+NodeName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=253, examples=["n1"])]
+HolderId = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.:]*$")
+]
+
+_QUANTITY_SCHEMA = WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "number"}], "examples": ["1500m", "4Gi", 2]}
+)
+
+
+def _converter(convert: Callable[[Quantity], int]) -> Any:
+    def run(value: Any) -> int:
+        if not isinstance(value, str | int | float):
+            raise ValueError("must be a quantity string or a number")
+        return convert(value)
+
+    return BeforeValidator(run)
+
+
+CpuUp = Annotated[int, _converter(lambda v: cpu_millis(v, Rounding.UP)), _QUANTITY_SCHEMA]
+CpuDown = Annotated[int, _converter(lambda v: cpu_millis(v, Rounding.DOWN)), _QUANTITY_SCHEMA]
+MemUp = Annotated[int, _converter(lambda v: to_memory_bytes(v, Rounding.UP)), _QUANTITY_SCHEMA]
+MemDown = Annotated[int, _converter(lambda v: to_memory_bytes(v, Rounding.DOWN)), _QUANTITY_SCHEMA]
+Gpus = Annotated[int, _converter(gpu_count), _QUANTITY_SCHEMA]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RequestsIn(StrictModel):
+    """What a holder asks for; fractions round up (never hold less than asked)."""
+
+    cpu: CpuUp = 0
+    memory: MemUp = 0
+    gpu: Gpus = 0
+
+    def resources(self) -> Resources:
+        return Resources(self.cpu, self.memory, self.gpu)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Self:
+        if self.resources().is_zero():
+            raise ValueError("requests: at least one of cpu, memory, gpu must be above zero")
+        return self
+
+
+class CapacityIn(StrictModel):
+    """A node's capacity; fractions round down (never promise more than exists)."""
+
+    cpu: CpuDown
+    memory: MemDown
+    gpu: Gpus = 0
+
+    @model_validator(mode="after")
+    def _positive(self) -> Self:
+        if self.cpu <= 0:
+            raise ValueError("capacity.cpu must be above zero (at least 1m)")
+        if self.memory <= 0:
+            raise ValueError("capacity.memory must be above zero")
+        return self
+
+
+class ReservedIn(StrictModel):
+    """Kept back for the system and daemons; rounds up."""
+
+    cpu: CpuUp = 0
+    memory: MemUp = 0
+    gpu: Gpus = 0
+
+
+class NodeIn(StrictModel):
+    capacity: CapacityIn
+    reserved: ReservedIn = ReservedIn()
+    slurm_name: NodeName | None = Field(default=None, description="Slurm's name when different")
+    labels: dict[Annotated[str, Field(max_length=317)], Annotated[str, Field(max_length=63)]] = {}
+    cordon_reason: Annotated[str, Field(min_length=1, max_length=1024)] | None = Field(
+        default=None, description="Set to stop new admissions on this node; null clears it"
+    )
+
+    @model_validator(mode="after")
+    def _reserved_within_capacity(self) -> Self:
+        for name in ("cpu", "memory", "gpu"):
+            if getattr(self.reserved, name) > getattr(self.capacity, name):
+                raise ValueError(f"reserved.{name} exceeds capacity.{name}")
+        return self
+
+    def spec(self) -> NodeSpec:
+        return NodeSpec(
+            capacity=Resources(self.capacity.cpu, self.capacity.memory, self.capacity.gpu),
+            reserved=Resources(self.reserved.cpu, self.reserved.memory, self.reserved.gpu),
+            slurm_name=self.slurm_name,
+            labels=dict(self.labels),
+        )
+
+
+class HolderIn(StrictModel):
+    kind: Literal["pod", "manual"] = Field(description="slurm_job holdings come from Slurm only")
+    uid: HolderId | None = Field(default=None, description="Pod uid (kind pod)")
+    id: HolderId | None = Field(default=None, description="Given id (kind manual)")
+    namespace: Annotated[str, Field(max_length=253)] | None = None
+    name: Annotated[str, Field(max_length=253)] | None = None
+
+    @model_validator(mode="after")
+    def _identified(self) -> Self:
+        if self.kind == "pod" and not self.uid:
+            raise ValueError("holder.uid is required for a pod")
+        if self.kind == "manual" and not (self.id or self.uid):
+            raise ValueError("holder.id is required for a manual holding")
+        if self.uid and self.id and self.uid != self.id:
+            raise ValueError("holder.uid and holder.id differ; give one")
+        return self
+
+    def holder(self) -> Holder:
+        holder_id = self.uid or self.id
+        assert holder_id is not None  # checked by _identified
+        display = "/".join(p for p in (self.namespace, self.name) if p)
+        return Holder(HolderKind(self.kind), holder_id, display)
+
+
+class AdmissionIn(StrictModel):
+    node: NodeName
+    holder: HolderIn
+    requests: RequestsIn
+
+
+class Amounts(BaseModel):
+    cpu: str = Field(examples=["1500m"])
+    memory: str = Field(examples=["2Gi"])
+    gpu: int
+    cpu_millis: int
+    memory_bytes: int
+
+    @classmethod
+    def of(cls, r: Resources) -> Amounts:
+        return cls(
+            cpu=format_cpu(r.cpu_millis),
+            memory=format_memory(r.memory_bytes),
+            gpu=r.gpus,
+            cpu_millis=r.cpu_millis,
+            memory_bytes=r.memory_bytes,
+        )
+
+
+class HolderOut(BaseModel):
+    kind: HolderKind
+    id: str
+    name: str
+
+
+class HoldingOut(BaseModel):
+    node: str
+    holder: HolderOut
+    requests: Amounts
+    state: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, h: Holding) -> HoldingOut:
+        return cls(
+            node=h.node,
+            holder=HolderOut(kind=h.holder.kind, id=h.holder.id, name=h.holder.display_name),
+            requests=Amounts.of(h.resources),
+            state=h.state.value,
+            created_at=h.created_at,
+            updated_at=h.updated_at,
+        )
+
+
+class NodeOut(BaseModel):
+    name: str
+    slurm_name: str | None
+    labels: dict[str, str]
+    capacity: Amounts
+    reserved: Amounts
+    held_by_kubernetes: Amounts
+    held_by_slurm: Amounts
+    held_manually: Amounts
+    free: Amounts
+    admissible: bool
+    reason: str | None
+    cordon_reason: str | None
+    health_reason: str | None
+    holdings: list[HoldingOut]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, v: NodeView) -> NodeOut:
+        return cls(
+            name=v.name,
+            slurm_name=v.spec.slurm_name,
+            labels=v.spec.labels,
+            capacity=Amounts.of(v.spec.capacity),
+            reserved=Amounts.of(v.spec.reserved),
+            held_by_kubernetes=Amounts.of(v.held_by_kubernetes),
+            held_by_slurm=Amounts.of(v.held_by_slurm),
+            held_manually=Amounts.of(v.held_manually),
+            free=Amounts.of(v.free),
+            admissible=v.admissible,
+            reason=v.not_admissible_reason,
+            cordon_reason=v.cordon_reason,
+            health_reason=v.health_reason,
+            holdings=[HoldingOut.of(h) for h in v.holdings],
+            created_at=v.created_at,
+            updated_at=v.updated_at,
+        )
+
+
+class ShortfallOut(BaseModel):
+    resource: str
+    requested: str
+    free: str
+    requested_base: int
+    free_base: int
+
+    @classmethod
+    def of(cls, s: Shortfall) -> ShortfallOut:
+        return cls(
+            resource=s.resource,
+            requested=format_amount(s.resource, s.requested),
+            free=format_amount(s.resource, s.free),
+            requested_base=s.requested,
+            free_base=s.free,
+        )
+
+
+class ErrorOut(BaseModel):
+    detail: str
+    code: str
+    retryable: bool
+    shortfalls: list[ShortfallOut] = []
+
+
+class EventOut(BaseModel):
+    id: int
+    at: datetime
+    kind: str
+    node: str | None
+    holder_kind: str | None
+    holder_id: str | None
+    amounts: Amounts | None
+    message: str
+    details: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: LedgerEvent) -> EventOut:
+        return cls(
+            id=e.id,
+            at=e.at,
+            kind=e.kind.value,
+            node=e.node,
+            holder_kind=e.holder_kind.value if e.holder_kind else None,
+            holder_id=e.holder_id,
+            amounts=Amounts.of(e.resources) if e.resources else None,
+            message=e.message,
+            details=e.details,
+        )
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded", "unavailable"]
+    checks: dict[str, str] = {}

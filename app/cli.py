@@ -1,0 +1,94 @@
+"""The `nodeledger` command: serve the API, or manage the database schema."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from app import __version__
+from app.db import migrate
+from app.db.engine import create_db_engine
+from app.settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        key: value
+        for key in ("database_url", "host", "port", "log_level")
+        if (value := getattr(args, key, None)) is not None
+    }
+    return Settings(**overrides)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = _settings(args)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(settings)
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_level=settings.log_level, workers=1
+    )
+    return 0
+
+
+def _db(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    engine = create_db_engine(settings.database_url)
+    try:
+        if args.db_command == "upgrade":
+            migrate.upgrade(engine, args.revision)
+        elif args.db_command == "downgrade":
+            migrate.downgrade(engine, args.revision)
+        print(migrate.current(engine) or "empty")
+    finally:
+        engine.dispose()
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="nodeledger", description=__doc__)
+    root.add_argument("--version", action="version", version=f"nodeledger {__version__}")
+    commands = root.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--database-url", help="overrides NODELEDGER_DATABASE_URL")
+        p.add_argument(
+            "--log-level",
+            choices=["debug", "info", "warning", "error", "critical"],
+            help="overrides NODELEDGER_LOG_LEVEL",
+        )
+
+    serve = commands.add_parser("serve", help="upgrade the schema, then serve the API")
+    common(serve)
+    serve.add_argument("--host", help="overrides NODELEDGER_HOST (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="overrides NODELEDGER_PORT (default 8080)")
+    serve.set_defaults(run=_serve)
+
+    db = commands.add_parser("db", help="database schema")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="migrate to a revision (default head)")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    downgrade = db_commands.add_parser("downgrade", help="migrate down to a revision")
+    downgrade.add_argument("revision")
+    current = db_commands.add_parser("current", help="print the current revision")
+    for p in (upgrade, downgrade, current):
+        common(p)
+    db.set_defaults(run=_db)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

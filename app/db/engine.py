@@ -1,0 +1,92 @@
+"""Engines and transactions for SQLite and PostgreSQL.
+
+Concurrency contract: every write transaction that changes a node's holdings first takes
+that node's row lock (``SELECT ... FOR UPDATE`` on PostgreSQL). SQLite has no row locks,
+so write transactions start with ``BEGIN IMMEDIATE``, which takes the database write lock
+up front: writers serialize, readers (WAL) never block. Either way two admissions racing
+for the last CPU see each other's holdings, in one process or in several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+_SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def normalize_url(url: str) -> str:
+    """Use psycopg 3 for plain postgresql:// URLs (the driver we ship)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("", "psycopg2"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" hook below issue BEGIN instead of pysqlite.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
+    url = normalize_url(url)
+    if is_sqlite(url):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+class Database:
+    """Hands out read and write transactions; the only place that knows the backend."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        writer = engine.execution_options(sqlite_begin="IMMEDIATE") if self.is_sqlite else engine
+        self._reader = sessionmaker(engine, expire_on_commit=False)
+        self._writer = sessionmaker(writer, expire_on_commit=False)
+
+    @classmethod
+    def from_url(cls, url: str, *, pool_size: int = 10) -> Database:
+        return cls(create_db_engine(url, pool_size=pool_size))
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction: committed on success, rolled back on any exception."""
+        with self._writer.begin() as session:
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._reader() as session:
+            yield session
+
+    def ping(self) -> None:
+        with self.engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+
+    def dispose(self) -> None:
+        self.engine.dispose()

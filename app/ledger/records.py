@@ -1,0 +1,144 @@
+"""Immutable records the ledger hands out: holders, holdings, node views and events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from app.ledger.resources import Resources
+
+
+class HolderKind(StrEnum):
+    """Who keeps resources on a node."""
+
+    POD = "pod"
+    SLURM_JOB = "slurm_job"
+    MANUAL = "manual"
+
+    @property
+    def is_kubernetes(self) -> bool:
+        return self is HolderKind.POD
+
+
+class HoldingState(StrEnum):
+    """PENDING: held while an external system (Slurm) confirms; counts as used.
+    HELD: admitted."""
+
+    PENDING = "pending"
+    HELD = "held"
+
+
+class EventKind(StrEnum):
+    NODE_CREATED = "node_created"
+    CAPACITY_CHANGED = "capacity_changed"
+    NODE_DELETED = "node_deleted"
+    ADMISSIBILITY_CHANGED = "admissibility_changed"
+    ADMITTED = "admitted"
+    REJECTED = "rejected"
+    RELEASED = "released"
+    HOLDINGS_REPLACED = "holdings_replaced"
+    SLURM_PUSHED = "slurm_pushed"
+    SLURM_DRIFT = "slurm_drift"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Identity of a holder: (kind, id) is unique across the ledger, except Slurm jobs,
+    which hold on several nodes under one job id."""
+
+    kind: HolderKind
+    id: str
+    display_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    node: str
+    holder: Holder
+    resources: Resources
+    state: HoldingState
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """What an operator or a discovery controller says about a node."""
+
+    capacity: Resources
+    reserved: Resources = Resources.ZERO
+    slurm_name: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A consistent snapshot of one node with its holdings and derived sums."""
+
+    name: str
+    spec: NodeSpec
+    cordon_reason: str | None
+    health_reason: str | None
+    holdings: tuple[Holding, ...]
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def slurm_name(self) -> str:
+        """The node's name in Slurm: its alias, else the same name."""
+        return self.spec.slurm_name or self.name
+
+    @property
+    def allocatable(self) -> Resources:
+        return self.spec.capacity - self.spec.reserved
+
+    def held_by(self, *kinds: HolderKind) -> Resources:
+        return Resources.total([h.resources for h in self.holdings if h.holder.kind in kinds])
+
+    @property
+    def held_by_kubernetes(self) -> Resources:
+        return self.held_by(HolderKind.POD)
+
+    @property
+    def held_by_slurm(self) -> Resources:
+        return self.held_by(HolderKind.SLURM_JOB)
+
+    @property
+    def held_manually(self) -> Resources:
+        return self.held_by(HolderKind.MANUAL)
+
+    @property
+    def held(self) -> Resources:
+        return Resources.total([h.resources for h in self.holdings])
+
+    @property
+    def free(self) -> Resources:
+        """May be negative when Slurm or a forced capacity change overcommitted the node."""
+        return self.allocatable - self.held
+
+    @property
+    def not_admissible_reason(self) -> str | None:
+        """Why no new holding is admitted here, or None when the node is admissible."""
+        reasons = [r for r in (self.cordon_reason, self.health_reason) if r]
+        if not self.free.is_nonnegative():
+            reasons.append("overcommitted: holdings exceed capacity minus reserved")
+        return "; ".join(reasons) or None
+
+    @property
+    def admissible(self) -> bool:
+        return self.not_admissible_reason is None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEvent:
+    id: int
+    at: datetime
+    kind: EventKind
+    node: str | None
+    holder_kind: HolderKind | None
+    holder_id: str | None
+    resources: Resources | None
+    message: str
+    details: dict[str, Any]

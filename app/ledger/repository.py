@@ -1,0 +1,205 @@
+"""SQL access for the ledger: rows in, immutable records out. No business rules here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.ledger.errors import NodeNotFound
+from app.ledger.records import (
+    EventKind,
+    Holder,
+    HolderKind,
+    Holding,
+    HoldingState,
+    LedgerEvent,
+    NodeSpec,
+    NodeView,
+)
+from app.ledger.resources import Resources
+from app.ledger.tables import EventRow, HoldingRow, NodeRow
+
+SINGLE_NODE_KINDS = (HolderKind.POD.value, HolderKind.MANUAL.value)
+
+
+def holding_record(row: HoldingRow, node_name: str) -> Holding:
+    return Holding(
+        node=node_name,
+        holder=Holder(HolderKind(row.holder_kind), row.holder_id, row.display_name),
+        resources=Resources(row.cpu_millis, row.memory_bytes, row.gpus),
+        state=HoldingState(row.state),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def node_record(row: NodeRow, holdings: Sequence[HoldingRow]) -> NodeView:
+    return NodeView(
+        name=row.name,
+        spec=NodeSpec(
+            capacity=Resources(row.cpu_millis, row.memory_bytes, row.gpus),
+            reserved=Resources(
+                row.reserved_cpu_millis, row.reserved_memory_bytes, row.reserved_gpus
+            ),
+            slurm_name=row.slurm_name,
+            labels=dict(row.labels or {}),
+        ),
+        cordon_reason=row.cordon_reason,
+        health_reason=row.health_reason,
+        holdings=tuple(
+            holding_record(h, row.name)
+            for h in sorted(holdings, key=lambda h: (h.holder_kind, h.holder_id))
+        ),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def event_record(row: EventRow) -> LedgerEvent:
+    resources = (
+        None
+        if row.cpu_millis is None
+        else Resources(row.cpu_millis, row.memory_bytes or 0, row.gpus or 0)
+    )
+    return LedgerEvent(
+        id=row.id,
+        at=row.at,
+        kind=EventKind(row.kind),
+        node=row.node,
+        holder_kind=HolderKind(row.holder_kind) if row.holder_kind else None,
+        holder_id=row.holder_id,
+        resources=resources,
+        message=row.message,
+        details=dict(row.details or {}),
+    )
+
+
+class LedgerRepository:
+    """All SQL of the ledger, bound to one session (one transaction)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # nodes
+
+    def find_node(self, name: str, *, lock: bool = False) -> NodeRow | None:
+        query = select(NodeRow).where(NodeRow.name == name)
+        if lock:
+            query = query.with_for_update()
+        return self.session.scalars(query).one_or_none()
+
+    def lock_node(self, name: str) -> NodeRow:
+        """The node's row, locked until the transaction ends (see app.db.engine)."""
+        row = self.find_node(name, lock=True)
+        if row is None:
+            raise NodeNotFound(name)
+        return row
+
+    def node_by_id(self, node_id: int) -> NodeRow:
+        return self.session.get_one(NodeRow, node_id)
+
+    def view(self, row: NodeRow) -> NodeView:
+        return node_record(row, self.holdings_on(row.id))
+
+    def all_views(self) -> list[NodeView]:
+        nodes = self.session.scalars(select(NodeRow).order_by(NodeRow.name)).all()
+        by_node: dict[int, list[HoldingRow]] = {n.id: [] for n in nodes}
+        for holding in self.session.scalars(select(HoldingRow)):
+            by_node.setdefault(holding.node_id, []).append(holding)
+        return [node_record(n, by_node[n.id]) for n in nodes]
+
+    def add_node(self, row: NodeRow) -> None:
+        self.session.add(row)
+        self.session.flush()
+
+    def delete_node(self, row: NodeRow) -> None:
+        self.session.delete(row)
+        self.session.flush()
+
+    # holdings
+
+    def holdings_on(self, node_id: int, kind: HolderKind | None = None) -> list[HoldingRow]:
+        query = select(HoldingRow).where(HoldingRow.node_id == node_id)
+        if kind is not None:
+            query = query.where(HoldingRow.holder_kind == kind.value)
+        return list(self.session.scalars(query))
+
+    def find_single_node_holding(self, holder_id: str, kind: HolderKind | None) -> list[HoldingRow]:
+        """Holdings of a pod or manual holder by id (kind None: either kind)."""
+        kinds = SINGLE_NODE_KINDS if kind is None else (kind.value,)
+        query = select(HoldingRow).where(
+            HoldingRow.holder_id == holder_id, HoldingRow.holder_kind.in_(kinds)
+        )
+        return list(self.session.scalars(query))
+
+    def list_holdings(
+        self, node: str | None, kind: HolderKind | None
+    ) -> list[tuple[HoldingRow, str]]:
+        query = select(HoldingRow, NodeRow.name).join(NodeRow, HoldingRow.node_id == NodeRow.id)
+        if node is not None:
+            query = query.where(NodeRow.name == node)
+        if kind is not None:
+            query = query.where(HoldingRow.holder_kind == kind.value)
+        query = query.order_by(NodeRow.name, HoldingRow.holder_kind, HoldingRow.holder_id)
+        return [(h, name) for h, name in self.session.execute(query).tuples()]
+
+    def add_holding(self, row: HoldingRow) -> None:
+        self.session.add(row)
+        self.session.flush()
+
+    def delete_holding(self, row: HoldingRow) -> None:
+        self.session.delete(row)
+        self.session.flush()
+
+    # events
+
+    def append_event(
+        self,
+        at: datetime,
+        kind: EventKind,
+        node: str | None,
+        message: str,
+        *,
+        holder: Holder | None = None,
+        resources: Resources | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.session.add(
+            EventRow(
+                at=at,
+                kind=kind.value,
+                node=node,
+                holder_kind=holder.kind.value if holder else None,
+                holder_id=holder.id if holder else None,
+                cpu_millis=resources.cpu_millis if resources else None,
+                memory_bytes=resources.memory_bytes if resources else None,
+                gpus=resources.gpus if resources else None,
+                message=message,
+                details=details or {},
+            )
+        )
+
+    def events(
+        self,
+        *,
+        node: str | None,
+        kind: EventKind | None,
+        since: datetime | None,
+        after_id: int | None,
+        limit: int,
+    ) -> list[LedgerEvent]:
+        query = select(EventRow)
+        if node is not None:
+            query = query.where(EventRow.node == node)
+        if kind is not None:
+            query = query.where(EventRow.kind == kind.value)
+        if since is not None:
+            query = query.where(EventRow.at >= since)
+        if after_id is not None:
+            query = query.where(EventRow.id > after_id)
+        rows = self.session.scalars(query.order_by(EventRow.id).limit(limit))
+        return [event_record(r) for r in rows]

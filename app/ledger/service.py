@@ -1,0 +1,448 @@
+"""The ledger's operations, each one transaction.
+
+Concurrency contract (see app.db.engine): every operation that changes a node's holdings
+or capacity takes that node's row lock first and decides on the view it reads under the
+lock, so concurrent callers, in one process or many, serialize per node. Admission never
+leaves holdings above capacity - reserved. Snapshots from Slurm and forced capacity changes
+record the truth even when it overcommits a node; such a node admits nothing until it is
+back within capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from app.db.engine import Database
+from app.ledger.arithmetic import Shortfall, SnapshotDiff, diff_snapshot, shortfalls
+from app.ledger.errors import (
+    AdmissionRejected,
+    CapacityBelowHoldings,
+    HolderConflict,
+    HoldingNotFound,
+    NodeInUse,
+    NodeNotFound,
+)
+from app.ledger.records import (
+    EventKind,
+    Holder,
+    HolderKind,
+    Holding,
+    HoldingState,
+    LedgerEvent,
+    NodeSpec,
+    NodeView,
+)
+from app.ledger.repository import LedgerRepository, holding_record
+from app.ledger.resources import ResourceName, Resources
+from app.ledger.tables import HoldingRow, NodeRow
+from app.quantities import format_cpu, format_memory
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def format_amount(resource: ResourceName, amount: int) -> str:
+    match resource:
+        case "cpu":
+            return format_cpu(amount)
+        case "memory":
+            return format_memory(amount)
+        case "gpu":
+            return str(amount)
+
+
+def describe_shortfalls(node: str, short: tuple[Shortfall, ...]) -> str:
+    parts = [
+        f"{s.resource}: requested {format_amount(s.resource, s.requested)}, "
+        f"free {format_amount(s.resource, s.free)}"
+        for s in short
+    ]
+    return f"insufficient resources on node {node!r}: " + "; ".join(parts)
+
+
+def resources_details(resources: Resources) -> dict[str, int]:
+    return {
+        "cpu_millis": resources.cpu_millis,
+        "memory_bytes": resources.memory_bytes,
+        "gpus": resources.gpus,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    holding: Holding
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotEntry:
+    """What one holder keeps on a node according to an external system (Slurm)."""
+
+    display_name: str
+    resources: Resources
+
+
+class Ledger:
+    def __init__(self, db: Database, clock: Clock = utcnow) -> None:
+        self.db = db
+        self.clock = clock
+
+    # reads
+
+    def get_node(self, name: str) -> NodeView:
+        with self.db.read() as session:
+            repo = LedgerRepository(session)
+            row = repo.find_node(name)
+            if row is None:
+                raise NodeNotFound(name)
+            return repo.view(row)
+
+    def list_nodes(self) -> list[NodeView]:
+        with self.db.read() as session:
+            return LedgerRepository(session).all_views()
+
+    def list_holdings(
+        self, node: str | None = None, kind: HolderKind | None = None
+    ) -> list[Holding]:
+        with self.db.read() as session:
+            repo = LedgerRepository(session)
+            if node is not None and repo.find_node(node) is None:
+                raise NodeNotFound(node)
+            return [holding_record(h, n) for h, n in repo.list_holdings(node, kind)]
+
+    def events(
+        self,
+        *,
+        node: str | None = None,
+        kind: EventKind | None = None,
+        since: datetime | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[LedgerEvent]:
+        with self.db.read() as session:
+            return LedgerRepository(session).events(
+                node=node, kind=kind, since=since, after_id=after_id, limit=limit
+            )
+
+    # nodes
+
+    def upsert_node(
+        self, name: str, spec: NodeSpec, *, cordon_reason: str | None = None, force: bool = False
+    ) -> tuple[NodeView, bool]:
+        """Create or update a node; returns (view, created). Refuses to shrink capacity
+        below what is held unless ``force`` (the node then admits nothing until it fits)."""
+        try:
+            return self._upsert_node(name, spec, cordon_reason, force)
+        except IntegrityError:
+            # Another caller created the same node concurrently: now it is an update.
+            return self._upsert_node(name, spec, cordon_reason, force)
+
+    def _upsert_node(
+        self, name: str, spec: NodeSpec, cordon_reason: str | None, force: bool
+    ) -> tuple[NodeView, bool]:
+        now = self.clock()
+        with self.db.write() as session:
+            repo = LedgerRepository(session)
+            row = repo.find_node(name, lock=True)
+            created = row is None
+            if row is None:
+                row = NodeRow(name=name, health_reason=None, created_at=now)
+            else:
+                held = repo.view(row).held
+                if not force and not held.fits_within(spec.capacity - spec.reserved):
+                    raise CapacityBelowHoldings(
+                        f"node {name!r}: capacity minus reserved would be below what is "
+                        f"held ({format_cpu(held.cpu_millis)} cpu, "
+                        f"{format_memory(held.memory_bytes)} memory, {held.gpus} gpu); "
+                        "release holdings first or pass force=true"
+                    )
+            before = None if created else repo.view(row).spec
+            _apply_spec(row, spec)
+            row.cordon_reason = cordon_reason
+            row.updated_at = now
+            if created:
+                repo.add_node(row)
+                repo.append_event(
+                    now,
+                    EventKind.NODE_CREATED,
+                    name,
+                    "node created",
+                    resources=spec.capacity,
+                    details=_spec_details(spec),
+                )
+            elif before != spec:
+                repo.append_event(
+                    now,
+                    EventKind.CAPACITY_CHANGED,
+                    name,
+                    "node spec changed",
+                    resources=spec.capacity,
+                    details={"before": _spec_details(before), "after": _spec_details(spec)},
+                )
+            session.flush()
+            return repo.view(row), created
+
+    def set_health(self, name: str, reason: str | None) -> NodeView:
+        """Record why an integration (Slurm) makes the node non-admissible (None: healthy)."""
+        with self.db.write() as session:
+            repo = LedgerRepository(session)
+            row = repo.lock_node(name)
+            if row.health_reason != reason:
+                now = self.clock()
+                repo.append_event(
+                    now,
+                    EventKind.ADMISSIBILITY_CHANGED,
+                    name,
+                    f"not admissible: {reason}" if reason else "admissible again",
+                    details={"before": row.health_reason, "after": reason},
+                )
+                row.health_reason = reason
+                row.updated_at = now
+            return repo.view(row)
+
+    def delete_node(self, name: str) -> None:
+        with self.db.write() as session:
+            repo = LedgerRepository(session)
+            row = repo.lock_node(name)
+            holdings = repo.holdings_on(row.id)
+            if holdings:
+                raise NodeInUse(
+                    f"node {name!r} still has {len(holdings)} holding(s); release them first"
+                )
+            repo.delete_node(row)
+            repo.append_event(self.clock(), EventKind.NODE_DELETED, name, "node deleted")
+
+    # holdings
+
+    def admit(
+        self,
+        node: str,
+        holder: Holder,
+        requests: Resources,
+        *,
+        state: HoldingState = HoldingState.HELD,
+    ) -> Admission:
+        """Atomic check-and-hold. Idempotent by holder: the same holder asking the same
+        node for the same amounts gets its existing holding (created=False)."""
+        try:
+            return self._admit(node, holder, requests, state)
+        except IntegrityError:
+            # The same holder was admitted concurrently on another node; the retry sees it.
+            return self._admit(node, holder, requests, state)
+
+    def _admit(
+        self, node: str, holder: Holder, requests: Resources, state: HoldingState
+    ) -> Admission:
+        now = self.clock()
+        with self.db.write() as session:
+            repo = LedgerRepository(session)
+            row = repo.lock_node(node)
+            for existing in repo.find_single_node_holding(holder.id, holder.kind):
+                return Admission(self._same_holding(repo, existing, node, requests), False)
+            view = repo.view(row)
+            rejection = _rejection(view, requests)
+            if rejection is None:
+                holding = HoldingRow(
+                    node_id=row.id,
+                    holder_kind=holder.kind.value,
+                    holder_id=holder.id,
+                    display_name=holder.display_name,
+                    cpu_millis=requests.cpu_millis,
+                    memory_bytes=requests.memory_bytes,
+                    gpus=requests.gpus,
+                    state=state.value,
+                    created_at=now,
+                    updated_at=now,
+                )
+                repo.add_holding(holding)
+                repo.append_event(
+                    now,
+                    EventKind.ADMITTED,
+                    node,
+                    f"admitted {holder.display_name or holder.id}",
+                    holder=holder,
+                    resources=requests,
+                    details={"state": state.value},
+                )
+                return Admission(holding_record(holding, node), True)
+            repo.append_event(
+                now,
+                EventKind.REJECTED,
+                node,
+                rejection.message,
+                holder=holder,
+                resources=requests,
+                details={"shortfalls": [s.resource for s in rejection.shortfalls]},
+            )
+        raise rejection
+
+    @staticmethod
+    def _same_holding(
+        repo: LedgerRepository, existing: HoldingRow, node: str, requests: Resources
+    ) -> Holding:
+        existing_node = repo.node_by_id(existing.node_id).name
+        holding = holding_record(existing, existing_node)
+        if existing_node != node or holding.resources != requests:
+            raise HolderConflict(
+                f"holder {existing.holder_id!r} already holds "
+                f"{format_cpu(existing.cpu_millis)} cpu, {format_memory(existing.memory_bytes)} "
+                f"memory, {existing.gpus} gpu on node {existing_node!r}; release it first"
+            )
+        return holding
+
+    def confirm(self, kind: HolderKind, holder_id: str) -> Holding:
+        """PENDING -> HELD once the external system confirmed the hold."""
+        with self.db.write() as session:
+            repo = LedgerRepository(session)
+            row = self._locked_single(repo, holder_id, kind)
+            row.state = HoldingState.HELD.value
+            row.updated_at = self.clock()
+            return holding_record(row, repo.node_by_id(row.node_id).name)
+
+    def release(
+        self, holder_id: str, kind: HolderKind | None = None, *, reason: str = "released"
+    ) -> Holding:
+        """Remove a pod's or manual holder's holding. Raises HoldingNotFound when there is
+        none, so callers that want idempotence treat that as success."""
+        with self.db.write() as session:
+            repo = LedgerRepository(session)
+            row = self._locked_single(repo, holder_id, kind)
+            holding = holding_record(row, repo.node_by_id(row.node_id).name)
+            repo.delete_holding(row)
+            repo.append_event(
+                self.clock(),
+                EventKind.RELEASED,
+                holding.node,
+                reason,
+                holder=holding.holder,
+                resources=holding.resources,
+            )
+            return holding
+
+    @staticmethod
+    def _locked_single(
+        repo: LedgerRepository, holder_id: str, kind: HolderKind | None
+    ) -> HoldingRow:
+        """The holder's holding, re-read under its node's lock."""
+        candidates = repo.find_single_node_holding(holder_id, kind)
+        if not candidates:
+            raise HoldingNotFound(holder_id)
+        if len(candidates) > 1:
+            raise HolderConflict(
+                f"holder id {holder_id!r} exists as both pod and manual; say which kind"
+            )
+        repo.lock_node(repo.node_by_id(candidates[0].node_id).name)
+        locked = repo.find_single_node_holding(holder_id, HolderKind(candidates[0].holder_kind))
+        if not locked:
+            raise HoldingNotFound(holder_id)
+        return locked[0]
+
+    def replace_holdings(
+        self, node: str, kind: HolderKind, snapshot: Mapping[str, SnapshotEntry]
+    ) -> SnapshotDiff:
+        """Make ``kind``'s holdings on ``node`` exactly ``snapshot`` in one transaction;
+        one event lists the holders that came, went or changed."""
+        now = self.clock()
+        with self.db.write() as session:
+            repo = LedgerRepository(session)
+            row = repo.lock_node(node)
+            rows = {h.holder_id: h for h in repo.holdings_on(row.id, kind)}
+            diff = diff_snapshot(
+                {k: Resources(h.cpu_millis, h.memory_bytes, h.gpus) for k, h in rows.items()},
+                {k: e.resources for k, e in snapshot.items()},
+            )
+            if diff.is_empty:
+                return diff
+            for holder_id in diff.removed:
+                repo.delete_holding(rows[holder_id])
+            for holder_id in diff.changed:
+                entry = snapshot[holder_id]
+                _apply_amounts(rows[holder_id], entry.resources)
+                rows[holder_id].display_name = entry.display_name
+                rows[holder_id].updated_at = now
+            for holder_id in diff.added:
+                entry = snapshot[holder_id]
+                repo.add_holding(
+                    HoldingRow(
+                        node_id=row.id,
+                        holder_kind=kind.value,
+                        holder_id=holder_id,
+                        display_name=entry.display_name,
+                        cpu_millis=entry.resources.cpu_millis,
+                        memory_bytes=entry.resources.memory_bytes,
+                        gpus=entry.resources.gpus,
+                        state=HoldingState.HELD.value,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+            total = Resources.total([e.resources for e in snapshot.values()])
+            repo.append_event(
+                now,
+                EventKind.HOLDINGS_REPLACED,
+                node,
+                f"{kind.value} holdings replaced: +{len(diff.added)} -{len(diff.removed)} "
+                f"~{len(diff.changed)}",
+                resources=total,
+                details={
+                    "holder_kind": kind.value,
+                    "added": list(diff.added),
+                    "removed": list(diff.removed),
+                    "changed": list(diff.changed),
+                },
+            )
+            return diff
+
+    def record_event(
+        self, kind: EventKind, node: str | None, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        """Append an event for something that happened outside the ledger (a Slurm push)."""
+        with self.db.write() as session:
+            LedgerRepository(session).append_event(
+                self.clock(), kind, node, message, details=details
+            )
+
+
+def _rejection(view: NodeView, requests: Resources) -> AdmissionRejected | None:
+    if not view.admissible:
+        return AdmissionRejected(
+            f"node {view.name!r} is not admissible: {view.not_admissible_reason}"
+        )
+    short = shortfalls(requests, view.free)
+    if short:
+        return AdmissionRejected(describe_shortfalls(view.name, short), short)
+    return None
+
+
+def _apply_amounts(row: NodeRow | HoldingRow, resources: Resources) -> None:
+    row.cpu_millis = resources.cpu_millis
+    row.memory_bytes = resources.memory_bytes
+    row.gpus = resources.gpus
+
+
+def _apply_spec(row: NodeRow, spec: NodeSpec) -> None:
+    _apply_amounts(row, spec.capacity)
+    row.reserved_cpu_millis = spec.reserved.cpu_millis
+    row.reserved_memory_bytes = spec.reserved.memory_bytes
+    row.reserved_gpus = spec.reserved.gpus
+    row.slurm_name = spec.slurm_name
+    row.labels = dict(spec.labels)
+
+
+def _spec_details(spec: NodeSpec | None) -> dict[str, Any]:
+    if spec is None:
+        return {}
+    return {
+        "capacity": resources_details(spec.capacity),
+        "reserved": resources_details(spec.reserved),
+        "slurm_name": spec.slurm_name,
+        "labels": spec.labels,
+    }

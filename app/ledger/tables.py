@@ -1,0 +1,110 @@
+"""SQL tables of the ledger (SQLAlchemy 2 typed mappings). Created only by Alembic."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from app.db.types import UTCDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments INTEGER PRIMARY KEY; BigInteger elsewhere.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), unique=True)
+    slurm_name: Mapped[str | None] = mapped_column(String(253))
+    cpu_millis: Mapped[int] = mapped_column(BigInteger)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    gpus: Mapped[int] = mapped_column(BigInteger)
+    reserved_cpu_millis: Mapped[int] = mapped_column(BigInteger)
+    reserved_memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    reserved_gpus: Mapped[int] = mapped_column(BigInteger)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    # Set by an operator (PUT), kept until cleared.
+    cordon_reason: Mapped[str | None] = mapped_column(Text)
+    # Set by integrations (e.g. Slurm says DRAIN); replaced on every sync.
+    health_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    holdings: Mapped[list[HoldingRow]] = relationship(back_populates="node", lazy="raise")
+
+
+class HoldingRow(Base):
+    __tablename__ = "holdings"
+    __table_args__ = (
+        UniqueConstraint("node_id", "holder_kind", "holder_id"),
+        # A pod or a manual reservation holds on one node only; a Slurm job may span nodes.
+        Index(
+            "uq_holdings_single_node_holder",
+            "holder_kind",
+            "holder_id",
+            unique=True,
+            sqlite_where=text("holder_kind != 'slurm_job'"),
+            postgresql_where=text("holder_kind != 'slurm_job'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="RESTRICT"), index=True)
+    holder_kind: Mapped[str] = mapped_column(String(16))
+    holder_id: Mapped[str] = mapped_column(String(253))
+    display_name: Mapped[str] = mapped_column(String(507))
+    cpu_millis: Mapped[int] = mapped_column(BigInteger)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    gpus: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    node: Mapped[NodeRow] = relationship(back_populates="holdings", lazy="raise")
+
+
+class EventRow(Base):
+    """Append-only: rows are inserted, never updated or deleted by the service."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_node_id", "node", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    # Plain names, not foreign keys: the history outlives deleted nodes.
+    node: Mapped[str | None] = mapped_column(String(253))
+    holder_kind: Mapped[str | None] = mapped_column(String(16))
+    holder_id: Mapped[str | None] = mapped_column(String(253))
+    cpu_millis: Mapped[int | None] = mapped_column(BigInteger)
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    gpus: Mapped[int | None] = mapped_column(BigInteger)
+    message: Mapped[str] = mapped_column(Text)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON)

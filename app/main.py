@@ -1,0 +1,75 @@
+"""Builds the application: services from settings, routers, start-up and shutdown."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.admission.service import AdmissionGate, Admissions
+from app.api import errors, routes_admissions, routes_events, routes_health, routes_nodes
+from app.components import Component
+from app.db import migrate
+from app.db.engine import Database
+from app.ledger.service import Clock, Ledger, utcnow
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """Everything the routers and background components share, built once."""
+
+    db: Database
+    ledger: Ledger
+    admissions: Admissions
+    components: list[Component] = field(default_factory=list)
+
+
+def build_services(
+    settings: Settings, *, clock: Clock = utcnow, gate: AdmissionGate | None = None
+) -> Services:
+    db = Database.from_url(settings.database_url, pool_size=settings.db_pool_size)
+    if settings.migrate_on_start:
+        migrate.upgrade(db.engine)
+    ledger = Ledger(db, clock)
+    return Services(db=db, ledger=ledger, admissions=Admissions(ledger, gate))
+
+
+def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
+    settings = settings or Settings()
+    services = services or build_services(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        started: list[Component] = []
+        try:
+            for component in services.components:
+                component.start()
+                started.append(component)
+            yield
+        finally:
+            for component in reversed(started):
+                try:
+                    component.stop()
+                except Exception:
+                    log.exception("stopping %s failed", component.name)
+            services.db.dispose()
+
+    app = FastAPI(
+        title="nodeledger",
+        version=__version__,
+        summary="Per-node resource ledger shared by Kubernetes pods and Slurm jobs",
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    app.state.settings = settings
+    errors.install(app)
+    for module in (routes_health, routes_nodes, routes_admissions, routes_events):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,105 @@
+"""Kubernetes quantity strings <-> integer base units, at the edges of the ledger.
+
+Parsing uses the Kubernetes client's own ``parse_quantity``; on top of it we refuse what it
+lets through but Kubernetes would not (NaN, infinities, negatives, absurd sizes) and round
+in the direction that never oversubscribes a node: a request rounds up, a capacity down.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
+from enum import Enum
+
+from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
+
+from app.ledger.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES
+
+# The grammar of resource.Quantity: sign, digits, optional fraction, then one suffix
+# (binary Ki..Ei, decimal n..E, or an exponent). Checked before parse_quantity, which
+# would accept Python-only spellings such as "1_000" or "Infinity".
+_QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+_BINARY_SUFFIXES = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
+
+Quantity = str | int | float
+
+# The client library is untyped; this is its contract.
+parse_quantity: Callable[[str], Decimal] = _k8s_parse_quantity
+
+
+class Rounding(Enum):
+    """UP for requests (never hold less than asked), DOWN for capacities (never promise
+    more than exists)."""
+
+    UP = ROUND_CEILING
+    DOWN = ROUND_FLOOR
+
+
+class QuantityError(ValueError):
+    """A quantity that cannot be turned into base units; the message says why."""
+
+
+def to_decimal(value: Quantity) -> Decimal:
+    if isinstance(value, bool):
+        raise QuantityError("must be a quantity, not a boolean")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise QuantityError("must be a finite number")
+    text = value if isinstance(value, str) else str(value)
+    text = text.strip()
+    if not _QUANTITY.match(text):
+        raise QuantityError(f"{text!r} is not a quantity (examples: 250m, 2, 4Gi, 1e3)")
+    try:
+        number = Decimal(parse_quantity(text))
+    except (ValueError, InvalidOperation, ArithmeticError) as exc:
+        raise QuantityError(f"{text!r} is not a quantity: {exc}") from exc
+    if not number.is_finite():
+        raise QuantityError(f"{text!r} is not a finite quantity")
+    if number < 0:
+        raise QuantityError(f"{text!r} is negative")
+    return number
+
+
+def _integral(number: Decimal, rounding: Rounding, limit: int, what: str) -> int:
+    # Compare before quantizing: a huge exponent would make quantize() raise.
+    if number > limit:
+        raise QuantityError(f"{what} {number} exceeds the maximum {limit}")
+    return int(number.to_integral_value(rounding=rounding.value))
+
+
+def cpu_millis(value: Quantity, rounding: Rounding = Rounding.UP) -> int:
+    """CPU cores as a quantity ("1500m", "2", 0.5) -> millicores."""
+    return _integral(to_decimal(value) * 1000, rounding, MAX_CPU_MILLIS, "cpu millicores")
+
+
+def memory_bytes(value: Quantity, rounding: Rounding = Rounding.UP) -> int:
+    """Memory as a quantity ("4Gi", "2G", 1024) -> bytes."""
+    return _integral(to_decimal(value), rounding, MAX_MEMORY_BYTES, "memory bytes")
+
+
+def gpu_count(value: Quantity) -> int:
+    """GPUs are whole devices: a fraction is an error, not something to round."""
+    number = to_decimal(value)
+    if number != number.to_integral_value():
+        raise QuantityError(f"gpu count must be a whole number, got {number}")
+    return _integral(number, Rounding.UP, MAX_GPUS, "gpu count")
+
+
+def format_cpu(millis: int) -> str:
+    """Millicores in Kubernetes notation: "2", "1500m", "-250m"."""
+    if millis % 1000 == 0:
+        return str(millis // 1000)
+    return f"{millis}m"
+
+
+def format_memory(num_bytes: int) -> str:
+    """Bytes with the largest binary suffix that divides them exactly: "4Gi", "1536Mi"."""
+    if num_bytes == 0:
+        return "0"
+    magnitude = abs(num_bytes)
+    for power, suffix in zip(range(6, 0, -1), _BINARY_SUFFIXES, strict=True):
+        unit = 1024**power
+        if magnitude % unit == 0:
+            return f"{num_bytes // unit}{suffix}"
+    return str(num_bytes)

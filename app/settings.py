@@ -1,0 +1,25 @@
+"""Configuration from NODELEDGER_* environment variables, built once in the entrypoint
+and passed down; library modules never read the environment themselves."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NODELEDGER_", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///nodeledger.db",
+        description="SQLAlchemy URL: sqlite:///PATH (default) or postgresql://user:pw@host/db",
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    log_level: LogLevel = "info"
+    db_pool_size: int = Field(default=10, ge=1, le=200)
+    migrate_on_start: bool = Field(default=True, description="Run Alembic upgrade before serving")
