@@ -15,8 +15,11 @@ from app.api import errors, routes_admissions, routes_events, routes_health, rou
 from app.components import Component
 from app.db import migrate
 from app.db.engine import Database
+from app.kube import routes as kube_routes
+from app.kube.wiring import attach_kube
 from app.ledger.service import Clock, Ledger, utcnow
 from app.settings import Settings
+from app.slurm.wiring import attach_slurm
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,10 @@ def build_services(
     if settings.migrate_on_start:
         migrate.upgrade(db.engine)
     ledger = Ledger(db, clock)
-    return Services(db=db, ledger=ledger, admissions=Admissions(ledger, gate))
+    services = Services(db=db, ledger=ledger, admissions=Admissions(ledger, gate))
+    attach_slurm(services, settings)
+    attach_kube(services, settings)
+    return services
 
 
 def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
@@ -70,6 +76,6 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.state.services = services
     app.state.settings = settings
     errors.install(app)
-    for module in (routes_health, routes_nodes, routes_admissions, routes_events):
+    for module in (routes_health, routes_nodes, routes_admissions, routes_events, kube_routes):
         app.include_router(module.router)
     return app

@@ -58,6 +58,8 @@ def to_decimal(value: Quantity) -> Decimal:
         raise QuantityError(f"{text!r} is not a finite quantity")
     if number < 0:
         raise QuantityError(f"{text!r} is negative")
+    if number.adjusted() > 30:  # far past any bound below; keeps Decimal arithmetic exact
+        raise QuantityError(f"{text!r} exceeds the maximum supported size")
     return number
 
 

@@ -8,6 +8,9 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.kube.settings import KubeSettings
+from app.slurm.settings import SlurmSettings
+
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
@@ -23,3 +26,5 @@ class Settings(BaseSettings):
     log_level: LogLevel = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)
     migrate_on_start: bool = Field(default=True, description="Run Alembic upgrade before serving")
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    kube: KubeSettings = Field(default_factory=KubeSettings)

@@ -3,14 +3,17 @@
 Concurrency contract: every write transaction that changes a node's holdings first takes
 that node's row lock (``SELECT ... FOR UPDATE`` on PostgreSQL). SQLite has no row locks,
 so write transactions start with ``BEGIN IMMEDIATE``, which takes the database write lock
-up front: writers serialize, readers (WAL) never block. Either way two admissions racing
+up front: writers serialize, readers (WAL) never block. Inside one process SQLite writers
+also queue on a lock of our own first, because SQLite's busy handler waits by sleeping
+(up to 100 ms a try) where a queue hands over at once. Either way two admissions racing
 for the last CPU see each other's holdings, in one process or in several.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -68,6 +71,7 @@ class Database:
         writer = engine.execution_options(sqlite_begin="IMMEDIATE") if self.is_sqlite else engine
         self._reader = sessionmaker(engine, expire_on_commit=False)
         self._writer = sessionmaker(writer, expire_on_commit=False)
+        self._write_lock = threading.Lock() if self.is_sqlite else None
 
     @classmethod
     def from_url(cls, url: str, *, pool_size: int = 10) -> Database:
@@ -76,7 +80,7 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A write transaction: committed on success, rolled back on any exception."""
-        with self._writer.begin() as session:
+        with self._write_lock or nullcontext(), self._writer.begin() as session:
             yield session
 
     @contextmanager

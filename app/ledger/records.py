@@ -121,14 +121,18 @@ class NodeView:
     @property
     def not_admissible_reason(self) -> str | None:
         """Why no new holding is admitted here, or None when the node is admissible."""
-        reasons = [r for r in (self.cordon_reason, self.health_reason) if r]
-        if not self.free.is_nonnegative():
-            reasons.append("overcommitted: holdings exceed capacity minus reserved")
-        return "; ".join(reasons) or None
+        return not_admissible_reason(self.cordon_reason, self.health_reason, self.free)
 
     @property
     def admissible(self) -> bool:
         return self.not_admissible_reason is None
+
+
+def not_admissible_reason(cordon: str | None, health: str | None, free: Resources) -> str | None:
+    reasons = [r for r in (cordon, health) if r]
+    if not free.is_nonnegative():
+        reasons.append("overcommitted: holdings exceed capacity minus reserved")
+    return "; ".join(reasons) or None
 
 
 @dataclass(frozen=True, slots=True)

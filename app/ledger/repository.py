@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Row, Table, bindparam, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from app.ledger.errors import NodeNotFound
@@ -24,9 +24,34 @@ from app.ledger.resources import Resources
 from app.ledger.tables import EventRow, HoldingRow, NodeRow
 
 SINGLE_NODE_KINDS = (HolderKind.POD.value, HolderKind.MANUAL.value)
+NODES = cast(Table, NodeRow.__table__)
+HOLDINGS = cast(Table, HoldingRow.__table__)
+EVENTS = cast(Table, EventRow.__table__)
+
+# Hot-path statements, built once: constructing a statement costs more than running it.
+_LOCK_NODE = select(NODES).where(NODES.c.name == bindparam("name")).with_for_update()
+_LOCK_NODE_ID = select(NODES.c.name).where(NODES.c.id == bindparam("node_id")).with_for_update()
+_HELD_ON = select(
+    func.coalesce(func.sum(HOLDINGS.c.cpu_millis), 0),
+    func.coalesce(func.sum(HOLDINGS.c.memory_bytes), 0),
+    func.coalesce(func.sum(HOLDINGS.c.gpus), 0),
+).where(HOLDINGS.c.node_id == bindparam("node_id"))
+_SINGLE_NODE_HOLDINGS = (
+    select(HOLDINGS, NODES.c.name.label("node_name"))
+    .join(NODES, HOLDINGS.c.node_id == NODES.c.id)
+    .where(
+        HOLDINGS.c.holder_id == bindparam("holder_id"),
+        HOLDINGS.c.holder_kind.in_(bindparam("kinds", expanding=True)),
+    )
+)
+_INSERT_HOLDING = insert(HOLDINGS)
+_INSERT_EVENT = insert(EVENTS)
+_DELETE_HOLDING = (
+    delete(HOLDINGS).where(HOLDINGS.c.id == bindparam("holding_id")).returning(*HOLDINGS.c)
+)
 
 
-def holding_record(row: HoldingRow, node_name: str) -> Holding:
+def holding_record(row: HoldingRow | Row[Any], node_name: str) -> Holding:
     return Holding(
         node=node_name,
         holder=Holder(HolderKind(row.holder_kind), row.holder_id, row.display_name),
@@ -99,6 +124,36 @@ class LedgerRepository:
             raise NodeNotFound(name)
         return row
 
+    # The admission hot path uses Core statements: a fraction of the ORM's cost per call.
+
+    def lock_node_state(self, name: str) -> Row[Any]:
+        """The node's columns, row-locked until the transaction ends."""
+        row = self.session.execute(_LOCK_NODE, {"name": name}).one_or_none()
+        if row is None:
+            raise NodeNotFound(name)
+        return row
+
+    def lock_node_id(self, node_id: int) -> str:
+        name: str = self.session.execute(_LOCK_NODE_ID, {"node_id": node_id}).scalar_one()
+        return name
+
+    def held_on(self, node_id: int) -> Resources:
+        """Sum of all holdings on the node, computed by the database."""
+        cpu, memory, gpus = self.session.execute(_HELD_ON, {"node_id": node_id}).one()
+        return Resources(int(cpu), int(memory), int(gpus))
+
+    def single_node_holdings(self, holder_id: str, kind: HolderKind | None) -> list[Row[Any]]:
+        """A pod's or manual holder's holding rows with their node's name."""
+        kinds = SINGLE_NODE_KINDS if kind is None else (kind.value,)
+        params = {"holder_id": holder_id, "kinds": list(kinds)}
+        return list(self.session.execute(_SINGLE_NODE_HOLDINGS, params))
+
+    def insert_holding(self, values: dict[str, Any]) -> None:
+        self.session.execute(_INSERT_HOLDING, values)
+
+    def delete_holding_returning(self, holding_id: int) -> Row[Any] | None:
+        return self.session.execute(_DELETE_HOLDING, {"holding_id": holding_id}).one_or_none()
+
     def node_by_id(self, node_id: int) -> NodeRow:
         return self.session.get_one(NodeRow, node_id)
 
@@ -128,14 +183,6 @@ class LedgerRepository:
             query = query.where(HoldingRow.holder_kind == kind.value)
         return list(self.session.scalars(query))
 
-    def find_single_node_holding(self, holder_id: str, kind: HolderKind | None) -> list[HoldingRow]:
-        """Holdings of a pod or manual holder by id (kind None: either kind)."""
-        kinds = SINGLE_NODE_KINDS if kind is None else (kind.value,)
-        query = select(HoldingRow).where(
-            HoldingRow.holder_id == holder_id, HoldingRow.holder_kind.in_(kinds)
-        )
-        return list(self.session.scalars(query))
-
     def list_holdings(
         self, node: str | None, kind: HolderKind | None
     ) -> list[tuple[HoldingRow, str]]:
@@ -145,7 +192,7 @@ class LedgerRepository:
         if kind is not None:
             query = query.where(HoldingRow.holder_kind == kind.value)
         query = query.order_by(NodeRow.name, HoldingRow.holder_kind, HoldingRow.holder_id)
-        return [(h, name) for h, name in self.session.execute(query).tuples()]
+        return [(h, name) for h, name in self.session.execute(query)]
 
     def add_holding(self, row: HoldingRow) -> None:
         self.session.add(row)
@@ -168,19 +215,20 @@ class LedgerRepository:
         resources: Resources | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
-        self.session.add(
-            EventRow(
-                at=at,
-                kind=kind.value,
-                node=node,
-                holder_kind=holder.kind.value if holder else None,
-                holder_id=holder.id if holder else None,
-                cpu_millis=resources.cpu_millis if resources else None,
-                memory_bytes=resources.memory_bytes if resources else None,
-                gpus=resources.gpus if resources else None,
-                message=message,
-                details=details or {},
-            )
+        self.session.execute(
+            _INSERT_EVENT,
+            {
+                "at": at,
+                "kind": kind.value,
+                "node": node,
+                "holder_kind": holder.kind.value if holder else None,
+                "holder_id": holder.id if holder else None,
+                "cpu_millis": resources.cpu_millis if resources else None,
+                "memory_bytes": resources.memory_bytes if resources else None,
+                "gpus": resources.gpus if resources else None,
+                "message": message,
+                "details": details or {},
+            },
         )
 
     def events(

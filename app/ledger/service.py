@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
 from app.db.engine import Database
@@ -36,6 +37,7 @@ from app.ledger.records import (
     LedgerEvent,
     NodeSpec,
     NodeView,
+    not_admissible_reason,
 )
 from app.ledger.repository import LedgerRepository, holding_record
 from app.ledger.resources import ResourceName, Resources
@@ -244,25 +246,30 @@ class Ledger:
         now = self.clock()
         with self.db.write() as session:
             repo = LedgerRepository(session)
-            row = repo.lock_node(node)
-            for existing in repo.find_single_node_holding(holder.id, holder.kind):
-                return Admission(self._same_holding(repo, existing, node, requests), False)
-            view = repo.view(row)
-            rejection = _rejection(view, requests)
+            row = repo.lock_node_state(node)
+            for existing in repo.single_node_holdings(holder.id, holder.kind):
+                return Admission(_same_holding(existing, node, requests), False)
+            allocatable = Resources(
+                row.cpu_millis - row.reserved_cpu_millis,
+                row.memory_bytes - row.reserved_memory_bytes,
+                row.gpus - row.reserved_gpus,
+            )
+            free = allocatable - repo.held_on(row.id)
+            rejection = _rejection(node, row.cordon_reason, row.health_reason, free, requests)
             if rejection is None:
-                holding = HoldingRow(
-                    node_id=row.id,
-                    holder_kind=holder.kind.value,
-                    holder_id=holder.id,
-                    display_name=holder.display_name,
-                    cpu_millis=requests.cpu_millis,
-                    memory_bytes=requests.memory_bytes,
-                    gpus=requests.gpus,
-                    state=state.value,
-                    created_at=now,
-                    updated_at=now,
-                )
-                repo.add_holding(holding)
+                values = {
+                    "node_id": row.id,
+                    "holder_kind": holder.kind.value,
+                    "holder_id": holder.id,
+                    "display_name": holder.display_name,
+                    "cpu_millis": requests.cpu_millis,
+                    "memory_bytes": requests.memory_bytes,
+                    "gpus": requests.gpus,
+                    "state": state.value,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                repo.insert_holding(values)
                 repo.append_event(
                     now,
                     EventKind.ADMITTED,
@@ -272,7 +279,7 @@ class Ledger:
                     resources=requests,
                     details={"state": state.value},
                 )
-                return Admission(holding_record(holding, node), True)
+                return Admission(Holding(node, holder, requests, state, now, now), True)
             repo.append_event(
                 now,
                 EventKind.REJECTED,
@@ -284,28 +291,16 @@ class Ledger:
             )
         raise rejection
 
-    @staticmethod
-    def _same_holding(
-        repo: LedgerRepository, existing: HoldingRow, node: str, requests: Resources
-    ) -> Holding:
-        existing_node = repo.node_by_id(existing.node_id).name
-        holding = holding_record(existing, existing_node)
-        if existing_node != node or holding.resources != requests:
-            raise HolderConflict(
-                f"holder {existing.holder_id!r} already holds "
-                f"{format_cpu(existing.cpu_millis)} cpu, {format_memory(existing.memory_bytes)} "
-                f"memory, {existing.gpus} gpu on node {existing_node!r}; release it first"
-            )
-        return holding
-
     def confirm(self, kind: HolderKind, holder_id: str) -> Holding:
         """PENDING -> HELD once the external system confirmed the hold."""
         with self.db.write() as session:
             repo = LedgerRepository(session)
-            row = self._locked_single(repo, holder_id, kind)
+            found = self._locked_single(repo, holder_id, kind)
+            row = session.get_one(HoldingRow, found.id)
             row.state = HoldingState.HELD.value
             row.updated_at = self.clock()
-            return holding_record(row, repo.node_by_id(row.node_id).name)
+            session.flush()
+            return holding_record(row, found.node_name)
 
     def release(
         self, holder_id: str, kind: HolderKind | None = None, *, reason: str = "released"
@@ -314,9 +309,11 @@ class Ledger:
         none, so callers that want idempotence treat that as success."""
         with self.db.write() as session:
             repo = LedgerRepository(session)
-            row = self._locked_single(repo, holder_id, kind)
-            holding = holding_record(row, repo.node_by_id(row.node_id).name)
-            repo.delete_holding(row)
+            found = self._locked_single(repo, holder_id, kind)
+            deleted = repo.delete_holding_returning(found.id)
+            if deleted is None:
+                raise HoldingNotFound(holder_id)
+            holding = holding_record(deleted, found.node_name)
             repo.append_event(
                 self.clock(),
                 EventKind.RELEASED,
@@ -328,19 +325,17 @@ class Ledger:
             return holding
 
     @staticmethod
-    def _locked_single(
-        repo: LedgerRepository, holder_id: str, kind: HolderKind | None
-    ) -> HoldingRow:
+    def _locked_single(repo: LedgerRepository, holder_id: str, kind: HolderKind | None) -> Row[Any]:
         """The holder's holding, re-read under its node's lock."""
-        candidates = repo.find_single_node_holding(holder_id, kind)
+        candidates = repo.single_node_holdings(holder_id, kind)
         if not candidates:
             raise HoldingNotFound(holder_id)
         if len(candidates) > 1:
             raise HolderConflict(
                 f"holder id {holder_id!r} exists as both pod and manual; say which kind"
             )
-        repo.lock_node(repo.node_by_id(candidates[0].node_id).name)
-        locked = repo.find_single_node_holding(holder_id, HolderKind(candidates[0].holder_kind))
+        repo.lock_node_id(candidates[0].node_id)
+        locked = repo.single_node_holdings(holder_id, HolderKind(candidates[0].holder_kind))
         if not locked:
             raise HoldingNotFound(holder_id)
         return locked[0]
@@ -411,15 +406,28 @@ class Ledger:
             )
 
 
-def _rejection(view: NodeView, requests: Resources) -> AdmissionRejected | None:
-    if not view.admissible:
-        return AdmissionRejected(
-            f"node {view.name!r} is not admissible: {view.not_admissible_reason}"
-        )
-    short = shortfalls(requests, view.free)
+def _rejection(
+    node: str, cordon: str | None, health: str | None, free: Resources, requests: Resources
+) -> AdmissionRejected | None:
+    reason = not_admissible_reason(cordon, health, free)
+    if reason:
+        return AdmissionRejected(f"node {node!r} is not admissible: {reason}")
+    short = shortfalls(requests, free)
     if short:
-        return AdmissionRejected(describe_shortfalls(view.name, short), short)
+        return AdmissionRejected(describe_shortfalls(node, short), short)
     return None
+
+
+def _same_holding(existing: Row[Any], node: str, requests: Resources) -> Holding:
+    """The holder's existing holding when it is the same request, else a conflict."""
+    holding = holding_record(existing, existing.node_name)
+    if existing.node_name != node or holding.resources != requests:
+        raise HolderConflict(
+            f"holder {existing.holder_id!r} already holds "
+            f"{format_cpu(existing.cpu_millis)} cpu, {format_memory(existing.memory_bytes)} "
+            f"memory, {existing.gpus} gpu on node {existing.node_name!r}; release it first"
+        )
+    return holding
 
 
 def _apply_amounts(row: NodeRow | HoldingRow, resources: Resources) -> None:

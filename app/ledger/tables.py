@@ -76,7 +76,9 @@ class HoldingRow(Base):
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="RESTRICT"), index=True)
+    node_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("nodes.id", ondelete="RESTRICT"), index=True
+    )
     holder_kind: Mapped[str] = mapped_column(String(16))
     holder_id: Mapped[str] = mapped_column(String(253))
     display_name: Mapped[str] = mapped_column(String(507))

@@ -1,0 +1,1 @@
+"""The Kubernetes side: node discovery, pod accounting, GenericNode, scheduler extender."""

@@ -1,0 +1,1 @@
+"""The Slurm side: slurmrestd client, Slurm -> ledger sync, ledger -> Slurm GRES push."""

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the test suite, from Debian's packages.
+#   pg.sh up      install (if needed), initdb and start on a free loopback port
+#   pg.sh url     print the SQLAlchemy URL of the running cluster
+#   pg.sh status  exit 0 when it answers
+#   pg.sh down    stop it and remove its data
+set -euo pipefail
+
+RUNDIR="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/postgres"
+DATA="$RUNDIR/data"
+PORT_FILE="$RUNDIR/port"
+
+pg_bin() {
+  local dir
+  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$dir" ] && [ -x "$dir/initdb" ] && echo "$dir"
+}
+
+install_server() {
+  if pg_bin >/dev/null; then return; fi
+  echo "pg.sh: installing PostgreSQL from Debian's packages" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+}
+
+as_postgres() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+url() {
+  echo "postgresql+psycopg://postgres@127.0.0.1:$(cat "$PORT_FILE")/postgres"
+}
+
+running() {
+  [ -f "$PORT_FILE" ] && [ -f "$DATA/postmaster.pid" ] \
+    && as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" status >/dev/null 2>&1 \
+    && as_postgres "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$(cat "$PORT_FILE")"
+}
+
+up() {
+  install_server
+  local bin; bin=$(pg_bin)
+  if running; then url; return; fi
+  down >/dev/null 2>&1 || true
+  mkdir -p "$RUNDIR"
+  chown postgres: "$RUNDIR" 2>/dev/null || true
+  as_postgres "$bin/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
+  free_port >"$PORT_FILE"
+  # Test cluster: speed over durability, enough connections for two services and the tests.
+  as_postgres "$bin/pg_ctl" -D "$DATA" -l "$RUNDIR/postgres.log" -w -t 60 start -o \
+    "-p $(cat "$PORT_FILE") -k $RUNDIR -c listen_addresses=127.0.0.1 -c fsync=off \
+     -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+  url
+}
+
+down() {
+  local bin; bin=$(pg_bin) || return 0
+  if [ -f "$DATA/postmaster.pid" ]; then
+    as_postgres "$bin/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  rm -rf "$RUNDIR"
+}
+
+case "${1:-}" in
+  up) up ;;
+  url) running && url ;;
+  status) running ;;
+  down) down ;;
+  *) echo "usage: $0 up|url|status|down" >&2; exit 2 ;;
+esac

@@ -1,0 +1,149 @@
+"""The REST API in-process, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+NODE = {"capacity": {"cpu": "8", "memory": "16Gi", "gpu": 2}, "reserved": {"cpu": "500m"}}
+
+
+def pod(
+    uid: str, cpu: Any = "1500m", memory: Any = "2Gi", gpu: Any = 0, node: str = "n1"
+) -> dict[str, Any]:
+    return {
+        "node": node,
+        "holder": {"kind": "pod", "namespace": "ns", "name": f"p-{uid}", "uid": uid},
+        "requests": {"cpu": cpu, "memory": memory, "gpu": gpu},
+    }
+
+
+@pytest.fixture
+def n1(api: TestClient) -> str:
+    assert api.put("/v1/nodes/n1", json=NODE).status_code == 201
+    return "n1"
+
+
+def test_health(api: TestClient) -> None:
+    assert api.get("/healthz").json() == {"status": "ok", "checks": {}}
+    assert api.get("/readyz").json() == {"status": "ok", "checks": {"database": "ok"}}
+    assert api.get("/docs").status_code == 200
+    assert "/v1/admissions" in api.get("/openapi.json").json()["paths"]
+
+
+def test_node_lifecycle(api: TestClient) -> None:
+    created = api.put("/v1/nodes/n1", json={**NODE, "slurm_name": "sn1", "labels": {"a": "b"}})
+    assert created.status_code == 201
+    body = created.json()
+    assert body["capacity"] == {
+        "cpu": "8",
+        "memory": "16Gi",
+        "gpu": 2,
+        "cpu_millis": 8000,
+        "memory_bytes": 16 * 2**30,
+    }
+    assert body["free"]["cpu"] == "7500m"
+    assert body["slurm_name"] == "sn1"
+    assert body["admissible"] is True
+    assert api.put("/v1/nodes/n1", json=NODE).status_code == 200
+    assert [n["name"] for n in api.get("/v1/nodes").json()] == ["n1"]
+    assert api.delete("/v1/nodes/n1").status_code == 204
+    assert api.get("/v1/nodes/n1").status_code == 404
+
+
+def test_admission_flow(api: TestClient, n1: str) -> None:
+    first = api.post("/v1/admissions", json=pod("u1", gpu=1))
+    assert first.status_code == 201, first.text
+    holding = first.json()
+    assert holding["holder"] == {"kind": "pod", "id": "u1", "name": "ns/p-u1"}
+    assert holding["requests"]["cpu"] == "1500m"
+    assert holding["requests"]["memory_bytes"] == 2 * 2**30
+    again = api.post("/v1/admissions", json=pod("u1", gpu=1))
+    assert again.status_code == 200
+    assert again.json() == holding
+
+    node = api.get("/v1/nodes/n1").json()
+    assert node["held_by_kubernetes"]["cpu"] == "1500m"
+    assert node["free"]["cpu"] == "6"
+    assert [h["holder"]["id"] for h in node["holdings"]] == ["u1"]
+    assert api.delete("/v1/nodes/n1").status_code == 409
+
+    assert [h["holder"]["id"] for h in api.get("/v1/holdings?node=n1&holder_kind=pod").json()] == [
+        "u1"
+    ]
+    assert api.get("/v1/holdings?holder_kind=slurm_job").json() == []
+
+    released = api.delete("/v1/admissions/u1")
+    assert released.status_code == 200
+    assert released.json()["holder"]["id"] == "u1"
+    assert api.delete("/v1/admissions/u1").status_code == 404
+    assert api.get("/v1/nodes/n1").json()["free"]["cpu"] == "7500m"
+
+
+def test_rejection_names_resources_and_amounts(api: TestClient, n1: str) -> None:
+    response = api.post("/v1/admissions", json=pod("big", cpu=8, memory="1Gi", gpu=3))
+    assert response.status_code == 409
+    body = response.json()
+    assert body["code"] == "admission_rejected"
+    assert body["retryable"] is True
+    assert "cpu: requested 8, free 7500m" in body["detail"]
+    assert "gpu: requested 3, free 2" in body["detail"]
+    assert [(s["resource"], s["requested"], s["free"]) for s in body["shortfalls"]] == [
+        ("cpu", "8", "7500m"),
+        ("gpu", "3", "2"),
+    ]
+    events = api.get("/v1/events?node=n1&kind=rejected").json()
+    assert events[-1]["holder_id"] == "big"
+
+
+def test_unknown_node_and_holder(api: TestClient) -> None:
+    assert api.post("/v1/admissions", json=pod("u1", node="nope")).status_code == 404
+    assert api.get("/v1/holdings?node=nope").status_code == 404
+    assert api.delete("/v1/admissions/nobody").status_code == 404
+
+
+def test_manual_reservation(api: TestClient, n1: str) -> None:
+    body = {
+        "node": "n1",
+        "holder": {"kind": "manual", "id": "maint-1", "name": "rack work"},
+        "requests": {"cpu": 2},
+    }
+    assert api.post("/v1/admissions", json=body).status_code == 201
+    assert api.get("/v1/nodes/n1").json()["held_manually"]["cpu"] == "2"
+    assert api.delete("/v1/admissions/maint-1?kind=manual").status_code == 200
+
+
+def test_cordon(api: TestClient, n1: str) -> None:
+    api.put("/v1/nodes/n1", json={**NODE, "cordon_reason": "firmware update"})
+    node = api.get("/v1/nodes/n1").json()
+    assert node["admissible"] is False
+    assert node["reason"] == "firmware update"
+    response = api.post("/v1/admissions", json=pod("u1"))
+    assert response.status_code == 409
+    assert "firmware update" in response.json()["detail"]
+
+
+def test_capacity_below_holdings_needs_force(api: TestClient, n1: str) -> None:
+    api.post("/v1/admissions", json=pod("u1", cpu=4))
+    small = {"capacity": {"cpu": "2", "memory": "16Gi"}}
+    response = api.put("/v1/nodes/n1", json=small)
+    assert response.status_code == 409
+    assert response.json()["code"] == "capacity_below_holdings"
+    forced = api.put("/v1/nodes/n1?force=true", json=small)
+    assert forced.status_code == 200
+    assert forced.json()["admissible"] is False
+
+
+def test_events_query(api: TestClient, n1: str) -> None:
+    api.post("/v1/admissions", json=pod("u1"))
+    api.delete("/v1/admissions/u1")
+    events = api.get("/v1/events?node=n1").json()
+    assert [e["kind"] for e in events] == ["node_created", "admitted", "released"]
+    assert api.get(f"/v1/events?after={events[0]['id']}&limit=1").json()[0]["kind"] == "admitted"
+    since = events[-1]["at"]
+    assert [e["kind"] for e in api.get("/v1/events", params={"since": since}).json()] == [
+        "released"
+    ]
+    assert api.get("/v1/events?since=2026-01-01T00:00:00").status_code == 422

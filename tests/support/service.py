@@ -1,0 +1,82 @@
+"""Run the real `nodeledger serve` as a subprocess, as an operator would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.support.net import free_port
+from tests.support.realenv import REPO
+
+
+@dataclass(frozen=True)
+class ServiceProcess:
+    url: str
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def running_service(
+    database_url: str,
+    log_dir: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    name: str = "nodeledger",
+    ready_timeout: float = 30.0,
+) -> Iterator[ServiceProcess]:
+    """Start the service on a free port, wait for /readyz, stop it afterwards."""
+    port = free_port()
+    log_path = log_dir / f"{name}-{port}.log"
+    full_env = {
+        **os.environ,
+        **(env or {}),
+        "NODELEDGER_DATABASE_URL": database_url,
+        "NODELEDGER_PORT": str(port),
+        "NODELEDGER_HOST": "127.0.0.1",
+        "NODELEDGER_LOG_LEVEL": "warning",
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve"],
+            cwd=REPO,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    service = ServiceProcess(f"http://127.0.0.1:{port}", log_path, process)
+    try:
+        _wait_ready(service, ready_timeout)
+        yield service
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_ready(service: ServiceProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if service.process.poll() is not None:
+            raise RuntimeError(f"nodeledger exited early:\n{service.log()}")
+        try:
+            if httpx.get(f"{service.url}/readyz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"nodeledger not ready after {timeout}s:\n{service.log()}")
