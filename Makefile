@@ -1,0 +1,50 @@
+# nodeledger: `make run` serves the API on SQLite; `make test` prepares everything the
+# tests need (packages, Python env, PostgreSQL, Slurm, Kubernetes) and runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: run test venv deps lint testenv plugins-check testenv-down bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+run: venv
+	$(BIN)/nodeledger serve
+
+deps:
+	bash scripts/install-system-deps.sh
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+# Heavy, cached builds first, so no test waits on them.
+testenv: deps
+	bash testenv/postgres/pg.sh up >/dev/null
+	bash testenv/slurm/cluster.sh build
+	bash testenv/kube/cluster.sh build
+	bash testenv/helm/install.sh >/dev/null
+
+test: venv lint testenv
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+testenv-down:
+	-bash testenv/kube/cluster.sh down
+	-bash testenv/slurm/cluster.sh down
+	-bash testenv/postgres/pg.sh down
+
+bench: venv
+	$(BIN)/python -m bench.http_admissions
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis nodeledger.db*

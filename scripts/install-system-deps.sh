@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Debian packages the test suite needs on a fresh machine of this kind (idempotent).
+# The Slurm chroot and the Kubernetes binaries come from testenv/ scripts, cached.
+set -euo pipefail
+
+PACKAGES=(postgresql debootstrap openssl ca-certificates make gcc valgrind iproute2 util-linux)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-system-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+command -v go >/dev/null || { echo "install-system-deps: the Go toolchain is required" >&2; exit 1; }
