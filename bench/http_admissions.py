@@ -1,10 +1,11 @@
 """Admissions and releases through HTTP against real `nodeledger serve` processes.
 
 Prints one JSON object: for each database (SQLite, PostgreSQL) and replica count (1, 2),
-admissions per second and p50/p99 latency of admission and release. Each worker admits a
-pod and releases it again, so the node never fills up and every request does real work.
+admissions and releases per second and their p50/p99 latency. Each round fills 20 nodes
+with 50 pods each, then releases them, so every request does real work on realistically
+full nodes.
 
-    python -m bench.http_admissions [--seconds 10] [--concurrency 8] [--postgres-url URL]
+    python -m bench.http_admissions [--rounds 5] [--concurrency 4] [--postgres-url URL]
 """
 
 from __future__ import annotations
@@ -35,45 +36,71 @@ def percentile(samples: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-async def drive(urls: list[str], seconds: float, concurrency: int) -> dict[str, Any]:
+async def drive(
+    urls: list[str], rounds: int, concurrency: int, nodes: int, pods_per_node: int
+) -> dict[str, Any]:
+    """Each round admits `nodes * pods_per_node` pods spread over the nodes (as a
+    scheduler would), then releases them all; the two phases are timed separately."""
     admit_ms: list[float] = []
     release_ms: list[float] = []
+    admit_s = release_s = 0.0
     errors: dict[str, int] = {}
     async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=64)) as client:
-        await client.put(
-            f"{urls[0]}/v1/nodes/bench", json={"capacity": {"cpu": "1000", "memory": "4Ti"}}
-        )
-        stop = time.perf_counter() + seconds
+        for n in range(nodes):
+            await client.put(
+                f"{urls[0]}/v1/nodes/bench-{n}", json={"capacity": {"cpu": "128", "memory": "1Ti"}}
+            )
+        batch = nodes * pods_per_node
 
-        async def worker(w: int) -> None:
-            i = 0
-            url = urls[w % len(urls)]
-            while time.perf_counter() < stop:
-                uid = f"w{w}-{i}"
-                i += 1
-                body = {
-                    "node": "bench",
-                    "holder": {"kind": "pod", "uid": uid},
-                    "requests": {"cpu": "100m", "memory": "128Mi"},
-                }
-                t0 = time.perf_counter()
-                r = await client.post(f"{url}/v1/admissions", json=body)
-                admit_ms.append((time.perf_counter() - t0) * 1000)
-                if r.status_code != 201:
-                    errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
-                    continue
-                t0 = time.perf_counter()
-                r = await client.delete(f"{url}/v1/admissions/{uid}")
-                release_ms.append((time.perf_counter() - t0) * 1000)
+        async def call(
+            method: str, path: str, body: Any, w: int, samples: list[float], expect: int
+        ) -> None:
+            t0 = time.perf_counter()
+            r = await client.request(method, f"{urls[w % len(urls)]}{path}", json=body)
+            samples.append((time.perf_counter() - t0) * 1000)
+            if r.status_code != expect:
+                errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
 
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(w) for w in range(concurrency)))
-        elapsed = time.perf_counter() - started
+        async def phase(
+            jobs: list[tuple[str, str, Any]], samples: list[float], expect: int
+        ) -> float:
+            queue = list(reversed(jobs))
+
+            async def worker(w: int) -> None:
+                while queue:
+                    method, path, body = queue.pop()
+                    await call(method, path, body, w, samples, expect)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(worker(w) for w in range(concurrency)))
+            return time.perf_counter() - t0
+
+        for r in range(rounds):
+            uids = [f"r{r}-p{i}" for i in range(batch)]
+            admit_s += await phase(
+                [
+                    (
+                        "POST",
+                        "/v1/admissions",
+                        {
+                            "node": f"bench-{i % nodes}",
+                            "holder": {"kind": "pod", "uid": uid},
+                            "requests": {"cpu": "250m", "memory": "512Mi"},
+                        },
+                    )
+                    for i, uid in enumerate(uids)
+                ],
+                admit_ms,
+                201,
+            )
+            release_s += await phase(
+                [("DELETE", f"/v1/admissions/{uid}", None) for uid in uids], release_ms, 200
+            )
     return {
-        "admissions_per_s": round(len(admit_ms) / elapsed, 1),
-        "operations_per_s": round((len(admit_ms) + len(release_ms)) / elapsed, 1),
+        "admissions_per_s": round(len(admit_ms) / admit_s, 1),
         "admit_p50_ms": round(statistics.median(admit_ms), 2),
         "admit_p99_ms": round(percentile(admit_ms, 99), 2),
+        "releases_per_s": round(len(release_ms) / release_s, 1),
         "release_p50_ms": round(statistics.median(release_ms), 2),
         "release_p99_ms": round(percentile(release_ms, 99), 2),
         "admissions": len(admit_ms),
@@ -82,29 +109,41 @@ async def drive(urls: list[str], seconds: float, concurrency: int) -> dict[str, 
 
 
 def run_case(
-    database_url: str, replicas: int, seconds: float, concurrency: int, log_dir: Path
+    database_url: str, replicas: int, args: argparse.Namespace, log_dir: Path
 ) -> dict[str, Any]:
     with ExitStack() as stack:
         services = [
             stack.enter_context(running_service(database_url, log_dir, name=f"b{i}"))
             for i in range(replicas)
         ]
-        return asyncio.run(drive([s.url for s in services], seconds, concurrency))
+        return asyncio.run(
+            drive(
+                [s.url for s in services],
+                args.rounds,
+                args.concurrency,
+                args.nodes,
+                args.pods_per_node,
+            )
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--pods-per-node", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--postgres-url", default=os.environ.get("NODELEDGER_TEST_POSTGRES_URL"))
     parser.add_argument("--only", choices=["sqlite", "postgresql"])
     args = parser.parse_args()
 
     results: dict[str, Any] = {
         "cpus": os.cpu_count(),
-        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "nodes": args.nodes,
+        "pods_per_node": args.pods_per_node,
         "concurrency": args.concurrency,
         "cases": {},
     }
@@ -113,15 +152,13 @@ def main() -> None:
         if args.only in (None, "sqlite"):
             for replicas in (1, 2):
                 url = migrated(f"sqlite:///{log_dir / f'bench{replicas}.db'}")
-                results["cases"][f"sqlite/{replicas}"] = run_case(
-                    url, replicas, args.seconds, args.concurrency, log_dir
-                )
+                results["cases"][f"sqlite/{replicas}"] = run_case(url, replicas, args, log_dir)
         if args.only in (None, "postgresql"):
             server = args.postgres_url or postgres_server_url()
             for replicas in (1, 2):
                 with postgres_database(server) as url:
                     results["cases"][f"postgresql/{replicas}"] = run_case(
-                        url, replicas, args.seconds, args.concurrency, log_dir
+                        url, replicas, args, log_dir
                     )
     print(json.dumps(results, indent=2))
 
