@@ -32,8 +32,7 @@ lint: venv
 testenv: deps
 	bash testenv/postgres/pg.sh up >/dev/null
 	bash testenv/slurm/cluster.sh build
-	bash testenv/kube/cluster.sh build
-	bash testenv/helm/install.sh >/dev/null
+	bash testenv/kube/cluster.sh build >/dev/null
 
 test: venv lint testenv
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the control-plane commands built by testenv/kube/cluster.sh.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)

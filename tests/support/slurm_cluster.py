@@ -1,0 +1,106 @@
+"""The real Slurm test cluster (testenv/slurm/cluster.sh) as seen by tests."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.support.realenv import REPO
+
+SCRIPT = Path(REPO) / "testenv" / "slurm" / "cluster.sh"
+T = TypeVar("T")
+
+
+def cluster_sh(*args: str, timeout: float = 300, check: bool = True) -> str:
+    result = subprocess.run(
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"cluster.sh {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float, interval: float = 0.1, what: str = "condition"
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    url: str
+    token_file: Path
+    user: str
+    nodes: tuple[str, ...] = ("n1", "n2", "n3")
+
+    @classmethod
+    def from_env(cls) -> SlurmCluster:
+        env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh("env"), re.MULTILINE))
+        return cls(env["SLURMRESTD_URL"], Path(env["SLURM_JWT_TOKEN_FILE"]), env["SLURM_USER"])
+
+    @property
+    def token(self) -> str:
+        return self.token_file.read_text().strip()
+
+    def run(self, *args: str, check: bool = True) -> str:
+        return cluster_sh("exec", *args, check=check, timeout=60)
+
+    def sbatch(self, *args: str) -> str:
+        out = self.run("sbatch", "--parsable", "-o", "/dev/null", *args)
+        return out.strip().split(";")[0]
+
+    def scancel(self, *job_ids: str) -> None:
+        if job_ids:
+            self.run("scancel", *job_ids, check=False)
+
+    def cancel_all(self) -> None:
+        self.run("scancel", "--user=root", check=False)
+        wait_until(
+            lambda: not self.run("squeue", "-h", "-o", "%i").strip(), 30, what="all jobs gone"
+        )
+
+    def node(self, name: str) -> dict[str, Any]:
+        data = json.loads(self.run("scontrol", "--json", "show", "node", name))
+        node: dict[str, Any] = data["nodes"][0]
+        return node
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        data = json.loads(self.run("scontrol", "--json", "show", "job", job_id))
+        job: dict[str, Any] = data["jobs"][0]
+        return job
+
+    def job_state(self, job_id: str) -> str:
+        state = self.job(job_id)["job_state"]
+        return str(state[0] if isinstance(state, list) else state)
+
+    def restart_ctld(self) -> None:
+        cluster_sh("restart-ctld", timeout=120)
+
+    def reconfigure(self) -> None:
+        cluster_sh("reconfigure", timeout=60)
+
+    def restart_slurmd(self, node: str) -> None:
+        cluster_sh("restart-slurmd", node, timeout=60)
+
+    def stop_restd(self) -> None:
+        cluster_sh("stop-restd", timeout=60)
+
+    def start_restd(self) -> None:
+        cluster_sh("start-restd", timeout=60)
+
+    def reset_gres(self) -> None:
+        """Back to slurm.conf counts on every node (a reconfigure does exactly that)."""
+        self.reconfigure()
