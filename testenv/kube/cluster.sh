@@ -32,6 +32,10 @@ die() { log "$*"; exit 1; }
 build() {
   [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] && return 0
   command -v go >/dev/null || die "go is not installed (scripts/install-system-deps.sh)"
+  mkdir -p "$CACHE_ROOT"
+  exec 9>"$BIN.lock"
+  flock 9   # one build at a time; a second caller waits, then finds it done
+  [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] && return 0
   local tmp="$BIN.building.$$" started=$SECONDS
   rm -rf "$BIN".building.*
   mkdir -p "$tmp"

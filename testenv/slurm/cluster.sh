@@ -44,9 +44,12 @@ build() {
   command -v debootstrap >/dev/null || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
   }
+  mkdir -p "$CACHE_ROOT"
+  exec 9>"$ROOT.lock"
+  flock 9   # one build at a time; a second caller waits, then finds it done
+  [ -f "$ROOT/.complete" ] && return 0
   local tmp="$ROOT.building.$$" started=$SECONDS
   rm -rf "$ROOT".building.*
-  mkdir -p "$CACHE_ROOT"
   log "building $ROOT (debootstrap trixie from $MIRROR)"
   debootstrap --variant=minbase trixie "$tmp" "$MIRROR" >"$CACHE_ROOT/debootstrap.log" 2>&1 \
     || { tail -20 "$CACHE_ROOT/debootstrap.log"; die "debootstrap failed"; }
