@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class SlurmSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NODELEDGER_SLURM_", extra="ignore")
 
-    enabled: bool = False
+    enabled: bool = Field(default=False, description="Sync with Slurm and confirm admissions")
+    url: str = Field(default="http://127.0.0.1:6820", description="slurmrestd base URL")
+    token_file: Path | None = Field(
+        default=None, description="JWT file, re-read when it changes (a mounted Secret)"
+    )
+    token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("NODELEDGER_SLURM_TOKEN", "SLURM_JWT"),
+        description="JWT, when no token file is given",
+    )
+    user_name: str = Field(default="slurm", description="X-SLURM-USER-NAME (root or SlurmUser)")
+    api_version: str | None = Field(
+        default=None, pattern=r"^v0\.0\.\d+$", description="Pin a version; default: newest offered"
+    )
+    timeout: float = Field(default=5.0, gt=0, le=120, description="Seconds per slurmrestd call")
+    retries: int = Field(default=2, ge=0, le=10, description="Retries of idempotent calls")
+    sync_interval: float = Field(default=1.0, gt=0, le=3600, description="Seconds between syncs")
+    fail_open: bool = Field(
+        default=False, description="Admit when Slurm cannot confirm (default: reject)"
+    )
+    register_nodes: bool = Field(
+        default=False, description="Add every Slurm node to the ledger with Slurm's sizes"
+    )
+    kube_max_cpu_fraction: float = Field(
+        default=1.0, ge=0, le=1, description="Share of a node's CPUs Kubernetes may hold"
+    )
+    kube_max_memory_fraction: float = Field(
+        default=1.0, ge=0, le=1, description="Share of a node's memory Kubernetes may hold"
+    )

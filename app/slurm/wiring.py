@@ -4,13 +4,51 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.slurm.client import SlurmClient
+from app.slurm.gate import SlurmGate
+from app.slurm.policy import KubeCaps
+from app.slurm.push import Pusher
+from app.slurm.sync import SlurmSync
+from app.slurm.tokens import FileToken, StaticToken, TokenSource
+
 if TYPE_CHECKING:
     from app.main import Services
     from app.settings import Settings
+    from app.slurm.settings import SlurmSettings
+
+
+def token_source(settings: SlurmSettings) -> TokenSource:
+    if settings.token_file is not None:
+        return FileToken(settings.token_file)
+    if settings.token is not None:
+        return StaticToken(settings.token.get_secret_value())
+    raise ValueError(
+        "Slurm integration needs a token: set NODELEDGER_SLURM_TOKEN_FILE or NODELEDGER_SLURM_TOKEN"
+    )
 
 
 def attach_slurm(services: Services, settings: Settings) -> None:
     """Install the Slurm admission gate and the sync component (when enabled)."""
-    if not settings.slurm.enabled:
+    slurm = settings.slurm
+    if not slurm.enabled:
         return
-    raise NotImplementedError("Slurm integration is not built yet")
+    client = SlurmClient(
+        slurm.url,
+        token_source(slurm),
+        user_name=slurm.user_name,
+        timeout=slurm.timeout,
+        retries=slurm.retries,
+        api_version=slurm.api_version,
+    )
+    pusher = Pusher(client, services.ledger)
+    caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
+    services.admissions.gate = SlurmGate(client, pusher, caps, fail_open=slurm.fail_open)
+    services.components.append(
+        SlurmSync(
+            client,
+            services.ledger,
+            pusher,
+            interval=slurm.sync_interval,
+            register_nodes=slurm.register_nodes,
+        )
+    )

@@ -24,10 +24,13 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MIRROR="${NODELEDGER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PLUGINS="${NODELEDGER_SLURM_PLUGINS:-off}"
 
-CTLD_PORT=16817
-RESTD_PORT=16820
+# Non-default ports; a second cluster (own NODELEDGER_CACHE and NODELEDGER_RUNDIR) can run
+# beside the first with another NODELEDGER_SLURM_PORT_BASE.
+PORT_BASE="${NODELEDGER_SLURM_PORT_BASE:-16800}"
+CTLD_PORT=$((PORT_BASE + 17))
+RESTD_PORT=$((PORT_BASE + 20))
 NODES=(n1 n2 n3)
-NODE_PORTS=(16901 16902 16903)
+NODE_PORTS=($((PORT_BASE + 101)) $((PORT_BASE + 102)) $((PORT_BASE + 103)))
 RUN=/srv/run            # runtime state, inside the chroot
 TOKEN_FILE="$RUN/slurm.jwt"
 PLUGIN_DIR=/usr/lib/x86_64-linux-gnu/slurm-wlm

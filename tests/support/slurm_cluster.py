@@ -9,7 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
+
+import httpx
 
 from tests.support.realenv import REPO
 
@@ -101,6 +103,25 @@ class SlurmCluster:
     def start_restd(self) -> None:
         cluster_sh("start-restd", timeout=60)
 
-    def reset_gres(self) -> None:
-        """Back to slurm.conf counts on every node (a reconfigure does exactly that)."""
-        self.reconfigure()
+    FULL_GRES: ClassVar[dict[str, str]] = {
+        "n1": "k8scpu:16,k8smemory:32000",
+        "n2": "k8scpu:16,k8smemory:32000",
+        "n3": "k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4",
+    }
+
+    def rest(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token}
+        return httpx.request(
+            method, f"{self.url}/slurm/v0.0.41/{path}", headers=headers, timeout=10, **kwargs
+        )
+
+    def set_gres(self, node: str, gres: str) -> None:
+        self.rest("POST", f"node/{node}", json={"gres": gres}).raise_for_status()
+
+    def reset(self) -> None:
+        """No jobs, full counts, no nodeledger token in ``extra``, every node usable."""
+        self.cancel_all()
+        for node, gres in self.FULL_GRES.items():
+            self.rest("POST", f"node/{node}", json={"gres": gres, "extra": ""}).raise_for_status()
+            if {"DRAIN", "DOWN"} & set(self.node(node)["state"]):
+                self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)

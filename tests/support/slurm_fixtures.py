@@ -1,11 +1,22 @@
-"""pytest fixtures for the real Slurm cluster: started once per session, reused when up."""
+"""pytest fixtures for the real Slurm cluster: started once per session, reused when up,
+and a service wired to it (sync running, admissions confirmed by Slurm)."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from app.slurm.settings import SlurmSettings
 from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import SlurmCluster, cluster_sh
+
+# Ledger node -> Slurm node; the GPU node has a Kubernetes-style name and a Slurm alias.
+LEDGER_NODES = {"n1": "n1", "n2": "n2", "gpu-1": "n3"}
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +26,35 @@ def slurm_cluster() -> SlurmCluster:
         return SlurmCluster.from_env()
     except Exception as exc:  # any failure to start means the cluster is unavailable
         unavailable("Slurm test cluster", str(exc))
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The cluster with no jobs and full counts, before and after the test."""
+    slurm_cluster.reset()
+    yield slurm_cluster
+    slurm_cluster.reset()
+
+
+def slurm_settings(cluster: SlurmCluster, database_url: str, **slurm: Any) -> Settings:
+    return Settings(
+        database_url=database_url,
+        slurm=SlurmSettings(enabled=True, url=cluster.url, token_file=cluster.token_file, **slurm),
+    )
+
+
+def register_nodes(api: TestClient) -> None:
+    for name, alias in LEDGER_NODES.items():
+        body = {
+            "capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 4 if alias == "n3" else 0},
+            "slurm_name": alias if alias != name else None,
+        }
+        api.put(f"/v1/nodes/{name}", json=body).raise_for_status()
+
+
+@pytest.fixture
+def slurm_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
+    """The service on SQLite with the Slurm integration on, nodes n1, n2, gpu-1 (= n3)."""
+    with TestClient(create_app(slurm_settings(slurm, sqlite_url))) as api:
+        register_nodes(api)
+        yield api

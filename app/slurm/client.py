@@ -1,0 +1,202 @@
+"""A small slurmrestd client: the calls the service makes, typed results, one error tree.
+
+Every call has a timeout. Idempotent calls (reads, and node updates, which set absolute
+values) are retried a bounded number of times with jittered exponential backoff, and only
+when slurmrestd did not answer; an answer (even an error) is never retried. The API version
+is the newest one the server's OpenAPI document offers among ``SUPPORTED_VERSIONS``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import httpx
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from app.slurm import payloads
+from app.slurm.errors import (
+    SlurmAuthError,
+    SlurmErrorDetail,
+    SlurmRequestError,
+    SlurmUnavailable,
+)
+from app.slurm.models import Listing, SlurmJob, SlurmNode
+from app.slurm.tokens import TokenSource
+
+log = logging.getLogger(__name__)
+
+
+class SlurmClient:
+    def __init__(
+        self,
+        url: str,
+        tokens: TokenSource,
+        *,
+        user_name: str = "slurm",
+        timeout: float = 5.0,
+        retries: int = 2,
+        api_version: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.tokens = tokens
+        self.user_name = user_name
+        self.retries = retries
+        self._pinned_version = api_version
+        self._version: str | None = api_version
+        self._version_lock = threading.Lock()
+        self._http = httpx.Client(
+            base_url=self.url,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+            transport=transport,
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ------------------------------------------------------------------ the calls
+
+    @property
+    def version(self) -> str:
+        if self._version is None:
+            with self._version_lock:
+                if self._version is None:
+                    self._version = self._negotiate()
+        return self._version
+
+    def get_nodes(self, update_time: int | None = None) -> Listing[SlurmNode] | None:
+        """All nodes; None when nothing changed since ``update_time`` (HTTP 304)."""
+        params = {"update_time": str(update_time)} if update_time else None
+        try:
+            body = self._call("GET", "nodes/", params=params)
+        except SlurmRequestError as exc:
+            # slurmrestd 24.11 answers 500 "Unable to query partitions" when nodes changed
+            # since update_time but partitions did not: ask again for everything.
+            if not params or not any("partitions" in e.description for e in exc.errors):
+                raise
+            body = self._call("GET", "nodes/")
+        if body is None:
+            return None
+        nodes = tuple(payloads.parse_node(n) for n in body.get("nodes") or [])
+        return Listing(nodes, payloads.number(body.get("last_update")))
+
+    def get_node(self, name: str) -> SlurmNode:
+        body = self._call("GET", f"node/{name}")
+        nodes = (body or {}).get("nodes") or []
+        if not nodes:
+            raise SlurmRequestError(f"Slurm has no node {name!r}")
+        return payloads.parse_node(nodes[0])
+
+    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob] | None:
+        """All jobs; None when nothing changed since ``update_time``."""
+        params = {"update_time": str(update_time)} if update_time else None
+        body = self._call("GET", "jobs/", params=params)
+        if body is None:
+            return None
+        jobs = tuple(payloads.parse_job(j) for j in body.get("jobs") or [])
+        last_update = payloads.number(body.get("last_update"))
+        if params and not jobs and last_update == 0:
+            return None  # 24.11 says "unchanged" this way for jobs, not with a 304
+        return Listing(jobs, last_update)
+
+    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+        update = {k: v for k, v in (("gres", gres), ("extra", extra)) if v is not None}
+        self._call("POST", f"node/{name}", json=update)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _negotiate(self) -> str:
+        doc = self._request("GET", "/openapi/v3")
+        paths = list((doc or {}).get("paths") or {})
+        version = payloads.newest_supported(paths)
+        if version is None:
+            raise SlurmRequestError(
+                f"slurmrestd at {self.url} offers none of {', '.join(payloads.SUPPORTED_VERSIONS)}"
+                " (is it started with -s openapi/slurmctld?)"
+            )
+        log.info("slurmrestd %s: using API %s", self.url, version)
+        return version
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        json: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        return self._request(method, f"/slurm/{self.version}/{path}", params=params, json=json)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        json: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception_type(SlurmUnavailable),
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                return self._once(method, path, params, json)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None,
+        json: dict[str, Any] | None,
+    ) -> dict[str, Any] | None:
+        headers = {"X-SLURM-USER-NAME": self.user_name, "X-SLURM-USER-TOKEN": self.tokens.token()}
+        what = f"slurmrestd {method} {path}"
+        try:
+            response = self._http.request(method, path, params=params, json=json, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise SlurmUnavailable(f"{what} timed out") from exc
+        except httpx.TransportError as exc:
+            raise SlurmUnavailable(f"{what}: slurmrestd unreachable at {self.url}: {exc}") from exc
+        if response.status_code == 304:
+            return None
+        if response.status_code == 401:
+            raise SlurmAuthError(f"{what}: no token accepted (HTTP 401)", status=401)
+        if response.status_code == 511:
+            raise SlurmAuthError(f"{what}: token rejected (HTTP 511)", status=511)
+        try:
+            body = response.json() if response.content else {}
+        except ValueError as exc:
+            if response.is_success:
+                raise SlurmUnavailable(f"{what}: answer is not JSON") from exc
+            body = {}
+        details = tuple(
+            SlurmErrorDetail(
+                payloads.number(e.get("error_number")),
+                str(e.get("error") or ""),
+                str(e.get("description") or ""),
+            )
+            for e in payloads.error_details(body)
+        )
+        if response.is_success:
+            return body if isinstance(body, dict) else {}
+        if response.status_code == 404 and self._pinned_version is None and "/slurm/" in path:
+            self._version = None  # slurmrestd was upgraded: negotiate again next call
+        if details:
+            raise SlurmRequestError(what, status=response.status_code, errors=details)
+        if response.status_code >= 500:
+            raise SlurmUnavailable(
+                f"{what}: HTTP {response.status_code}", status=response.status_code
+            )
+        raise SlurmRequestError(f"{what}: HTTP {response.status_code}", status=response.status_code)

@@ -1,0 +1,117 @@
+"""How much of a Slurm node is left to Slurm jobs once Kubernetes has its share. Pure.
+
+Kubernetes holdings are converted to Slurm's units rounding UP (whole CPUs, MiB), so the
+counts left to Slurm never let a job overlap a pod: k8scpu = CPUs - ceil(millicores/1000),
+k8smemory = usable MB - ceil(bytes/MiB), k8sgpu = GPUs - held GPUs, each kept within
+[0, the node's size].
+
+The same amounts are also written into the node's ``extra`` field as the token
+``nodeledger=k8scpu:C,k8smemory:M,k8sgpu:G`` (what Kubernetes holds), so the
+node_features/k8s_resources plugin restores the lowered counts when the node re-registers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.ledger.records import HolderKind, NodeView
+from app.ledger.resources import Resources
+from app.slurm.gres import gres_count, parse_gres, with_counts
+from app.slurm.models import SlurmNode
+
+MIB = 1024 * 1024
+EXTRA_TOKEN = "nodeledger="
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmUnits:
+    """Kubernetes holdings expressed in what Slurm counts."""
+
+    cpus: int
+    memory_mb: int
+    gpus: int
+
+    @classmethod
+    def of(cls, held: Resources) -> SlurmUnits:
+        return cls(-(-held.cpu_millis // 1000), -(-held.memory_bytes // MIB), held.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class K8sCounts:
+    k8scpu: int
+    k8smemory: int
+    k8sgpu: int | None  # None: the node has no GPUs, so no k8sgpu entry
+
+    def as_dict(self) -> dict[str, int]:
+        counts = {"k8scpu": self.k8scpu, "k8smemory": self.k8smemory}
+        if self.k8sgpu is not None:
+            counts["k8sgpu"] = self.k8sgpu
+        return counts
+
+
+def _within(value: int, size: int) -> int:
+    return max(0, min(value, size))
+
+
+def node_gpus(node: SlurmNode) -> int:
+    return gres_count(node.gres, "gpu")
+
+
+def desired_counts(node: SlurmNode, held: SlurmUnits) -> K8sCounts:
+    gpus = node_gpus(node)
+    has_gpu_entry = gpus > 0 or any(e.name == "k8sgpu" for e in parse_gres(node.gres))
+    return K8sCounts(
+        k8scpu=_within(node.cpus - held.cpus, node.cpus),
+        k8smemory=_within(node.usable_memory_mb - held.memory_mb, node.usable_memory_mb),
+        k8sgpu=_within(gpus - held.gpus, gpus) if has_gpu_entry else None,
+    )
+
+
+def current_counts(node: SlurmNode) -> K8sCounts:
+    """What Slurm has now (a count Slurm dropped from the string because it is 0 is 0)."""
+    has_gpu_entry = node_gpus(node) > 0 or "k8sgpu" in node.gres
+    return K8sCounts(
+        k8scpu=gres_count(node.gres, "k8scpu"),
+        k8smemory=gres_count(node.gres, "k8smemory"),
+        k8sgpu=gres_count(node.gres, "k8sgpu") if has_gpu_entry else None,
+    )
+
+
+def gres_update(node: SlurmNode, counts: K8sCounts) -> str:
+    return with_counts(node.gres, counts.as_dict())
+
+
+def extra_with_holdings(extra: str, held: SlurmUnits) -> str:
+    """``extra`` with our token replaced (others' tokens kept); no token when nothing is held."""
+    tokens = [t for t in extra.split() if not t.startswith(EXTRA_TOKEN)]
+    if held != SlurmUnits(0, 0, 0):
+        tokens.append(
+            f"{EXTRA_TOKEN}k8scpu:{held.cpus},k8smemory:{held.memory_mb},k8sgpu:{held.gpus}"
+        )
+    return " ".join(tokens)
+
+
+def withheld(view: NodeView) -> SlurmUnits:
+    """What Slurm must not give to jobs on this node: every holding that is not a Slurm
+    job's own (Kubernetes pods and manual reservations)."""
+    return SlurmUnits.of(view.held_by(HolderKind.POD, HolderKind.MANUAL))
+
+
+def slurm_overlap(node: SlurmNode, held: SlurmUnits) -> list[str]:
+    """Where Slurm already uses more than it is left once ``held`` is withheld (a job that
+    started before the lowered counts landed). Empty when the hold is safe."""
+    problems = []
+    if node.alloc_cpus > node.cpus - held.cpus:
+        problems.append(
+            f"cpu: Slurm uses {node.alloc_cpus} of {node.cpus} CPUs, Kubernetes needs {held.cpus}"
+        )
+    if node.alloc_memory_mb > node.usable_memory_mb - held.memory_mb:
+        problems.append(
+            f"memory: Slurm uses {node.alloc_memory_mb} of "
+            f"{node.usable_memory_mb} MB, Kubernetes needs {held.memory_mb}"
+        )
+    gpus = node_gpus(node)
+    used_gpus = gres_count(node.gres_used, "gpu")
+    if held.gpus and used_gpus > gpus - held.gpus:
+        problems.append(f"gpu: Slurm uses {used_gpus} of {gpus} GPUs, Kubernetes needs {held.gpus}")
+    return problems

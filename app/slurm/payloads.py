@@ -1,0 +1,122 @@
+"""The one place that knows how slurmrestd's payloads differ between API versions.
+
+v0.0.39 (Slurm 23.02) .. v0.0.44 (25.11). Differences handled here:
+- numbers are plain or wrapped as {"set", "infinite", "number"};
+- states are a string or a list of flags;
+- per-node job allocations: v0.0.39/40 ``job_resources.allocated_nodes`` (CPU counts there
+  are unreliable, so CPUs come from ``tres_alloc_str`` spread over the nodes, rounded up);
+  v0.0.41+ ``job_resources.nodes.allocation`` with exact CPU and memory per node.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from app.slurm.gres import gres_count
+from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
+
+SUPPORTED_VERSIONS = tuple(f"v0.0.{n}" for n in range(39, 45))
+_VERSION_PATH = re.compile(r"^/slurm/(v0\.0\.\d+)/")
+
+
+def newest_supported(paths: list[str]) -> str | None:
+    """The newest supported version among the OpenAPI document's paths."""
+    offered = {m.group(1) for p in paths if (m := _VERSION_PATH.match(p))}
+    usable = [v for v in SUPPORTED_VERSIONS if v in offered]
+    return max(usable, key=lambda v: int(v.rsplit(".", 1)[1])) if usable else None
+
+
+def number(value: Any, default: int = 0) -> int:
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite", False):
+            return default
+        value = value.get("number", default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return int(value)
+
+
+def states(value: Any) -> frozenset[str]:
+    if isinstance(value, str):
+        return frozenset(s for s in value.replace("+", ",").split(",") if s)
+    if isinstance(value, list):
+        return frozenset(str(s) for s in value)
+    return frozenset()
+
+
+def parse_node(raw: dict[str, Any]) -> SlurmNode:
+    return SlurmNode(
+        name=str(raw["name"]),
+        cpus=number(raw.get("cpus")),
+        real_memory_mb=number(raw.get("real_memory")),
+        specialized_memory_mb=number(raw.get("specialized_memory")),
+        alloc_cpus=number(raw.get("alloc_cpus")),
+        alloc_memory_mb=number(raw.get("alloc_memory")),
+        gres=str(raw.get("gres") or ""),
+        gres_used=str(raw.get("gres_used") or ""),
+        states=states(raw.get("state")),
+        reason=str(raw.get("reason") or ""),
+        extra=str(raw.get("extra") or ""),
+    )
+
+
+def parse_job(raw: dict[str, Any]) -> SlurmJob:
+    return SlurmJob(
+        job_id=str(number(raw.get("job_id"))),
+        name=str(raw.get("name") or ""),
+        user=str(raw.get("user_name") or ""),
+        states=states(raw.get("job_state")),
+        allocations=_allocations(raw),
+    )
+
+
+def _allocations(raw: dict[str, Any]) -> tuple[JobAllocation, ...]:
+    resources = raw.get("job_resources") or {}
+    gres_detail = list(raw.get("gres_detail") or [])
+
+    def gpus(index: int) -> int:
+        return gres_count(gres_detail[index], "gpu") if index < len(gres_detail) else 0
+
+    nodes = resources.get("nodes")
+    if isinstance(nodes, dict):  # v0.0.41+
+        return tuple(
+            JobAllocation(
+                node=str(a["name"]),
+                cpus=number((a.get("cpus") or {}).get("count")),
+                memory_mb=number((a.get("memory") or {}).get("allocated")),
+                gpus=gpus(i),
+            )
+            for i, a in enumerate(nodes.get("allocation") or [])
+        )
+    allocated = resources.get("allocated_nodes") or []
+    if isinstance(allocated, dict):
+        allocated = list(allocated.values())
+    if not allocated:
+        return ()
+    total_cpus = _tres(str(raw.get("tres_alloc_str") or ""), "cpu")
+    per_node_cpus = math.ceil(total_cpus / len(allocated))
+    return tuple(
+        JobAllocation(
+            node=str(a.get("nodename") or a.get("name")),
+            cpus=per_node_cpus,
+            memory_mb=number(a.get("memory_allocated")),
+            gpus=gpus(i),
+        )
+        for i, a in enumerate(allocated)
+    )
+
+
+def _tres(tres: str, name: str) -> int:
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == name and value.isdigit():
+            return int(value)
+    return 0
+
+
+def error_details(body: Any) -> list[dict[str, Any]]:
+    if isinstance(body, dict) and isinstance(body.get("errors"), list):
+        return [e for e in body["errors"] if isinstance(e, dict)]
+    return []

@@ -1,0 +1,76 @@
+"""How much of a node Kubernetes may hold at most. Pure.
+
+Why a cap: Slurm rejects at submit time any job whose k8scpu/k8smemory request exceeds
+every node's CURRENT total, so if Kubernetes may take whole nodes, large Slurm jobs are
+refused instead of waiting. A cap keeps part of each node always requestable by Slurm.
+Global fractions come from settings; a node's labels can set absolute caps:
+``nodeledger.io/kube-max-cpu`` and ``nodeledger.io/kube-max-memory`` (quantities). The
+smaller of the two applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.ledger.records import HolderKind, NodeView
+from app.quantities import (
+    QuantityError,
+    Rounding,
+    cpu_millis,
+    format_cpu,
+    format_memory,
+    memory_bytes,
+)
+
+CPU_LABEL = "nodeledger.io/kube-max-cpu"
+MEMORY_LABEL = "nodeledger.io/kube-max-memory"
+
+
+@dataclass(frozen=True, slots=True)
+class KubeCaps:
+    cpu_fraction: float = 1.0
+    memory_fraction: float = 1.0
+
+    def violation(self, node: NodeView) -> str | None:
+        """Why what Kubernetes holds on ``node`` is above its cap; None when within."""
+        held = node.held_by(HolderKind.POD)
+        allocatable = node.allocatable
+        try:
+            cpu_cap = _cap(
+                allocatable.cpu_millis,
+                self.cpu_fraction,
+                node.spec.labels.get(CPU_LABEL),
+                cpu_millis,
+            )
+            memory_cap = _cap(
+                allocatable.memory_bytes,
+                self.memory_fraction,
+                node.spec.labels.get(MEMORY_LABEL),
+                memory_bytes,
+            )
+        except QuantityError as exc:
+            return f"node {node.name} has an invalid Kubernetes cap label: {exc}"
+        problems = []
+        if held.cpu_millis > cpu_cap:
+            problems.append(
+                f"cpu: Kubernetes would hold {format_cpu(held.cpu_millis)}, "
+                f"cap {format_cpu(cpu_cap)}"
+            )
+        if held.memory_bytes > memory_cap:
+            problems.append(
+                f"memory: Kubernetes would hold {format_memory(held.memory_bytes)}, "
+                f"cap {format_memory(memory_cap)}"
+            )
+        if not problems:
+            return None
+        return f"over the Kubernetes share of node {node.name} ({'; '.join(problems)})"
+
+
+def _cap(
+    allocatable: int, fraction: float, label: str | None, parse: Callable[[str, Rounding], int]
+) -> int:
+    cap = int(allocatable * fraction)
+    if label is not None:
+        cap = min(cap, parse(label, Rounding.DOWN))
+    return cap

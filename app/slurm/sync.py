@@ -1,0 +1,217 @@
+"""Slurm -> ledger: a background loop that mirrors what Slurm holds and repairs drift.
+
+Each step:
+1. Read nodes and jobs with ``?update_time=`` (an unchanged cluster answers 304, costs
+   nothing); a full pass is forced now and then and whenever the ledger's nodes change.
+2. Per ledger node mapped to a Slurm node (its alias, else the same name):
+   - the running jobs' per-node allocations become the node's Slurm holdings (one
+     snapshot-replace, so the event log says which jobs came and went); whatever the node
+     reports allocated beyond those jobs is held under ``node:<name>`` so the ledger never
+     undercounts Slurm;
+   - Slurm states DOWN, DRAIN, INVALID_REG, NOT_RESPONDING, FAIL make it not admissible;
+   - counts that differ from what the ledger withholds (slurmctld restart, reconfigure,
+     slurmd re-registration) are pushed again and the drift is recorded.
+The loop is a thin shell around ``step()``, which tests call directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from app.components import Health
+from app.ledger.errors import LedgerError
+from app.ledger.records import EventKind, HolderKind, NodeSpec, NodeView
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger, SnapshotEntry
+from app.slurm.client import SlurmClient
+from app.slurm.counts import MIB, current_counts, desired_counts, node_gpus, withheld
+from app.slurm.errors import SlurmError
+from app.slurm.gres import gres_count
+from app.slurm.models import SlurmJob, SlurmNode
+from app.slurm.push import Pusher
+
+log = logging.getLogger(__name__)
+
+UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "INVALID_REG", "INVALID", "NOT_RESPONDING", "FAIL"})
+FULL_PASS_EVERY = 30  # steps
+
+
+def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
+    if node is None:
+        return f"Slurm has no node {slurm_name!r}"
+    bad = node.states & UNHEALTHY_STATES
+    if not bad:
+        return None
+    text = f"Slurm node {node.name} is {'+'.join(sorted(node.states))}"
+    return f"{text}: {node.reason}" if node.reason else text
+
+
+def slurm_snapshot(node: SlurmNode, jobs: list[SlurmJob]) -> dict[str, SnapshotEntry]:
+    """What Slurm holds on ``node``, per job, plus any allocation no job accounts for."""
+    snapshot: dict[str, SnapshotEntry] = {}
+    for job in jobs:
+        for a in job.allocations:
+            if a.node == node.name:
+                snapshot[job.job_id] = SnapshotEntry(
+                    f"{job.name} ({job.user})" if job.user else job.name,
+                    Resources(a.cpus * 1000, a.memory_mb * MIB, a.gpus),
+                )
+    attributed = Resources.total([e.resources for e in snapshot.values()])
+    reported = Resources(
+        node.alloc_cpus * 1000, node.alloc_memory_mb * MIB, gres_count(node.gres_used, "gpu")
+    )
+    rest = Resources(
+        max(0, reported.cpu_millis - attributed.cpu_millis),
+        max(0, reported.memory_bytes - attributed.memory_bytes),
+        max(0, reported.gpus - attributed.gpus),
+    )
+    if not rest.is_zero():
+        snapshot[f"node:{node.name}"] = SnapshotEntry("allocated, no job listed yet", rest)
+    return snapshot
+
+
+def _same(view: NodeView, snapshot: dict[str, SnapshotEntry]) -> bool:
+    current = {
+        h.holder.id: h.resources for h in view.holdings if h.holder.kind is HolderKind.SLURM_JOB
+    }
+    return current == {k: e.resources for k, e in snapshot.items()}
+
+
+class SlurmSync:
+    name = "slurm"
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        ledger: Ledger,
+        pusher: Pusher,
+        *,
+        interval: float = 1.0,
+        register_nodes: bool = False,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.ledger = ledger
+        self.pusher = pusher
+        self.interval = interval
+        self.register_nodes = register_nodes
+        self.monotonic = monotonic
+        self._nodes: dict[str, SlurmNode] = {}
+        self._jobs: tuple[SlurmJob, ...] = ()
+        self._nodes_time = 0
+        self._jobs_time = 0
+        self._ledger_key: tuple[tuple[str, str], ...] = ()
+        self._steps = 0
+        self._error: str | None = None
+        self._last_ok: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ component
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="slurm-sync", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 10)
+
+    def health(self) -> Health:
+        if self._error is not None:
+            return Health("degraded", self._error)
+        if self._last_ok is None:
+            return Health("degraded", "not synced with Slurm yet")
+        return Health("ok", f"synced {self.monotonic() - self._last_ok:.1f}s ago")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = self.monotonic()
+            try:
+                self.step()
+            except Exception:  # keep syncing whatever one step hit; health() says why
+                log.exception("Slurm sync step failed")
+            self._stop.wait(max(0.0, self.interval - (self.monotonic() - started)))
+
+    # ------------------------------------------------------------------ one step
+
+    def step(self) -> None:
+        try:
+            changed = self._read_slurm()
+        except SlurmError as exc:
+            self._error = f"Slurm unreachable: {exc.message}"
+            log.warning("Slurm sync: %s", exc)
+            return
+        views = self.ledger.list_nodes()
+        if self.register_nodes:
+            views = self._register(views)
+        key = tuple(sorted((v.name, v.slurm_name) for v in views))
+        self._steps += 1
+        if not changed and key == self._ledger_key and self._steps % FULL_PASS_EVERY:
+            self._ok()
+            return
+        self._ledger_key = key
+        jobs_by_node: dict[str, list[SlurmJob]] = defaultdict(list)
+        for job in self._jobs:
+            if job.holds_resources:
+                for node in {a.node for a in job.allocations}:
+                    jobs_by_node[node].append(job)
+        failures = []
+        for view in views:
+            try:
+                self._sync_node(view, jobs_by_node.get(view.slurm_name, []))
+            except (SlurmError, LedgerError) as exc:
+                failures.append(f"{view.name}: {exc}")
+        if failures:
+            self._error = "sync failed for " + "; ".join(failures[:5])
+        else:
+            self._ok()
+
+    def _ok(self) -> None:
+        self._error = None
+        self._last_ok = self.monotonic()
+
+    def _read_slurm(self) -> bool:
+        nodes = self.client.get_nodes(self._nodes_time or None)
+        jobs = self.client.get_jobs(self._jobs_time or None)
+        if nodes is not None:
+            self._nodes = {n.name: n for n in nodes.items}
+            self._nodes_time = nodes.last_update
+        if jobs is not None:
+            self._jobs = jobs.items
+            self._jobs_time = jobs.last_update
+        return nodes is not None or jobs is not None
+
+    def _register(self, views: list[NodeView]) -> list[NodeView]:
+        known = {v.slurm_name for v in views}
+        for node in self._nodes.values():
+            if node.name not in known:
+                capacity = Resources(node.cpus * 1000, node.usable_memory_mb * MIB, node_gpus(node))
+                self.ledger.upsert_node(node.name, NodeSpec(capacity=capacity))
+        return self.ledger.list_nodes() if len(known) < len(self._nodes) else views
+
+    def _sync_node(self, view: NodeView, jobs: list[SlurmJob]) -> None:
+        node = self._nodes.get(view.slurm_name)
+        reason = health_reason(node, view.slurm_name)
+        if reason != view.health_reason:
+            view = self.ledger.set_health(view.name, reason)
+        if node is None:
+            return
+        snapshot = slurm_snapshot(node, jobs)
+        if not _same(view, snapshot):
+            self.ledger.replace_holdings(view.name, HolderKind.SLURM_JOB, snapshot)
+        if current_counts(node) != desired_counts(node, withheld(view)):
+            result = self.pusher.push(view.name, reason="drift")
+            if result.updated:
+                self.ledger.record_event(
+                    EventKind.SLURM_DRIFT,
+                    view.name,
+                    f"Slurm node {node.name} had {node.gres}; pushed the ledger's counts again",
+                    {"found": node.gres, "pushed": result.node.gres},
+                )

@@ -1,0 +1,44 @@
+"""Small helpers shared by the Slurm integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from fastapi.testclient import TestClient
+
+from tests.support.slurm_cluster import SlurmCluster
+
+MIB = 1024 * 1024
+
+
+def admit(
+    api: TestClient, node: str, uid: str, cpu: str, memory: str = "1Gi", gpu: int = 0
+) -> httpx.Response:
+    return api.post(
+        "/v1/admissions",
+        json={
+            "node": node,
+            "holder": {"kind": "pod", "namespace": "default", "name": uid, "uid": uid},
+            "requests": {"cpu": cpu, "memory": memory, "gpu": gpu},
+        },
+    )
+
+
+def slurm_holdings(api: TestClient, node: str) -> dict[str, dict[str, Any]]:
+    rows = api.get("/v1/holdings", params={"node": node, "holder_kind": "slurm_job"}).json()
+    return {row["holder"]["id"]: row for row in rows}
+
+
+def gres(cluster: SlurmCluster, node: str) -> dict[str, int]:
+    """The node's k8s counts as ``scontrol show node`` reports them (absent = 0)."""
+    counts = {"k8scpu": 0, "k8smemory": 0, "k8sgpu": 0}
+    for item in cluster.node(node)["gres"].split(","):
+        name, _, count = item.partition(":")
+        if name in counts:
+            counts[name] = int(count.split("(")[0])
+    return counts
+
+
+def events(api: TestClient, node: str, kind: str) -> list[dict[str, Any]]:
+    return list(api.get("/v1/events", params={"node": node, "kind": kind, "limit": 1000}).json())

@@ -1,0 +1,99 @@
+"""Counts left to Slurm once Kubernetes has its share, and the overlap check (pure)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.ledger.resources import Resources
+from app.slurm.counts import (
+    K8sCounts,
+    SlurmUnits,
+    current_counts,
+    desired_counts,
+    extra_with_holdings,
+    slurm_overlap,
+)
+from app.slurm.models import SlurmNode
+
+GIB = 1024**3
+
+
+def node(
+    gres: str = "k8scpu:16,k8smemory:32000",
+    *,
+    cpus: int = 16,
+    memory: int = 32000,
+    spec_memory: int = 0,
+    alloc_cpus: int = 0,
+    alloc_memory: int = 0,
+    gres_used: str = "",
+    extra: str = "",
+) -> SlurmNode:
+    return SlurmNode(
+        "n1", cpus, memory, spec_memory, alloc_cpus, alloc_memory, gres, gres_used,
+        frozenset({"IDLE"}), "", extra,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("held", "units"),
+    [
+        (Resources(0, 0, 0), SlurmUnits(0, 0, 0)),
+        (Resources(1, 1, 0), SlurmUnits(1, 1, 0)),
+        (Resources(1000, 1024**2, 1), SlurmUnits(1, 1, 1)),
+        (Resources(1001, 1024**2 + 1, 2), SlurmUnits(2, 2, 2)),
+        (Resources(1500, 2 * GIB, 0), SlurmUnits(2, 2048, 0)),
+    ],
+    ids=str,
+)
+def test_kubernetes_holdings_round_up_to_slurm_units(held: Resources, units: SlurmUnits) -> None:
+    assert SlurmUnits.of(held) == units
+
+
+def test_desired_counts_subtract_and_clamp() -> None:
+    assert desired_counts(node(), SlurmUnits(2, 2048, 0)) == K8sCounts(14, 29952, None)
+    assert desired_counts(node(), SlurmUnits(99, 99999, 0)) == K8sCounts(0, 0, None)
+    gpu_node = node("k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4")
+    assert desired_counts(gpu_node, SlurmUnits(0, 0, 1)) == K8sCounts(16, 32000, 3)
+
+
+def test_memory_left_excludes_specialized_memory() -> None:
+    assert desired_counts(node(spec_memory=2000), SlurmUnits(0, 1000, 0)).k8smemory == 29000
+
+
+@given(
+    held=st.builds(SlurmUnits, st.integers(0, 64), st.integers(0, 70000), st.integers(0, 8)),
+    cpus=st.integers(1, 32),
+    memory=st.integers(1, 64000),
+)
+def test_counts_never_exceed_the_node_nor_go_negative(
+    held: SlurmUnits, cpus: int, memory: int
+) -> None:
+    counts = desired_counts(node(cpus=cpus, memory=memory), held)
+    assert 0 <= counts.k8scpu <= cpus
+    assert counts.k8scpu + held.cpus >= cpus
+    assert 0 <= counts.k8smemory <= memory
+    assert counts.k8smemory + held.memory_mb >= memory
+
+
+def test_current_counts_read_dropped_zeroes_as_zero() -> None:
+    assert current_counts(node("k8smemory:100,gpu:4")) == K8sCounts(0, 100, 0)
+
+
+def test_extra_token_is_ours_alone() -> None:
+    assert extra_with_holdings("site=a", SlurmUnits(2, 100, 1)) == (
+        "site=a nodeledger=k8scpu:2,k8smemory:100,k8sgpu:1"
+    )
+    assert (
+        extra_with_holdings("nodeledger=k8scpu:9,k8smemory:1,k8sgpu:0 b", SlurmUnits(0, 0, 0))
+        == "b"
+    )
+
+
+def test_overlap_names_each_resource_slurm_already_uses() -> None:
+    busy = node(alloc_cpus=10, alloc_memory=1000, gres="gpu:4", gres_used="gpu:3")
+    assert slurm_overlap(busy, SlurmUnits(6, 31000, 1)) == []
+    problems = slurm_overlap(busy, SlurmUnits(7, 31001, 2))
+    assert [p.split(":")[0] for p in problems] == ["cpu", "memory", "gpu"]

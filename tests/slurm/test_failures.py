@@ -1,0 +1,95 @@
+"""Slurm unreachable or refusing the token: admissions fail closed with the reason, ledger
+reads keep working, /readyz says degraded, and everything recovers by itself (issue test 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.slurm.helpers import admit, gres
+from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_fixtures import register_nodes, slurm_settings
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def restd_restarted(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
+    yield slurm
+    slurm.start_restd()
+
+
+def readyz(api: TestClient) -> dict[str, object]:
+    body: dict[str, object] = api.get("/readyz").json()
+    return body
+
+
+def test_slurmrestd_down_rejects_then_recovers_without_restart(
+    slurm_api: TestClient, restd_restarted: SlurmCluster
+) -> None:
+    slurm = restd_restarted
+    slurm.stop_restd()
+    rejected = admit(slurm_api, "n1", "pod-x", "1")
+    assert rejected.status_code == 409
+    assert "Slurm cannot confirm" in rejected.json()["detail"]
+    assert "unreachable" in rejected.json()["detail"]
+    assert slurm_api.get("/v1/holdings", params={"node": "n1"}).json() == []  # hold undone
+    assert slurm_api.get("/v1/nodes/n1").status_code == 200  # reads keep working
+    wait_until(lambda: readyz(slurm_api)["status"] == "degraded", 5, what="degraded")
+    assert slurm_api.get("/readyz").status_code == 200
+
+    slurm.start_restd()
+    wait_until(lambda: readyz(slurm_api)["status"] == "ok", 10, what="ready again")
+    assert admit(slurm_api, "n1", "pod-x", "1").status_code == 201
+    assert gres(slurm, "n1")["k8scpu"] == 15
+
+
+def test_rejected_token_is_the_reason_and_a_rotated_file_fixes_it(
+    slurm: SlurmCluster, sqlite_url: str, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "jwt"
+    token_file.write_text("not-a-jwt")
+    settings = slurm_settings(slurm, sqlite_url)
+    settings.slurm.token_file = token_file
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api)
+        rejected = admit(api, "n1", "pod-t", "1")
+        assert rejected.status_code == 409
+        assert "token rejected (HTTP 511)" in rejected.json()["detail"]
+        token_file.write_text(slurm.token)  # the Secret is rotated: no restart needed
+        assert admit(api, "n1", "pod-t", "1").status_code == 201
+
+
+def test_fail_open_admits_and_the_sync_pushes_when_slurm_is_back(
+    restd_restarted: SlurmCluster, sqlite_url: str
+) -> None:
+    slurm = restd_restarted
+    with TestClient(create_app(slurm_settings(slurm, sqlite_url, fail_open=True))) as api:
+        register_nodes(api)
+        slurm.stop_restd()
+        assert admit(api, "n2", "pod-o", "2").status_code == 201
+        slurm.start_restd()
+        wait_until(lambda: gres(slurm, "n2")["k8scpu"] == 14, 10, what="counts pushed")
+
+
+def test_kubernetes_cap_leaves_slurm_its_share(slurm: SlurmCluster, sqlite_url: str) -> None:
+    settings = slurm_settings(slurm, sqlite_url, kube_max_cpu_fraction=0.5)
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api)
+        assert admit(api, "n1", "pod-1", "8").status_code == 201
+        over = admit(api, "n1", "pod-2", "1")
+        assert over.status_code == 409
+        assert "cap 8" in over.json()["detail"]
+        # A per-node label caps lower than the global fraction.
+        body = api.get("/v1/nodes/n2").json()
+        api.put(
+            "/v1/nodes/n2",
+            json={"capacity": {"cpu": "16", "memory": "32000Mi"},
+                  "labels": {**body["labels"], "nodeledger.io/kube-max-cpu": "2"}},
+        ).raise_for_status()  # fmt: skip
+        assert admit(api, "n2", "pod-3", "3").status_code == 409
+        assert gres(slurm, "n2")["k8scpu"] == 16

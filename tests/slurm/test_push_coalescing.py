@@ -1,0 +1,104 @@
+"""Pushes to one node are serialized and coalesced, and always carry the latest ledger
+state (a fake slurmrestd with latency, a real SQLite ledger)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+
+from app.admission.service import Admissions
+from app.ledger.errors import AdmissionRejected
+from app.ledger.records import Holder, HolderKind, NodeSpec
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger, SnapshotEntry
+from app.slurm.gate import SlurmGate
+from app.slurm.models import JobAllocation, Listing, SlurmJob, SlurmNode
+from app.slurm.policy import KubeCaps
+from app.slurm.push import Pusher
+from app.slurm.sync import health_reason, slurm_snapshot
+
+GIB = 1024**3
+
+
+class FakeSlurm:
+    """Just enough of SlurmClient: one node whose update takes a while."""
+
+    def __init__(self, node: SlurmNode, latency: float = 0.01) -> None:
+        self.node = node
+        self.latency = latency
+        self.updates: list[str] = []
+        self._lock = threading.Lock()
+
+    def get_node(self, name: str) -> SlurmNode:
+        with self._lock:
+            return self.node
+
+    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+        time.sleep(self.latency)
+        with self._lock:
+            if gres is not None:
+                self.updates.append(gres)
+                self.node = replace(self.node, gres=gres)
+            if extra is not None:
+                self.node = replace(self.node, extra=extra)
+
+    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob]:
+        return Listing((), 1)
+
+
+def slurm_node(**changes: object) -> SlurmNode:
+    node = SlurmNode(
+        "n1", 16, 32000, 0, 0, 0, "k8scpu:16,k8smemory:32000", "", frozenset({"IDLE"}), "", ""
+    )  # fmt: skip
+    return replace(node, **changes)  # type: ignore[arg-type]
+
+
+def test_a_burst_of_admissions_costs_few_pushes_and_ends_exact(ledger: Ledger) -> None:
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    fake = FakeSlurm(slurm_node())
+    admissions = Admissions(ledger, SlurmGate(fake, Pusher(fake, ledger), KubeCaps()))  # type: ignore[arg-type]
+
+    def admit(i: int) -> None:
+        holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
+        admissions.admit("n1", holder, Resources(500, GIB))
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(admit, range(16)))
+    assert fake.node.gres == "k8scpu:8,k8smemory:15616"  # 16 x 500m = 8 CPUs, 16 GiB
+    assert len(fake.updates) < 16
+    print(f"16 admissions -> {len(fake.updates)} node updates")
+
+
+def test_overlap_with_a_job_that_started_meanwhile_is_rejected_and_undone(
+    ledger: Ledger,
+) -> None:
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    fake = FakeSlurm(slurm_node(alloc_cpus=14))  # the ledger has not seen this job yet
+    admissions = Admissions(ledger, SlurmGate(fake, Pusher(fake, ledger), KubeCaps()))  # type: ignore[arg-type]
+    with pytest.raises(AdmissionRejected, match=r"Slurm already holds it.*14 of 16 CPUs"):
+        admissions.admit("n1", Holder(HolderKind.POD, "u1", "ns/p"), Resources(4000, GIB))
+    assert ledger.list_holdings() == []
+    assert fake.node.gres == "k8scpu:16,k8smemory:32000"  # counts raised back
+
+
+def test_snapshot_attributes_jobs_and_keeps_the_unattributed_rest() -> None:
+    node = slurm_node(alloc_cpus=6, alloc_memory_mb=3000, gres="gpu:4", gres_used="gpu:1")
+    job = SlurmJob(
+        "7", "train", "alice", frozenset({"RUNNING"}), (JobAllocation("n1", 4, 2000, 1),)
+    )
+    snapshot = slurm_snapshot(node, [job])
+    assert snapshot["7"] == SnapshotEntry("train (alice)", Resources(4000, 2000 * 2**20, 1))
+    assert snapshot["node:n1"].resources == Resources(2000, 1000 * 2**20, 0)
+    assert "node:n1" not in slurm_snapshot(replace(node, alloc_cpus=4, alloc_memory_mb=2000), [job])
+
+
+def test_health_reason_names_the_state() -> None:
+    assert health_reason(slurm_node(), "n1") is None
+    assert health_reason(slurm_node(states=frozenset({"MIXED"})), "n1") is None
+    drained = slurm_node(states=frozenset({"IDLE", "DRAIN"}), reason="disk")
+    assert health_reason(drained, "n1") == "Slurm node n1 is DRAIN+IDLE: disk"
+    assert health_reason(None, "n9") == "Slurm has no node 'n9'"

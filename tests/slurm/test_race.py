@@ -1,0 +1,94 @@
+"""Many rounds of parallel admissions, releases and Slurm submissions on one node: after
+every round the invariant holds in the ledger and in Slurm (issue test 4), on SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.slurm.helpers import admit
+from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_fixtures import register_nodes, slurm_settings
+
+pytestmark = pytest.mark.slurm
+ROUNDS = 8
+NODE = "n1"
+
+
+@pytest.fixture
+def race_api(slurm: SlurmCluster, database_url: str) -> Iterator[TestClient]:
+    with TestClient(create_app(slurm_settings(slurm, database_url))) as api:
+        register_nodes(api)
+        yield api
+
+
+def check_invariant(api: TestClient, slurm: SlurmCluster) -> tuple[int, int]:
+    """Kubernetes + Slurm never above the node, seen from both sides."""
+    node = api.get(f"/v1/nodes/{NODE}").json()
+    pods_millis = node["held_by_kubernetes"]["cpu_millis"]
+    pods_mb = -(-node["held_by_kubernetes"]["memory_bytes"] // 2**20)
+    slurm_node = slurm.node(NODE)
+    alloc_cpus, alloc_mb = slurm_node["alloc_cpus"], slurm_node["alloc_memory"]
+    assert alloc_cpus + -(-pods_millis // 1000) <= 16, (alloc_cpus, pods_millis)
+    assert alloc_mb + pods_mb <= 32000, (alloc_mb, pods_mb)
+    # Once the sync has caught up, the ledger's own sums are within capacity too.
+    wait_until(
+        lambda: (
+            api.get(f"/v1/nodes/{NODE}").json()["held_by_slurm"]["cpu_millis"]
+            == slurm.node(NODE)["alloc_cpus"] * 1000
+        ),
+        5,
+        what="ledger caught up with Slurm",
+    )
+    assert api.get(f"/v1/nodes/{NODE}").json()["free"]["cpu_millis"] >= 0
+    return alloc_cpus, pods_millis
+
+
+def test_invariant_holds_through_racing_admissions_releases_and_jobs(
+    race_api: TestClient, slurm: SlurmCluster
+) -> None:
+    rng = random.Random(7)
+    live: list[str] = []
+    admitted = rejected = submitted = 0
+    for round_no in range(ROUNDS):
+        new = [f"r{round_no}-p{i}" for i in range(5)]
+        gone, live = live[:3], live[3:]
+
+        def submit(_: int) -> str:
+            cpus = rng.choice([2, 4, 6])
+            try:
+                return slurm.sbatch(
+                    "-w", NODE, "-c", str(cpus), f"--mem={cpus * 500}",
+                    f"--gres=k8scpu:{cpus},k8smemory:{cpus * 500}", "--wrap",
+                    f"sleep {rng.choice([1, 2, 3])}",
+                )  # fmt: skip
+            except (RuntimeError, subprocess.TimeoutExpired):
+                return ""  # refused at submit (larger than the current total): fine
+
+        with ThreadPoolExecutor(max_workers=10) as pool:
+            jobs = pool.map(submit, range(3))
+            results = pool.map(
+                lambda uid: admit(race_api, NODE, uid, rng.choice(["1", "1500m", "3"]), "2Gi"),
+                new,
+            )
+            released = pool.map(lambda uid: race_api.delete(f"/v1/admissions/{uid}"), gone)
+            for uid, response in zip(new, results, strict=True):
+                assert response.status_code in (201, 409), response.text
+                if response.status_code == 201:
+                    live.append(uid)
+                    admitted += 1
+                else:
+                    rejected += 1
+            assert all(r.status_code == 200 for r in released)
+            submitted += sum(1 for j in jobs if j)
+        check_invariant(race_api, slurm)
+    print(f"{ROUNDS} rounds: {admitted} admitted, {rejected} rejected, {submitted} jobs")
+    assert admitted
+    assert submitted

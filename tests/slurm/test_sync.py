@@ -1,0 +1,71 @@
+"""Slurm -> ledger against the real cluster: jobs become holdings, node states gate
+admission (issue tests 1 and 6, Slurm half)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.slurm.helpers import MIB, admit, events, slurm_holdings
+from tests.support.slurm_cluster import SlurmCluster, wait_until
+
+pytestmark = pytest.mark.slurm
+
+
+def test_job_becomes_a_holding_within_two_seconds_and_goes_when_it_ends(
+    slurm_api: TestClient, slurm: SlurmCluster
+) -> None:
+    job = slurm.sbatch(
+        "-w", "n1", "-c", "2", "--mem=1500", "--gres=k8scpu:2,k8smemory:1500", "--wrap", "sleep 30"
+    )
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", 10, what="job running")
+    started = time.monotonic()
+    held = wait_until(lambda: slurm_holdings(slurm_api, "n1").get(job), 2.0, what="holding")
+    seen_after = time.monotonic() - started
+    assert held["requests"]["cpu_millis"] == 2000
+    assert held["requests"]["memory_bytes"] == 1500 * MIB
+    node = slurm_api.get("/v1/nodes/n1").json()
+    assert node["held_by_slurm"]["cpu"] == "2"
+    assert node["free"]["cpu_millis"] == 14000
+    print(f"job -> ledger after {seen_after:.2f}s")
+
+    slurm.scancel(job)
+    wait_until(lambda: job not in slurm_holdings(slurm_api, "n1"), 5, what="holding gone")
+    replaced = events(slurm_api, "n1", "holdings_replaced")
+    assert any(job in e["details"]["added"] for e in replaced)
+    assert any(job in e["details"]["removed"] for e in replaced)
+
+
+def test_gpu_job_is_held_on_the_aliased_node(slurm_api: TestClient, slurm: SlurmCluster) -> None:
+    job = slurm.sbatch(
+        "-w", "n3", "-c", "2", "--mem=1000", "--gres=gpu:2,k8sgpu:2,k8scpu:2,k8smemory:1000",
+        "--wrap", "sleep 30",
+    )  # fmt: skip
+    held = wait_until(lambda: slurm_holdings(slurm_api, "gpu-1").get(job), 10, what="holding")
+    assert held["requests"]["gpu"] == 2
+    assert slurm_api.get("/v1/nodes/gpu-1").json()["free"]["gpu"] == 2
+    # Three GPUs for a pod no longer fit next to the job.
+    assert admit(slurm_api, "gpu-1", "gpu-pod", "1", gpu=3).status_code == 409
+
+
+def test_drained_node_is_not_admissible_with_the_state_as_reason(
+    slurm_api: TestClient, slurm: SlurmCluster
+) -> None:
+    slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=maintenance")
+
+    def reason() -> str | None:
+        node = slurm_api.get("/v1/nodes/n2").json()
+        return None if node["admissible"] else node["reason"]
+
+    text = wait_until(reason, 5, what="n2 not admissible")
+    assert "DRAIN" in text
+    assert "maintenance" in text
+    rejected = admit(slurm_api, "n2", "p-drained", "1")
+    assert rejected.status_code == 409
+    assert "DRAIN" in rejected.json()["detail"]
+
+    slurm.run("scontrol", "update", "nodename=n2", "state=resume")
+    wait_until(lambda: slurm_api.get("/v1/nodes/n2").json()["admissible"], 5, what="admissible")
+    assert admit(slurm_api, "n2", "p-drained", "1").status_code == 201
