@@ -1,0 +1,169 @@
+"""The admission path through real slurmrestd, next to one raw slurmrestd node update
+measured in the same run, and the Slurm -> ledger staleness.
+
+Prints one JSON object:
+- raw_node_update_ms: one POST /node/{name} straight to slurmrestd (the floor);
+- admission_ms / release_ms: POST/DELETE /v1/admissions through `nodeledger serve`
+  (hold, push the lowered counts, read the node back, confirm);
+- admission_to_raw_update_p50: the ratio of the two p50s (the figure to watch);
+- admissions_per_s: concurrent admissions over three nodes;
+- staleness_s: from a job being RUNNING in Slurm to the ledger showing its holding
+  (sync interval 1 s).
+
+    python -m bench.slurm_admission [--samples 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.http_admissions import percentile  # noqa: E402
+from tests.support.databases import migrated  # noqa: E402
+from tests.support.service import running_service  # noqa: E402
+from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(statistics.median(samples), 2),
+        "p99": round(percentile(samples, 99), 2),
+        "n": len(samples),
+    }
+
+
+def timed(call: Any) -> float:
+    t0 = time.perf_counter()
+    call()
+    return (time.perf_counter() - t0) * 1000
+
+
+def raw_updates(slurm: SlurmCluster, samples: int) -> list[float]:
+    headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
+    url = f"{slurm.url}/slurm/v0.0.42/node/n2"
+    with httpx.Client(headers=headers, timeout=10) as client:
+        client.post(url, json={"gres": "k8scpu:16,k8smemory:32000"})  # warm the connection
+        return [
+            timed(
+                lambda i=i: client.post(
+                    url, json={"gres": f"k8scpu:{15 - i % 2},k8smemory:32000"}
+                ).raise_for_status()
+            )
+            for i in range(samples)
+        ]
+
+
+def pod(node: str, uid: str, cpu: str = "1", memory: str = "1Gi") -> dict[str, Any]:
+    holder = {"kind": "pod", "namespace": "bench", "name": uid, "uid": uid}
+    return {"node": node, "holder": holder, "requests": {"cpu": cpu, "memory": memory}}
+
+
+def admissions(url: str, samples: int) -> tuple[list[float], list[float], float]:
+    admit_ms, release_ms = [], []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for i in range(samples):
+            uid = f"seq-{i}"
+            admit_ms.append(
+                timed(
+                    lambda u=uid: client.post(
+                        "/v1/admissions", json=pod("n1", u)
+                    ).raise_for_status()
+                )
+            )
+            release_ms.append(
+                timed(lambda u=uid: client.delete(f"/v1/admissions/{u}").raise_for_status())
+            )
+
+        def admit(i: int) -> None:
+            client.post(
+                "/v1/admissions", json=pod(("n1", "n2", "n3")[i % 3], f"par-{i}", "100m", "100Mi")
+            ).raise_for_status()
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            list(pool.map(admit, range(samples)))
+        rate = samples / (time.perf_counter() - t0)
+        for i in range(samples):
+            client.delete(f"/v1/admissions/par-{i}")
+    return admit_ms, release_ms, rate
+
+
+def staleness(url: str, slurm: SlurmCluster, jobs: int) -> list[float]:
+    seconds = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(jobs):
+            job = slurm.sbatch("-w", "n3", "-c", "2", "--mem=100", "--wrap", "sleep 5")
+            while slurm.job_state(job) != "RUNNING":
+                time.sleep(0.02)
+            running = time.monotonic()
+            while True:
+                rows = client.get(
+                    "/v1/holdings", params={"node": "n3", "holder_kind": "slurm_job"}
+                ).json()
+                if any(r["holder"]["id"] == job for r in rows):
+                    break
+                time.sleep(0.02)
+            seconds.append(time.monotonic() - running)
+            slurm.scancel(job)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--jobs", type=int, default=10)
+    args = parser.parse_args()
+    cluster_sh("up", timeout=900)
+    slurm = SlurmCluster.from_env()
+    slurm.reset()
+    raw = raw_updates(slurm, args.samples)
+    slurm.reset()
+    env = {
+        "NODELEDGER_SLURM_ENABLED": "true",
+        "NODELEDGER_SLURM_URL": slurm.url,
+        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        "NODELEDGER_SLURM_REGISTER_NODES": "true",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        database = migrated(f"sqlite:///{tmp}/bench.db")
+        with running_service(database, Path(tmp), env=env) as service:
+            with httpx.Client(base_url=service.url) as client:
+                deadline = time.monotonic() + 30
+                while len(client.get("/v1/nodes").json()) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            admit_ms, release_ms, rate = admissions(service.url, args.samples)
+            stale = staleness(service.url, slurm, args.jobs)
+    slurm.reset()
+    result = {
+        "slurm": "24.11 (real slurmctld + slurmrestd, JWT)",
+        "database": "sqlite",
+        "raw_node_update_ms": summary(raw),
+        "admission_ms": summary(admit_ms),
+        "release_ms": summary(release_ms),
+        "admission_to_raw_update_p50": round(
+            statistics.median(admit_ms) / statistics.median(raw), 2
+        ),
+        "admissions_per_s": round(rate, 1),
+        "staleness_s": {
+            "p50": round(statistics.median(stale), 3),
+            "max": round(max(stale), 3),
+            "n": len(stale),
+        },
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
