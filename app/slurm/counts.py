@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from app.ledger.records import HolderKind, NodeView
 from app.ledger.resources import Resources
 from app.slurm.gres import gres_count, parse_gres, with_counts
-from app.slurm.models import SlurmNode
+from app.slurm.models import SlurmJob, SlurmNode
 
 MIB = 1024 * 1024
 EXTRA_TOKEN = "nodeledger="
@@ -97,21 +97,35 @@ def withheld(view: NodeView) -> SlurmUnits:
     return SlurmUnits.of(view.held_by(HolderKind.POD, HolderKind.MANUAL))
 
 
-def slurm_overlap(node: SlurmNode, held: SlurmUnits) -> list[str]:
-    """Where Slurm already uses more than it is left once ``held`` is withheld (a job that
-    started before the lowered counts landed). Empty when the hold is safe."""
+def slurm_usage(node: SlurmNode, jobs: tuple[SlurmJob, ...]) -> SlurmUnits:
+    """What Slurm uses on ``node``: the running jobs' allocations there, or the node's own
+    figures when higher. The jobs are the authority: after a slurmctld restart the node's
+    alloc_cpus/alloc_memory stay 0 while jobs run (measured on 24.11), and gres_used lags
+    a job's start by tens of milliseconds."""
+    here = [
+        a for job in jobs if job.holds_resources for a in job.allocations if a.node == node.name
+    ]
+    return SlurmUnits(
+        max(node.alloc_cpus, sum(a.cpus for a in here)),
+        max(node.alloc_memory_mb, sum(a.memory_mb for a in here)),
+        max(gres_count(node.gres_used, "gpu"), sum(a.gpus for a in here)),
+    )
+
+
+def slurm_overlap(node: SlurmNode, used: SlurmUnits, held: SlurmUnits) -> list[str]:
+    """Where Slurm already ``used`` more than it is left once ``held`` is withheld (a job
+    that started before the lowered counts landed). Empty when the hold is safe."""
     problems = []
-    if node.alloc_cpus > node.cpus - held.cpus:
+    if used.cpus > node.cpus - held.cpus:
         problems.append(
-            f"cpu: Slurm uses {node.alloc_cpus} of {node.cpus} CPUs, Kubernetes needs {held.cpus}"
+            f"cpu: Slurm uses {used.cpus} of {node.cpus} CPUs, Kubernetes needs {held.cpus}"
         )
-    if node.alloc_memory_mb > node.usable_memory_mb - held.memory_mb:
+    if used.memory_mb > node.usable_memory_mb - held.memory_mb:
         problems.append(
-            f"memory: Slurm uses {node.alloc_memory_mb} of "
-            f"{node.usable_memory_mb} MB, Kubernetes needs {held.memory_mb}"
+            f"memory: Slurm uses {used.memory_mb} of {node.usable_memory_mb} MB, "
+            f"Kubernetes needs {held.memory_mb}"
         )
     gpus = node_gpus(node)
-    used_gpus = gres_count(node.gres_used, "gpu")
-    if held.gpus and used_gpus > gpus - held.gpus:
-        problems.append(f"gpu: Slurm uses {used_gpus} of {gpus} GPUs, Kubernetes needs {held.gpus}")
+    if held.gpus and used.gpus > gpus - held.gpus:
+        problems.append(f"gpu: Slurm uses {used.gpus} of {gpus} GPUs, Kubernetes needs {held.gpus}")
     return problems

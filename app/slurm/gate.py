@@ -2,8 +2,8 @@
 
 1. Cap: Kubernetes may hold only its share of the node (app.slurm.policy).
 2. Push the lowered counts (the hold is already in the ledger, so the push includes it).
-3. Read the node back: if Slurm already uses more than the remainder (a job started
-   between the ledger check and the push), reject naming the jobs; the admission service
+3. Read the node and the jobs back: if Slurm already uses more than the remainder (a job
+   started between the ledger check and the push), reject naming the jobs; the admission service
    then undoes the hold and calls ``released``, which raises the counts again.
 Once the lowered counts are in slurmctld, no later job can start on what they withhold,
 so a hold that passes step 3 is safe.
@@ -19,8 +19,9 @@ import logging
 from app.ledger.errors import AdmissionRejected
 from app.ledger.records import Holding, NodeView
 from app.slurm.client import SlurmClient
-from app.slurm.counts import slurm_overlap
+from app.slurm.counts import slurm_overlap, slurm_usage
 from app.slurm.errors import SlurmError
+from app.slurm.models import SlurmJob
 from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 
@@ -41,29 +42,31 @@ class SlurmGate:
             raise AdmissionRejected(violation)
         try:
             result = self.pusher.push(node.name, reason=f"admitting {holding.holder.display_name}")
-            problems = slurm_overlap(result.node, result.withheld)
-            if problems:
-                raise AdmissionRejected(
-                    f"Slurm already holds it on node {result.node.name}: {'; '.join(problems)}"
-                    f"{self._jobs_on(result.node.name)}"
-                )
+            # Jobs read after the push: any job that started before the lowered counts
+            # landed is in this list.
+            listing = self.client.get_jobs()
+            jobs = listing.items if listing else ()
+            used = slurm_usage(result.node, jobs)
+            problems = slurm_overlap(result.node, used, result.withheld)
         except SlurmError as exc:
             if self.fail_open:
                 log.warning("admitting on %s without Slurm's confirmation: %s", node.name, exc)
                 return
             raise AdmissionRejected(f"Slurm cannot confirm the admission: {exc.message}") from exc
+        if problems:
+            raise AdmissionRejected(
+                f"Slurm already holds it on node {result.node.name}: {'; '.join(problems)}"
+                f"{_jobs_on(result.node.name, jobs)}"
+            )
 
     def released(self, node: str) -> None:
         self.pusher.push(node, reason="released")
 
-    def _jobs_on(self, slurm_node: str) -> str:
-        try:
-            listing = self.client.get_jobs()
-        except SlurmError:
-            return ""
-        jobs = [
-            f"{job.job_id} ({job.name})"
-            for job in (listing.items if listing else ())
-            if job.holds_resources and any(a.node == slurm_node for a in job.allocations)
-        ]
-        return f" (jobs {', '.join(jobs)})" if jobs else ""
+
+def _jobs_on(slurm_node: str, jobs: tuple[SlurmJob, ...]) -> str:
+    names = [
+        f"{job.job_id} ({job.name})"
+        for job in jobs
+        if job.holds_resources and any(a.node == slurm_node for a in job.allocations)
+    ]
+    return f" (jobs {', '.join(names)})" if names else ""

@@ -18,6 +18,7 @@ from app.ledger.records import EventKind
 from app.ledger.service import Ledger
 from app.slurm.client import SlurmClient
 from app.slurm.counts import (
+    K8sCounts,
     SlurmUnits,
     current_counts,
     desired_counts,
@@ -35,6 +36,7 @@ class PushResult:
     node: SlurmNode  # as read back from Slurm after the push
     withheld: SlurmUnits  # what the push withheld from Slurm
     updated: bool  # False when Slurm already had the right counts
+    drifted: bool  # Slurm had other counts than this service last pushed (reset behind us)
 
 
 @dataclass
@@ -43,6 +45,7 @@ class _Slot:
     requested: int = 0
     covered: int = 0  # every request numbered up to this is covered by a finished push
     last: PushResult | None = None
+    pushed: K8sCounts | None = None  # what this process last pushed
 
 
 class Pusher:
@@ -62,18 +65,20 @@ class Pusher:
                 return slot.last
             with self._counter_lock:
                 start = slot.requested  # this push reads the ledger after all these requests
-            result = self._push_now(node, reason)
+            result = self._push_now(node, reason, slot.pushed)
             slot.covered, slot.last = start, result
+            slot.pushed = current_counts(result.node)
             return result
 
-    def _push_now(self, name: str, reason: str) -> PushResult:
+    def _push_now(self, name: str, reason: str, pushed: K8sCounts | None) -> PushResult:
         view = self.ledger.get_node(name)
         held = withheld(view)
         before = self.client.get_node(view.slurm_name)
         counts = desired_counts(before, held)
         extra = extra_with_holdings(before.extra, held)
+        drifted = pushed is not None and current_counts(before) != pushed
         if current_counts(before) == counts and before.extra == extra:
-            return PushResult(before, held, updated=False)
+            return PushResult(before, held, updated=False, drifted=drifted)
         gres = gres_update(before, counts)
         self.client.update_node(
             view.slurm_name, gres=gres, extra=extra if extra != before.extra else None
@@ -86,7 +91,7 @@ class Pusher:
             {"gres": gres, "before": before.gres, "withheld": _units(held)},
         )
         log.debug("pushed %s to %s (%s)", gres, view.slurm_name, reason)
-        return PushResult(after, held, updated=True)
+        return PushResult(after, held, updated=True, drifted=drifted)
 
 
 def _units(held: SlurmUnits) -> dict[str, int]:

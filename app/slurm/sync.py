@@ -208,10 +208,11 @@ class SlurmSync:
             self.ledger.replace_holdings(view.name, HolderKind.SLURM_JOB, snapshot)
         if current_counts(node) != desired_counts(node, withheld(view)):
             result = self.pusher.push(view.name, reason="drift")
-            if result.updated:
+            if result.updated and result.drifted:
                 self.ledger.record_event(
                     EventKind.SLURM_DRIFT,
                     view.name,
-                    f"Slurm node {node.name} had {node.gres}; pushed the ledger's counts again",
-                    {"found": node.gres, "pushed": result.node.gres},
+                    f"Slurm node {node.name} lost the pushed counts (slurmctld restart or "
+                    f"reconfigure?); pushed {result.node.gres} again",
+                    {"pushed": result.node.gres},
                 )

@@ -22,7 +22,7 @@ ROOT="$CACHE_ROOT/slurm-$SLURM_SERIES-trixie-r$RECIPE"
 RUNLINK="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/slurm"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MIRROR="${NODELEDGER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-PLUGINS="${NODELEDGER_SLURM_PLUGINS:-off}"
+PLUGINS="${NODELEDGER_SLURM_PLUGINS:-on}"
 
 # Non-default ports; a second cluster (own NODELEDGER_CACHE and NODELEDGER_RUNDIR) can run
 # beside the first with another NODELEDGER_SLURM_PORT_BASE.
@@ -170,9 +170,14 @@ EOF
   local i node gres
   for i in "${!NODES[@]}"; do
     node=${NODES[$i]}
-    gres="k8scpu:16,k8smemory:32000"
-    [ "$node" = n3 ] && gres="$gres,k8sgpu:4,gpu:4"
-    echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=${NODE_PORTS[$i]} CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000 Gres=$gres State=UNKNOWN" >>"$etc/slurm.conf"
+    # With node_features/k8s_resources the k8s totals come from the plugin, not slurm.conf.
+    gres=""
+    [ "$PLUGINS" = on ] || gres="k8scpu:16,k8smemory:32000"
+    if [ "$node" = n3 ]; then
+      [ "$PLUGINS" = on ] || gres="$gres,k8sgpu:4"
+      gres="${gres:+$gres,}gpu:4"
+    fi
+    echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=${NODE_PORTS[$i]} CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000${gres:+ Gres=$gres} State=UNKNOWN" >>"$etc/slurm.conf"
   done
   echo "PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP" >>"$etc/slurm.conf"
   gres_k8s="Name=k8scpu Flags=CountOnly

@@ -14,8 +14,9 @@ from app.slurm.counts import (
     desired_counts,
     extra_with_holdings,
     slurm_overlap,
+    slurm_usage,
 )
-from app.slurm.models import SlurmNode
+from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
 
 GIB = 1024**3
 
@@ -92,8 +93,16 @@ def test_extra_token_is_ours_alone() -> None:
     )
 
 
+def test_usage_trusts_jobs_over_stale_node_figures() -> None:
+    stale = node(alloc_cpus=0, alloc_memory=0, gres="gpu:4", gres_used="gpu:1")
+    job = SlurmJob("9", "j", "u", frozenset({"RUNNING"}), (JobAllocation("n1", 6, 3000, 0),))
+    ended = SlurmJob("8", "j", "u", frozenset({"COMPLETED"}), (JobAllocation("n1", 8, 1, 0),))
+    assert slurm_usage(stale, (job, ended)) == SlurmUnits(6, 3000, 1)
+
+
 def test_overlap_names_each_resource_slurm_already_uses() -> None:
-    busy = node(alloc_cpus=10, alloc_memory=1000, gres="gpu:4", gres_used="gpu:3")
-    assert slurm_overlap(busy, SlurmUnits(6, 31000, 1)) == []
-    problems = slurm_overlap(busy, SlurmUnits(7, 31001, 2))
+    busy = node(gres="gpu:4")
+    used = SlurmUnits(10, 1000, 3)
+    assert slurm_overlap(busy, used, SlurmUnits(6, 31000, 1)) == []
+    problems = slurm_overlap(busy, used, SlurmUnits(7, 31001, 2))
     assert [p.split(":")[0] for p in problems] == ["cpu", "memory", "gpu"]

@@ -31,6 +31,7 @@ class FakeSlurm:
         self.node = node
         self.latency = latency
         self.updates: list[str] = []
+        self.jobs: tuple[SlurmJob, ...] = ()
         self._lock = threading.Lock()
 
     def get_node(self, name: str) -> SlurmNode:
@@ -47,7 +48,7 @@ class FakeSlurm:
                 self.node = replace(self.node, extra=extra)
 
     def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob]:
-        return Listing((), 1)
+        return Listing(self.jobs, 1)
 
 
 def slurm_node(**changes: object) -> SlurmNode:
@@ -77,9 +78,15 @@ def test_overlap_with_a_job_that_started_meanwhile_is_rejected_and_undone(
     ledger: Ledger,
 ) -> None:
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
-    fake = FakeSlurm(slurm_node(alloc_cpus=14))  # the ledger has not seen this job yet
+    fake = FakeSlurm(slurm_node())
+    # A job the ledger has not seen yet; the node's own alloc_cpus is stale (0).
+    fake.jobs = (
+        SlurmJob("41", "sim", "bob", frozenset({"RUNNING"}), (JobAllocation("n1", 14, 100, 0),)),
+    )
     admissions = Admissions(ledger, SlurmGate(fake, Pusher(fake, ledger), KubeCaps()))  # type: ignore[arg-type]
-    with pytest.raises(AdmissionRejected, match=r"Slurm already holds it.*14 of 16 CPUs"):
+    with pytest.raises(
+        AdmissionRejected, match=r"Slurm already holds it.*14 of 16 CPUs.*jobs 41 \(sim\)"
+    ):
         admissions.admit("n1", Holder(HolderKind.POD, "u1", "ns/p"), Resources(4000, GIB))
     assert ledger.list_holdings() == []
     assert fake.node.gres == "k8scpu:16,k8smemory:32000"  # counts raised back

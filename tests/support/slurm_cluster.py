@@ -69,7 +69,10 @@ class SlurmCluster:
             self.run("scancel", *job_ids, check=False)
 
     def cancel_all(self) -> None:
-        self.run("scancel", "--user=root", check=False)
+        """Every job, whoever submitted it (REST submissions run as the token's user)."""
+        jobs = self.run("squeue", "-h", "-o", "%i").split()
+        if jobs:
+            self.run("scancel", *jobs, check=False)
         wait_until(
             lambda: not self.run("squeue", "-h", "-o", "%i").strip(), 30, what="all jobs gone"
         )

@@ -1,0 +1,327 @@
+/*****************************************************************************\
+ *  k8s_calc.c - what a Slurm job holds per node, in k8scpu/k8smemory/k8sgpu.
+ *
+ *  Rounding always goes up: a GRES request that undercounts what Slurm will
+ *  allocate lets a job overlap resources Kubernetes holds.
+\*****************************************************************************/
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <slurm/slurm.h>
+
+#include "k8s_calc.h"
+
+#define K8S_NAMES_CNT 3
+static const char *k8s_names[K8S_NAMES_CNT] = { "k8scpu", "k8smemory", "k8sgpu" };
+
+static bool _set16(uint16_t v) { return (v != NO_VAL16) && (v != 0); }
+static bool _set32(uint32_t v) { return (v != NO_VAL) && (v != 0); }
+static uint64_t _max(uint64_t a, uint64_t b) { return (a > b) ? a : b; }
+static uint64_t _ceil_div(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }
+
+/* "12", "64K", "2G" -> value; false when not a count. */
+static bool _parse_count(const char *s, size_t len, uint64_t *out)
+{
+	uint64_t v = 0, scale = 1;
+	size_t i = 0;
+
+	if (!len)
+		return false;
+	for (; (i < len) && isdigit((unsigned char) s[i]); i++)
+		v = v * 10 + (uint64_t) (s[i] - '0');
+	if (!i)
+		return false;
+	if (i < len) {
+		switch (toupper((unsigned char) s[i])) {
+		case 'K': scale = 1024ULL; break;
+		case 'M': scale = 1024ULL * 1024; break;
+		case 'G': scale = 1024ULL * 1024 * 1024; break;
+		case 'T': scale = 1024ULL * 1024 * 1024 * 1024; break;
+		default: return false;
+		}
+		if (i + 1 != len)
+			return false;
+	}
+	*out = v * scale;
+	return true;
+}
+
+/*
+ * One TRES entry: "gres/gpu:a100:2", "gres:gpu:2" (22.05), "gpu:2", "cpu=4".
+ * Sets the name span and the count (1 when a GRES names no count).
+ */
+static void _parse_tres_entry(const char *e, size_t len, const char **name,
+			      size_t *name_len, uint64_t *count)
+{
+	const char *end = e + len, *last;
+
+	if ((len > 5) && (!strncmp(e, "gres/", 5) || !strncmp(e, "gres:", 5))) {
+		e += 5;
+		len -= 5;
+	}
+	*name = e;
+	*name_len = strcspn(e, ":=");
+	if (*name_len > len)
+		*name_len = len;
+	*count = 1;
+	for (last = end; (last > e) && (last[-1] != ':') && (last[-1] != '='); last--)
+		;
+	if ((last > e) && !_parse_count(last, (size_t) (end - last), count))
+		*count = 1;
+}
+
+/* Next comma/semicolon separated entry outside parentheses. */
+static bool _next_entry(const char **cursor, const char **entry, size_t *len)
+{
+	const char *p = *cursor;
+	int depth = 0;
+
+	if (!p)
+		return false;
+	while (*p == ',' || *p == ';' || *p == ' ')
+		p++;
+	if (!*p)
+		return false;
+	*entry = p;
+	for (; *p; p++) {
+		if (*p == '(')
+			depth++;
+		else if ((*p == ')') && depth)
+			depth--;
+		else if (!depth && ((*p == ',') || (*p == ';')))
+			break;
+	}
+	*len = (size_t) (p - *entry);
+	*cursor = p;
+	return true;
+}
+
+extern uint64_t k8s_tres_count(const char *tres, const char *name)
+{
+	const char *cursor = tres, *entry, *n;
+	size_t len, n_len, want = strlen(name);
+	uint64_t total = 0, count;
+
+	while (_next_entry(&cursor, &entry, &len)) {
+		_parse_tres_entry(entry, len, &n, &n_len, &count);
+		if ((n_len == want) && !strncmp(n, name, want))
+			total += count;
+	}
+	return total;
+}
+
+extern uint64_t k8s_gres_count(const char *gres, const char *name)
+{
+	const char *cursor = gres, *entry, *n;
+	size_t len, n_len, want = strlen(name), paren;
+	uint64_t total = 0, count;
+
+	while (_next_entry(&cursor, &entry, &len)) {
+		paren = strcspn(entry, "(");
+		if (paren < len)
+			len = paren;	/* drop "(S:0-1)" */
+		_parse_tres_entry(entry, len, &n, &n_len, &count);
+		if ((n_len == want) && !strncmp(n, name, want))
+			total += count;
+	}
+	return total;
+}
+
+static bool _is_ours(const char *entry, size_t len)
+{
+	const char *n;
+	size_t n_len;
+	uint64_t count;
+
+	_parse_tres_entry(entry, len, &n, &n_len, &count);
+	for (int i = 0; i < K8S_NAMES_CNT; i++) {
+		if ((strlen(k8s_names[i]) == n_len) &&
+		    !strncmp(n, k8s_names[i], n_len))
+			return true;
+	}
+	return false;
+}
+
+extern int k8s_tres_merge(const char *tres, const k8s_counts_t *counts,
+			  char *out, size_t out_len)
+{
+	const char *cursor = tres, *entry;
+	const char *sep = "";
+	size_t len, used = 0;
+	int n;
+	uint64_t values[K8S_NAMES_CNT] = { counts->cpus, counts->memory_mb,
+					   counts->gpus };
+
+	if (!out_len)
+		return -1;
+	out[0] = '\0';
+	while (_next_entry(&cursor, &entry, &len)) {
+		if (_is_ours(entry, len))
+			continue;	/* replaced below, never duplicated */
+		n = snprintf(out + used, out_len - used, "%s%.*s", sep,
+			     (int) len, entry);
+		if ((n < 0) || ((size_t) n >= out_len - used))
+			return -1;
+		used += (size_t) n;
+		sep = ",";
+	}
+	for (int i = 0; i < K8S_NAMES_CNT; i++) {
+		if (!values[i])
+			continue;	/* Slurm drops zero counts anyway */
+		n = snprintf(out + used, out_len - used, "%sgres/%s:%llu", sep,
+			     k8s_names[i], (unsigned long long) values[i]);
+		if ((n < 0) || ((size_t) n >= out_len - used))
+			return -1;
+		used += (size_t) n;
+		sep = ",";
+	}
+	return 0;
+}
+
+extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
+			   uint64_t *memory_mb, uint64_t *gpus)
+{
+	const char *tok = extra, *cursor, *entry;
+	size_t len, tok_len;
+	char value[256];
+
+	*cpus = *memory_mb = *gpus = 0;
+	while (tok && *tok) {
+		tok += strspn(tok, " \t");
+		tok_len = strcspn(tok, " \t");
+		if ((tok_len > 11) && !strncmp(tok, "nodeledger=", 11)) {
+			if (tok_len - 11 >= sizeof(value))
+				return false;
+			memcpy(value, tok + 11, tok_len - 11);
+			value[tok_len - 11] = '\0';
+			cursor = value;
+			while (_next_entry(&cursor, &entry, &len)) {
+				const char *n;
+				size_t n_len;
+				uint64_t count = 0;
+
+				_parse_tres_entry(entry, len, &n, &n_len, &count);
+				if ((n_len == 6) && !strncmp(n, "k8scpu", 6))
+					*cpus = count;
+				else if ((n_len == 9) && !strncmp(n, "k8smemory", 9))
+					*memory_mb = count;
+				else if ((n_len == 6) && !strncmp(n, "k8sgpu", 6))
+					*gpus = count;
+			}
+			return true;
+		}
+		tok += tok_len;
+	}
+	return false;
+}
+
+/* Tasks this node may run: the per-node maximum Slurm will respect. */
+static uint64_t _tasks_per_node(const k8s_request_t *req, k8s_counts_t *out)
+{
+	if (_set16(req->ntasks_per_node))
+		return req->ntasks_per_node;
+	if (!_set32(req->num_tasks))
+		return 1;
+	if (_set32(req->min_nodes) && (req->min_nodes > 1)) {
+		/* With -n, --ntasks-per-node is a maximum: it makes this exact. */
+		uint64_t tpn = _ceil_div(req->num_tasks, req->min_nodes);
+		out->ntasks_per_node = (uint16_t) tpn;
+		return tpn;
+	}
+	return req->num_tasks;	/* worst case: every task on one node */
+}
+
+static uint64_t _gpus_per_node(const k8s_request_t *req,
+			       const k8s_node_shape_t *node, uint64_t tpn)
+{
+	uint64_t g;
+
+	if ((g = k8s_tres_count(req->tres_per_node, "gpu")))
+		return g;
+	if ((g = k8s_tres_count(req->tres_per_task, "gpu")))
+		return g * tpn;
+	if ((g = k8s_tres_count(req->tres_per_job, "gpu"))) {
+		/* Any split is possible: a node may get all of them it has. */
+		if (node->gpus && (g > node->gpus))
+			return node->gpus;
+		return g;
+	}
+	return 0;
+}
+
+static uint64_t _memory_per_node(const k8s_request_t *req,
+				 const k8s_node_shape_t *node,
+				 const k8s_defaults_t *def, uint64_t cpus,
+				 uint64_t gpus)
+{
+	uint64_t mem = req->pn_min_memory, per_gpu;
+
+	if (mem != NO_VAL64) {
+		if (mem & MEM_PER_CPU) {
+			mem &= ~MEM_PER_CPU;
+			/* per CPU times the CPUs Slurm allocates (whole cores) */
+			return mem ? mem * cpus : node->memory_mb;
+		}
+		return mem ? mem : node->memory_mb;	/* --mem=0: all of it */
+	}
+	if (gpus && (per_gpu = k8s_tres_count(req->mem_per_tres, "gpu")))
+		return per_gpu * gpus;
+	if (gpus && def->mem_per_gpu)
+		return def->mem_per_gpu * gpus;
+	if (def->mem_per_cpu)
+		return def->mem_per_cpu * cpus;
+	if (def->mem_per_node)
+		return def->mem_per_node;
+	return node->memory_mb;	/* no default: Slurm gives the whole node */
+}
+
+extern int k8s_compute(const k8s_request_t *req, const k8s_node_shape_t *node,
+		       const k8s_defaults_t *def, k8s_counts_t *out,
+		       char *why, size_t why_len)
+{
+	uint64_t tpn, cpt, gpus, cpg, cpus, tpc;
+
+	out->ntasks_per_node = NO_VAL16;
+	tpn = _tasks_per_node(req, out);
+	gpus = _gpus_per_node(req, node, tpn);
+	cpt = _set16(req->cpus_per_task) ? req->cpus_per_task : 1;
+	cpus = tpn * cpt;
+	cpg = k8s_tres_count(req->cpus_per_tres, "gpu");
+	if (!cpg && !_set16(req->cpus_per_task))
+		cpg = def->cpus_per_gpu;
+	if (gpus && cpg)
+		cpus = _max(cpus, cpg * gpus);
+	if (req->exclusive) {
+		/*
+		 * A whole node: all its CPUs, so any node where Kubernetes holds
+		 * something is out. GPUs only as many as every node has, so
+		 * GPU-less nodes of the partition stay usable.
+		 */
+		cpus = node->cpus;
+		gpus = _max(gpus, node->gpus_everywhere);
+	}
+
+	/* Slurm allocates whole cores. */
+	tpc = node->threads_per_core ? node->threads_per_core : 1;
+	if ((req->threads_per_core == 1) && (tpc > 1))
+		cpus *= tpc;	/* --hint=nomultithread: one task CPU per core */
+	else
+		cpus = _ceil_div(cpus, tpc) * tpc;
+
+	if (node->cpus && (cpus > node->cpus)) {
+		snprintf(why, why_len,
+			 "this job needs %llu CPUs on one node but the largest node has %u: "
+			 "spread it with -N/--nodes or --ntasks-per-node",
+			 (unsigned long long) cpus, node->cpus);
+		return -1;
+	}
+
+	out->cpus = _max(cpus, k8s_tres_count(req->tres_per_node, "k8scpu"));
+	out->memory_mb = _max(_memory_per_node(req, node, def, cpus, gpus),
+			      k8s_tres_count(req->tres_per_node, "k8smemory"));
+	out->gpus = _max(gpus, k8s_tres_count(req->tres_per_node, "k8sgpu"));
+	return 0;
+}

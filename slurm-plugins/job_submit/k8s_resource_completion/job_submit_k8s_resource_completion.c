@@ -1,0 +1,233 @@
+/*****************************************************************************\
+ *  job_submit_k8s_resource_completion.c - add k8scpu/k8smemory/k8sgpu GRES to
+ *  every job, computed from its CPU, memory and GPU request.
+ *
+ *  The nodeledger service lowers each node's k8scpu/k8smemory/k8sgpu counts by
+ *  what Kubernetes pods hold there. A job that requests those GRES in
+ *  proportion to what Slurm will really allocate can then never be placed on
+ *  resources a pod holds, and users just sbatch as usual.
+ *
+ *  Runs with slurmctld's locks held: no blocking, no network. The calculation
+ *  itself lives in common/k8s_calc.c (pure, unit tested).
+\*****************************************************************************/
+
+#include <string.h>
+
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+
+#include "src/common/list.h"
+#include "src/common/node_conf.h"
+#include "src/common/xmalloc.h"
+#include "src/common/xstring.h"
+#include "src/slurmctld/slurmctld.h"
+
+#include "k8s_calc.h"
+
+const char plugin_name[] = "Kubernetes resource completion job_submit plugin";
+const char plugin_type[] = "job_submit/k8s_resource_completion";
+const uint32_t plugin_version = SLURM_VERSION_NUMBER;
+
+/* The job's first requested partition, else the default one. */
+static part_record_t *_partition(const char *names)
+{
+	part_record_t *part = NULL;
+	char *copy, *save = NULL, *first;
+
+	if (!names)
+		return default_part_loc;
+	copy = xstrdup(names);
+	if ((first = strtok_r(copy, ",", &save)))
+		part = find_part_record(first);
+	xfree(copy);
+	return part ? part : default_part_loc;
+}
+
+/* The largest node of the partition (all nodes without one): never undercount. */
+static void _node_shape(part_record_t *part, k8s_node_shape_t *shape)
+{
+	node_record_t *node_ptr;
+	uint64_t memory, gpus;
+
+	memset(shape, 0, sizeof(*shape));
+	shape->gpus_everywhere = UINT64_MAX;
+	for (int i = 0; (node_ptr = part ? next_node_bitmap(part->node_bitmap, &i) :
+				   next_node(&i)); i++) {
+		memory = node_ptr->real_memory - node_ptr->mem_spec_limit;
+		gpus = k8s_gres_count(node_ptr->config_ptr ?
+				      node_ptr->config_ptr->gres : NULL, "gpu");
+		if (node_ptr->cpus > shape->cpus)
+			shape->cpus = node_ptr->cpus;
+		if (node_ptr->tpc > shape->threads_per_core)
+			shape->threads_per_core = node_ptr->tpc;
+		if (memory > shape->memory_mb)
+			shape->memory_mb = memory;
+		if (gpus > shape->gpus)
+			shape->gpus = gpus;
+		if (gpus < shape->gpus_everywhere)
+			shape->gpus_everywhere = gpus;
+	}
+	if (shape->gpus_everywhere == UINT64_MAX)
+		shape->gpus_everywhere = 0;
+}
+
+static int _job_default(void *x, void *arg)
+{
+	job_defaults_t *job_default = x;
+	k8s_defaults_t *defaults = arg;
+
+	if (job_default->type == JOB_DEF_CPU_PER_GPU)
+		defaults->cpus_per_gpu = job_default->value;
+	else if (job_default->type == JOB_DEF_MEM_PER_GPU)
+		defaults->mem_per_gpu = job_default->value;
+	return 0;
+}
+
+/* Defaults slurmctld applies only after job_submit: the partition's, else the cluster's. */
+static void _defaults(part_record_t *part, k8s_defaults_t *defaults)
+{
+	uint64_t mem = (part && part->def_mem_per_cpu) ?
+		part->def_mem_per_cpu : slurm_conf.def_mem_per_cpu;
+	list_t *job_defaults = (part && part->job_defaults_list) ?
+		part->job_defaults_list : slurm_conf.job_defaults_list;
+
+	memset(defaults, 0, sizeof(*defaults));
+	if ((mem != NO_VAL64) && (mem & MEM_PER_CPU))
+		defaults->mem_per_cpu = mem & ~MEM_PER_CPU;
+	else if (mem != NO_VAL64)
+		defaults->mem_per_node = mem;
+	if (job_defaults)
+		list_for_each(job_defaults, _job_default, defaults);
+}
+
+/* Compute the counts and write them into job_desc->tres_per_node. */
+static int _complete(job_desc_msg_t *job_desc, const k8s_request_t *req,
+		     const char *base_tres, part_record_t *part, char **err_msg)
+{
+	k8s_node_shape_t shape;
+	k8s_defaults_t defaults;
+	k8s_counts_t counts;
+	char why[256];
+	size_t len = (base_tres ? strlen(base_tres) : 0) + 128;
+	char *tres;
+
+	_node_shape(part, &shape);
+	_defaults(part, &defaults);
+	if (k8s_compute(req, &shape, &defaults, &counts, why, sizeof(why))) {
+		*err_msg = xstrdup_printf("%s: %s", plugin_type, why);
+		info("%s: %s: rejected: %s", plugin_type, __func__, why);
+		return ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE;
+	}
+	tres = xmalloc(len);
+	if (k8s_tres_merge(base_tres, &counts, tres, len)) {
+		xfree(tres);
+		*err_msg = xstrdup_printf("%s: TRES request too long", plugin_type);
+		return ESLURM_INVALID_TRES;
+	}
+	xfree(job_desc->tres_per_node);
+	job_desc->tres_per_node = tres;
+	if ((counts.ntasks_per_node != NO_VAL16) &&
+	    (job_desc->ntasks_per_node == NO_VAL16))
+		job_desc->ntasks_per_node = counts.ntasks_per_node;
+	debug("%s: %s: tres_per_node=%s", plugin_type, __func__, tres);
+	return SLURM_SUCCESS;
+}
+
+extern int init(void)
+{
+	return SLURM_SUCCESS;
+}
+
+extern void fini(void)
+{
+}
+
+extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
+		      char **err_msg)
+{
+	k8s_request_t req = {
+		.min_nodes = job_desc->min_nodes,
+		.num_tasks = job_desc->num_tasks,
+		.ntasks_per_node = job_desc->ntasks_per_node,
+		.cpus_per_task = job_desc->cpus_per_task,
+		.threads_per_core = job_desc->threads_per_core,
+		.exclusive = (job_desc->shared == JOB_SHARED_NONE),
+		.pn_min_memory = job_desc->pn_min_memory,
+		.tres_per_node = job_desc->tres_per_node,
+		.tres_per_job = job_desc->tres_per_job,
+		.tres_per_task = job_desc->tres_per_task,
+		.cpus_per_tres = job_desc->cpus_per_tres,
+		.mem_per_tres = job_desc->mem_per_tres,
+	};
+
+	return _complete(job_desc, &req, job_desc->tres_per_node,
+			 _partition(job_desc->partition), err_msg);
+}
+
+/* Did this update touch anything the counts depend on? */
+static bool _request_changed(const job_desc_msg_t *d)
+{
+	return (d->min_nodes != NO_VAL) || (d->num_tasks != NO_VAL) ||
+		(d->ntasks_per_node != NO_VAL16) ||
+		(d->cpus_per_task != NO_VAL16) || (d->shared != NO_VAL16) ||
+		(d->pn_min_memory != NO_VAL64) || d->tres_per_node ||
+		d->tres_per_job || d->tres_per_task || d->cpus_per_tres ||
+		d->mem_per_tres || d->partition;
+}
+
+/*
+ * job_modify receives only the changed fields: merge them with the job's
+ * current request, recompute, and replace our entries in its tres_per_node.
+ */
+extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
+		      uint32_t submit_uid, char **err_msg)
+{
+	job_details_t *details = job_ptr->details;
+	k8s_counts_t none = { 0, 0, 0, NO_VAL16 };
+	const char *current = job_desc->tres_per_node ?
+		job_desc->tres_per_node : job_ptr->tres_per_node;
+	size_t len = (current ? strlen(current) : 0) + 1;
+	char *base;
+	int rc;
+
+	if (!details || !IS_JOB_PENDING(job_ptr) || !_request_changed(job_desc))
+		return SLURM_SUCCESS;	/* e.g. scontrol release, hold, priority */
+
+	/* Our previous entries are not the user's: drop them before recomputing. */
+	base = xmalloc(len);
+	if (k8s_tres_merge(current, &none, base, len)) {
+		xfree(base);
+		return SLURM_SUCCESS;
+	}
+	k8s_request_t req = {
+		.min_nodes = (job_desc->min_nodes != NO_VAL) ?
+			job_desc->min_nodes : details->min_nodes,
+		.num_tasks = (job_desc->num_tasks != NO_VAL) ?
+			job_desc->num_tasks : details->num_tasks,
+		.ntasks_per_node = (job_desc->ntasks_per_node != NO_VAL16) ?
+			job_desc->ntasks_per_node : details->ntasks_per_node,
+		.cpus_per_task = (job_desc->cpus_per_task != NO_VAL16) ?
+			job_desc->cpus_per_task : details->cpus_per_task,
+		.threads_per_core = details->mc_ptr ?
+			details->mc_ptr->threads_per_core : NO_VAL16,
+		.exclusive = (job_desc->shared != NO_VAL16) ?
+			(job_desc->shared == JOB_SHARED_NONE) :
+			(details->whole_node & WHOLE_NODE_REQUIRED),
+		.pn_min_memory = (job_desc->pn_min_memory != NO_VAL64) ?
+			job_desc->pn_min_memory : details->pn_min_memory,
+		.tres_per_node = job_desc->tres_per_node ? job_desc->tres_per_node : base,
+		.tres_per_job = job_desc->tres_per_job ?
+			job_desc->tres_per_job : job_ptr->tres_per_job,
+		.tres_per_task = job_desc->tres_per_task ?
+			job_desc->tres_per_task : job_ptr->tres_per_task,
+		.cpus_per_tres = job_desc->cpus_per_tres ?
+			job_desc->cpus_per_tres : job_ptr->cpus_per_tres,
+		.mem_per_tres = job_desc->mem_per_tres ?
+			job_desc->mem_per_tres : job_ptr->mem_per_tres,
+	};
+	rc = _complete(job_desc, &req, base,
+		       job_desc->partition ? _partition(job_desc->partition) :
+		       job_ptr->part_ptr, err_msg);
+	xfree(base);
+	return rc;
+}
