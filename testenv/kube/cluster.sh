@@ -7,8 +7,22 @@
 #   cluster.sh build     go build the three binaries (cached, keyed by the pinned versions)
 #   cluster.sh up        certificates, etcd, apiserver, scheduler; waits until ready
 #   cluster.sh down      stop everything, remove runtime state
-#   cluster.sh status    exit 0 when the API server answers
-#   cluster.sh env       export lines: KUBECONFIG, NODELEDGER_KUBE_BIN
+#   cluster.sh status    exit 0 when the API server is ready and the scheduler runs
+#   cluster.sh env       export lines: KUBECONFIG, NODELEDGER_KUBE_BIN, NODELEDGER_KUBE_RUN,
+#                        KUBECTL (built with the servers)
+#   cluster.sh scheduler NAME CONFIG_FILE PORT
+#                        start one more kube-scheduler (e.g. a second scheduler with an
+#                        extender) from a KubeSchedulerConfiguration; waits for its healthz
+#   cluster.sh stop-scheduler NAME
+#
+# Runtime state in $NODELEDGER_RUNDIR/kube (default /tmp/nodeledger/kube): pki/, etcd/,
+# admin.kubeconfig (O=system:masters), scheduler.kubeconfig (system:kube-scheduler),
+# log/*.log, *.pid. Ports on 127.0.0.1: etcd 12379 (peer 12380), API server 16443,
+# scheduler 16459. A CONFIG_FILE for `scheduler` must set clientConnection.kubeconfig to
+# $NODELEDGER_KUBE_RUN/scheduler.kubeconfig (kube-scheduler ignores --kubeconfig when
+# --config is given) and its own profiles[].schedulerName; leader election is turned off.
+# There is no controller manager: no namespace, garbage or node-lifecycle controllers, no
+# default ServiceAccount (the ServiceAccount admission plugin is off).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,41 +30,326 @@ CACHE_ROOT="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}"
 pinned() { awk -v m="$1" '{sub(/^require[ \t]+/, "")} $1 == m {print $2; exit}' "$2"; }
 KUBE_VERSION=$(pinned k8s.io/kubernetes "$HERE/tools/kube/go.mod")
 ETCD_VERSION=$(pinned go.etcd.io/etcd/server/v3 "$HERE/tools/etcd/go.mod")
+RECIPE=3   # bump when the build recipe changes: cached binaries without it are rebuilt
 BIN="$CACHE_ROOT/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
 RUN="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/kube"
+PKI="$RUN/pki"
+KUBECTL="${KUBECTL:-$BIN/kubectl}"   # built with the servers: no version skew
 
 ETCD_PORT=12379
 ETCD_PEER_PORT=12380
 API_PORT=16443
 SCHED_PORT=16459
+SERVICE_CIDR=10.96.0.0/16
+SERVICE_IP=10.96.0.1   # the `kubernetes` Service: the first address of SERVICE_CIDR
 
 log() { echo "kube-cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
 
 # ---------------------------------------------------------------------------- build
 
+built() {
+  [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] \
+    && [ -x "$BIN/kubectl" ] \
+    && [ "$(cat "$BIN/.recipe" 2>/dev/null)" = "$RECIPE" ]
+}
+
 build() {
-  [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] && return 0
+  built && return 0
   command -v go >/dev/null || die "go is not installed (scripts/install-system-deps.sh)"
   mkdir -p "$CACHE_ROOT"
   exec 9>"$BIN.lock"
   flock 9   # one build at a time; a second caller waits, then finds it done
-  [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] && return 0
-  local tmp="$BIN.building.$$" started=$SECONDS
-  rm -rf "$BIN".building.*
+  built && return 0
+  local tmp="$BIN.building.$$" started=$SECONDS v=k8s.io/component-base/version
+  rm -rf "$BIN".building.* "$BIN".old.*
   mkdir -p "$tmp"
   export GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" GOTOOLCHAIN=local
   export GOFLAGS=-mod=mod CGO_ENABLED=0
-  log "building kube-apiserver, kube-scheduler $KUBE_VERSION and etcd $ETCD_VERSION"
-  (cd "$HERE/tools/kube" && go build -trimpath -ldflags='-s -w' -o "$tmp/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler)
+  # The version stamp hack/lib/version.sh would set: without it the servers report
+  # v0.0.0-master, which clients (kubectl's version dispatcher, Helm) misread.
+  local minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
+  local stamp="-X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
+  stamp="$stamp -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+  log "building kube-apiserver, kube-scheduler, kubectl $KUBE_VERSION and etcd $ETCD_VERSION"
+  (cd "$HERE/tools/kube" && go build -trimpath -ldflags="-s -w $stamp" -o "$tmp/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubectl)
   (cd "$HERE/tools/etcd" && go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" \
     go.etcd.io/etcd/server/v3)
+  echo "$RECIPE" >"$tmp/.recipe"
+  # An older recipe's binaries may be running: move them aside, running processes keep theirs.
+  [ -e "$BIN" ] && mv -T "$BIN" "$BIN.old.$$"
   mv -T "$tmp" "$BIN"
+  rm -rf "$BIN.old.$$"
   log "built in $((SECONDS - started)) s: $BIN"
+}
+
+# ---------------------------------------------------------------------------- pki
+
+ca() {   # ca NAME CN: a self-signed P-256 CA
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+    -subj "/CN=$2" -keyout "$PKI/$1.key" -out "$PKI/$1.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+}
+
+issue() {   # issue CA NAME SUBJECT EXTENSIONS: a P-256 key and a certificate signed by CA
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "$3" \
+    -keyout "$PKI/$2.key" -out "$PKI/$2.csr" 2>/dev/null
+  openssl x509 -req -in "$PKI/$2.csr" -CA "$PKI/$1.crt" -CAkey "$PKI/$1.key" \
+    -set_serial "0x$(openssl rand -hex 16)" -days 3650 -out "$PKI/$2.crt" \
+    -extfile <(printf '%s\n' "$4") 2>/dev/null
+  rm -f "$PKI/$2.csr"
+}
+
+make_pki() {
+  mkdir -p "$PKI"
+  chmod 700 "$PKI"
+  ca ca nodeledger-test-ca
+  # The request-header (front proxy) CA: without it delegated authentication in
+  # kube-scheduler logs an error for every lookup of extension-apiserver-authentication.
+  ca front-proxy-ca nodeledger-test-front-proxy-ca
+  local leaf="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment"
+  local dns="DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+  dns="$dns,DNS:kubernetes.default.svc.cluster.local"
+  issue ca apiserver "/CN=kube-apiserver" "$leaf
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,$dns"
+  issue ca admin "/O=system:masters/CN=nodeledger-admin" "$leaf
+extendedKeyUsage=clientAuth"
+  issue ca scheduler "/CN=system:kube-scheduler" "$leaf
+extendedKeyUsage=clientAuth"
+  issue front-proxy-ca front-proxy-client "/CN=front-proxy-client" "$leaf
+extendedKeyUsage=clientAuth"
+  openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key"
+  openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+}
+
+b64() { base64 -w0 <"$1"; }
+
+write_kubeconfig() {   # write_kubeconfig FILE CERT_NAME
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: nodeledger
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(b64 "$PKI/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(b64 "$PKI/$2.crt")
+    client-key-data: $(b64 "$PKI/$2.key")
+contexts:
+- name: nodeledger
+  context:
+    cluster: nodeledger
+    user: $2
+current-context: nodeledger
+EOF
+  chmod 600 "$1"
+}
+
+# ---------------------------------------------------------------------------- processes
+
+ours() {   # ours PID: a control-plane binary from the cache, running with this runtime dir
+  local cmd
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
+  case "$cmd" in "$CACHE_ROOT"/kube-*/*"$RUN/"*) return 0 ;; esac
+  return 1
+}
+
+daemon_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    ours "${p#/proc/}" && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+pid_of() {   # pid_of NAME: the live process of $RUN/NAME.pid, if it is ours
+  local pid
+  pid=$(cat "$RUN/$1.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && ours "$pid" && echo "$pid"
+}
+
+spawn() {   # spawn NAME BINARY ARGS...: detached, in its own session, logging to log/NAME.log
+  local name=$1; shift
+  # Not a process-group leader here, so setsid execs in place and $! is the daemon.
+  setsid "$@" >>"$RUN/log/$name.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$name.pid"
+}
+
+stop() {   # stop PID...: TERM, wait up to 10 s, then KILL
+  [ $# -gt 0 ] || return 0
+  kill "$@" 2>/dev/null || true
+  local n=0 p alive
+  while [ $n -lt 100 ]; do
+    alive=""
+    for p in "$@"; do ours "$p" && alive="$alive $p"; done
+    [ -z "$alive" ] && return 0
+    sleep 0.1; n=$((n + 1))
+  done
+  # shellcheck disable=SC2086
+  kill -9 $alive 2>/dev/null || true
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for() {   # wait_for SECONDS CHECK...
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.2
+  done
+}
+
+alive() { pid_of "$1" >/dev/null; }   # alive NAME
+
+etcd_ok() {
+  [[ $(curl -fsS -m 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null) == *'"health":"true"'* ]]
+}
+
+api_ok() {
+  [ -f "$RUN/admin.kubeconfig" ] || return 1
+  [ "$("$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" --request-timeout=2s \
+    get --raw /readyz 2>/dev/null)" = ok ]
+}
+
+healthz_ok() { [ "$(curl -ksS -m 2 "https://127.0.0.1:$1/healthz" 2>/dev/null)" = ok ]; }
+
+logs_tail() {   # logs_tail NAME...
+  local name
+  for name in "$@"; do
+    [ -f "$RUN/log/$name.log" ] && { echo "== $RUN/log/$name.log"; tail -15 "$RUN/log/$name.log"; }
+  done >&2
+  return 0
+}
+
+start_scheduler() {   # start_scheduler NAME PORT [ARGS...]
+  local name=$1 port=$2; shift 2
+  spawn "$name" "$BIN/kube-scheduler" "$@" \
+    --authentication-kubeconfig="$RUN/scheduler.kubeconfig" \
+    --authorization-kubeconfig="$RUN/scheduler.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port="$port" --leader-elect=false
+  wait_for 60 scheduler_ok "$name" "$port" \
+    || { logs_tail "$name"; die "$name did not answer on https://127.0.0.1:$port/healthz"; }
+}
+
+scheduler_ok() { alive "$1" || return 1; healthz_ok "$2"; }   # scheduler_ok NAME PORT
+
+# ---------------------------------------------------------------------------- commands
+
+up() {
+  build
+  command -v "$KUBECTL" >/dev/null || die "kubectl is not installed"
+  command -v openssl >/dev/null || die "openssl is not installed"
+  if status >/dev/null 2>&1; then log "already up"; return 0; fi
+  down
+  local started=$SECONDS port
+  for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $SCHED_PORT; do
+    ! port_busy "$port" || die "port $port on 127.0.0.1 is in use by another process"
+  done
+  mkdir -p "$RUN/log"
+  make_pki
+  write_kubeconfig "$RUN/admin.kubeconfig" admin
+  write_kubeconfig "$RUN/scheduler.kubeconfig" scheduler
+
+  local unsafe=""   # etcd >= 3.5: no fsync, the data is thrown away anyway
+  case "$("$BIN/etcd" --help 2>&1)" in *--unsafe-no-fsync*) unsafe=--unsafe-no-fsync ;; esac
+  spawn etcd "$BIN/etcd" --name=nodeledger --data-dir="$RUN/etcd" $unsafe \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="nodeledger=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --log-level=warn
+  wait_for 30 etcd_ok || { logs_tail etcd; die "etcd did not become healthy"; }
+
+  # No kube-controller-manager and no kubelets: no endpoint reconciler (a loopback address
+  # is not a valid endpoint), no ServiceAccount admission (nobody creates the accounts).
+  spawn kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
+    --proxy-client-key-file="$PKI/front-proxy-client.key" \
+    --authorization-mode=Node,RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --disable-admission-plugins=ServiceAccount \
+    --endpoint-reconciler-type=none \
+    --enable-priority-and-fairness=false \
+    --profiling=false
+  wait_for 120 api_ok \
+    || { logs_tail etcd kube-apiserver; die "kube-apiserver did not become ready"; }
+
+  start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
+  log "up in $((SECONDS - started)) s: https://127.0.0.1:$API_PORT," \
+    "KUBECONFIG=$RUN/admin.kubeconfig"
+}
+
+down() {
+  local f pid pids
+  # Extra schedulers, the scheduler, the API server, etcd; then strays without a pid file.
+  for f in "$RUN"/scheduler-*.pid kube-scheduler kube-apiserver etcd; do
+    f=${f##*/}
+    pid=$(pid_of "${f%.pid}") && stop "$pid"
+  done
+  pids=$(daemon_pids)
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || stop $pids
+  rm -rf "${RUN:?}"
+  return 0
+}
+
+status() {
+  api_ok || { echo "kube-apiserver not ready"; return 1; }
+  scheduler_ok kube-scheduler "$SCHED_PORT" || { echo "kube-scheduler not running"; return 1; }
+  echo "kube-apiserver https://127.0.0.1:$API_PORT ready, kube-scheduler running"
+}
+
+extra_scheduler() {   # extra_scheduler NAME CONFIG_FILE PORT
+  local name=${1:?name} config=${2:?KubeSchedulerConfiguration file} port=${3:?port}
+  [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad scheduler name: $name"
+  [[ $port =~ ^[0-9]+$ ]] || die "bad port: $port"
+  [ -f "$config" ] || die "no such file: $config"
+  api_ok || die "the control plane is not running (cluster.sh up)"
+  stop_scheduler "$name"
+  ! port_busy "$port" || die "port $port on 127.0.0.1 is in use by another process"
+  start_scheduler "scheduler-$name" "$port" --config="$(realpath "$config")"
+  log "scheduler $name answering on https://127.0.0.1:$port"
+}
+
+stop_scheduler() {   # stop_scheduler NAME
+  local name=${1:?name} pid
+  pid=$(pid_of "scheduler-$name") && stop "$pid"
+  rm -f "$RUN/scheduler-$name.pid"
+  return 0
 }
 
 case "${1:-}" in
   build) build; echo "$BIN" ;;
-  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  env)
+    echo "export KUBECONFIG=$RUN/admin.kubeconfig"
+    echo "export NODELEDGER_KUBE_BIN=$BIN"
+    echo "export NODELEDGER_KUBE_RUN=$RUN"
+    echo "export KUBECTL=$KUBECTL" ;;
+  scheduler) shift; extra_scheduler "$@" ;;
+  stop-scheduler) shift; stop_scheduler "$@" ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -1,0 +1,213 @@
+"""The real Kubernetes control plane (testenv/kube/cluster.sh) as seen by tests.
+
+etcd, kube-apiserver and the real kube-scheduler, no kubelet and no controller manager:
+nodes are plain v1 Node objects created through the API, pods bound to them stay in phase
+Pending until a test patches their status, and nothing garbage-collects or finalizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tests.support.realenv import REPO
+from tests.support.slurm_cluster import wait_until
+
+SCRIPT = Path(REPO) / "testenv" / "kube" / "cluster.sh"
+
+__all__ = ["SCRIPT", "KubeCluster", "cluster_sh", "wait_until"]
+
+
+def cluster_sh(*args: str, timeout: float = 300, check: bool = True) -> str:
+    result = subprocess.run(
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"cluster.sh {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+@dataclass(frozen=True)
+class KubeCluster:
+    kubeconfig: Path
+    bin_dir: Path
+    run_dir: Path
+    kubectl_bin: str = "kubectl"
+
+    @classmethod
+    def from_env(cls) -> KubeCluster:
+        env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh("env"), re.MULTILINE))
+        return cls(
+            Path(env["KUBECONFIG"]),
+            Path(env["NODELEDGER_KUBE_BIN"]),
+            Path(env["NODELEDGER_KUBE_RUN"]),
+            env["KUBECTL"],
+        )
+
+    @property
+    def scheduler_kubeconfig(self) -> Path:
+        """For clientConnection.kubeconfig of an extra scheduler's configuration."""
+        return self.run_dir / "scheduler.kubeconfig"
+
+    @property
+    def version(self) -> str:
+        """The pinned Kubernetes version the binaries were built from, e.g. v1.34.4."""
+        match = re.match(r"kube-(v[0-9.]+)-etcd-", self.bin_dir.name)
+        if match is None:
+            raise ValueError(f"no version in {self.bin_dir}")
+        return match.group(1)
+
+    def env(self) -> dict[str, str]:
+        """The process environment with KUBECONFIG pointing at this cluster."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    # ------------------------------------------------------------------ kubectl
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> str:
+        result = subprocess.run(
+            [self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+        return result.stdout
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def apply(self, manifest: str) -> str:
+        """``kubectl apply`` a YAML (or JSON) manifest, several documents allowed."""
+        return self.kubectl("apply", "-f", "-", input=manifest)
+
+    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = json.loads(
+            self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(obj))
+        )
+        return created
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        ns = ["--namespace", namespace] if namespace else []
+        out = self.kubectl("get", kind, name, *ns, "-o", "json", "--ignore-not-found")
+        if not out.strip():
+            return None
+        obj: dict[str, Any] = json.loads(out)
+        return obj
+
+    def patch_status(
+        self, kind: str, name: str, status: Mapping[str, Any], namespace: str | None = None
+    ) -> None:
+        """A merge patch of ``status`` through the status subresource."""
+        ns = ["--namespace", namespace] if namespace else []
+        body = json.dumps({"status": status})
+        self.kubectl("patch", kind, name, *ns, "--subresource=status", "--type=merge", "-p", body)
+
+    # ------------------------------------------------------------------ nodes
+
+    def create_node(
+        self,
+        name: str,
+        cpu: str | int = 4,
+        memory: str = "8Gi",
+        labels: Mapping[str, str] | None = None,
+        extended: Mapping[str, str | int] | None = None,
+        pods: int = 110,
+    ) -> dict[str, Any]:
+        """A schedulable v1 Node without a kubelet: capacity = allocatable, Ready.
+
+        Node status is only writable through the status subresource, and the
+        TaintNodesByCondition admission plugin gives every new node the
+        ``node.kubernetes.io/not-ready:NoSchedule`` taint that the (absent) node lifecycle
+        controller would lift: both are done here.
+        """
+        self.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                },
+            }
+        )
+        resources = {"cpu": str(cpu), "memory": memory, "pods": str(pods)}
+        resources.update({k: str(v) for k, v in (extended or {}).items()})
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.patch_status(
+            "node",
+            name,
+            {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "no kubelet: a test node",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+            },
+        )
+        self.kubectl("patch", "node", name, "--type=merge", "-p", '{"spec":{"taints":null}}')
+        node = self.get("node", name)
+        assert node is not None
+        return node
+
+    def delete_node(self, name: str) -> None:
+        self.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
+
+    # ------------------------------------------------------------------ pods
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        return self.get("pod", name, namespace)
+
+    def pod_node(self, name: str, namespace: str = "default") -> str | None:
+        """The node the scheduler bound the pod to, None while unbound or gone."""
+        pod = self.pod(name, namespace)
+        node: str | None = pod["spec"].get("nodeName") if pod else None
+        return node
+
+    def wait_bound(self, name: str, namespace: str = "default", timeout: float = 10) -> str:
+        """The node the scheduler binds the pod to within ``timeout`` seconds."""
+        node = wait_until(
+            lambda: self.pod_node(name, namespace), timeout, 0.1, f"pod {namespace}/{name} bound"
+        )
+        assert node is not None
+        return node
+
+    def set_pod_phase(self, name: str, phase: str, namespace: str = "default") -> None:
+        """What a kubelet would report, e.g. Succeeded when the pod's work is done."""
+        self.patch_status("pod", name, {"phase": phase}, namespace)
+
+    def delete_pod(self, name: str, namespace: str = "default") -> None:
+        """Gone at once: no kubelet would ever confirm a graceful deletion."""
+        self.kubectl(
+            "delete", "pod", name, "--namespace", namespace,
+            "--ignore-not-found", "--grace-period=0", "--force", "--wait=false",
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ schedulers
+
+    def start_scheduler(self, name: str, config_file: Path, port: int) -> None:
+        """One more kube-scheduler from a KubeSchedulerConfiguration whose
+        clientConnection.kubeconfig is :attr:`scheduler_kubeconfig`."""
+        cluster_sh("scheduler", name, str(config_file), str(port), timeout=120)
+
+    def stop_scheduler(self, name: str) -> None:
+        cluster_sh("stop-scheduler", name, timeout=60)
