@@ -16,9 +16,11 @@ from app.components import Component
 from app.db import migrate
 from app.db.engine import Database
 from app.kube import routes as kube_routes
+from app.kube.binder import Extender
 from app.kube.wiring import attach_kube
 from app.ledger.service import Clock, Ledger, utcnow
 from app.settings import Settings
+from app.slurm.sync import SlurmSync
 from app.slurm.wiring import attach_slurm
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,8 @@ class Services:
     ledger: Ledger
     admissions: Admissions
     components: list[Component] = field(default_factory=list)
+    slurm: SlurmSync | None = None
+    extender: Extender | None = None
 
 
 def build_services(
@@ -43,7 +47,7 @@ def build_services(
     ledger = Ledger(db, clock)
     services = Services(db=db, ledger=ledger, admissions=Admissions(ledger, gate))
     attach_slurm(services, settings)
-    attach_kube(services, settings)
+    attach_kube(services, settings, clock)
     return services
 
 

@@ -5,7 +5,8 @@
    lowered k8scpu counts and reads the node back).
 3. On refusal, undo the hold and tell the gate to restore what it pushed; on success,
    mark the holding HELD.
-A release removes the holding, then tells the gate.
+A release removes the holding, then tells the gate; so does recording a pod that another
+scheduler already bound (the ledger takes the truth, Slurm must follow).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ class AdmissionGate(Protocol):
         """Return when the external system agrees; raise AdmissionRejected otherwise.
         ``node`` already includes ``holding``."""
 
-    def released(self, node: str) -> None:
-        """Holdings on ``node`` went down; let the external system have them back."""
+    def changed(self, node: str) -> None:
+        """Holdings on ``node`` changed without a confirmation (a release, or a pod another
+        scheduler bound): bring the external system in line."""
 
 
 class Admissions:
@@ -63,18 +65,28 @@ class Admissions:
             reason,
             {"holder_kind": holder.kind.value, "holder_id": holder.id},
         )
-        self._gate_released(holding.node)
+        self._gate_changed(holding.node)
 
-    def release(self, holder_id: str, kind: HolderKind | None = None) -> Holding:
-        holding = self.ledger.release(holder_id, kind)
-        self._gate_released(holding.node)
+    def release(
+        self, holder_id: str, kind: HolderKind | None = None, *, reason: str = "released"
+    ) -> Holding:
+        holding = self.ledger.release(holder_id, kind, reason=reason)
+        self._gate_changed(holding.node)
         return holding
 
-    def _gate_released(self, node: str) -> None:
+    def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
+        """A pod that is already on ``node`` (bound by another scheduler, or found by a
+        resync): the ledger records it without a fit check and Slurm is told."""
+        admission = self.ledger.record(node, holder, requests, reason=reason)
+        if admission.created:
+            self._gate_changed(node)
+        return admission
+
+    def _gate_changed(self, node: str) -> None:
         if self.gate is None:
             return
         try:
-            self.gate.released(node)
+            self.gate.changed(node)
         except Exception:
-            # The holding is gone either way; the periodic sync pushes the counts again.
-            log.exception("telling the gate about a release on %s failed", node)
+            # The ledger is right either way; the periodic sync pushes the counts again.
+            log.exception("telling the gate about a change on %s failed", node)

@@ -1,7 +1,47 @@
-"""kube-scheduler extender endpoints (filter, prioritize, bind)."""
+"""kube-scheduler extender endpoints (filter, prioritize, bind): thin, the Extender decides.
+
+Configure them in a KubeSchedulerConfiguration as
+``urlPrefix: http://nodeledger:8080/v1/extender``, ``filterVerb: filter``,
+``prioritizeVerb: prioritize``, ``bindVerb: bind``, ``nodeCacheCapable: true``.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Request
+
+from app.kube.binder import Extender
 
 router = APIRouter(prefix="/v1/extender", tags=["kube-scheduler extender"])
+
+
+async def _extender(request: Request) -> Extender:
+    extender: Extender | None = request.app.state.services.extender
+    if extender is None:
+        raise HTTPException(
+            404, "the Kubernetes integration is not enabled (NODELEDGER_KUBE_ENABLED)"
+        )
+    return extender
+
+
+ExtenderDep = Annotated[Extender, Depends(_extender)]
+Args = Annotated[dict[str, Any], Body()]
+
+
+@router.post("/filter")
+def filter_nodes(args: Args, extender: ExtenderDep) -> dict[str, Any]:
+    """ExtenderArgs in, ExtenderFilterResult out: the nodes that fit, reasons for the rest."""
+    return extender.filter(args)
+
+
+@router.post("/prioritize")
+def prioritize(args: Args, extender: ExtenderDep) -> list[dict[str, Any]]:
+    """HostPriorityList: prefer nodes where Slurm holds least, then the most free CPU."""
+    return extender.prioritize(args)
+
+
+@router.post("/bind")
+def bind(args: Args, extender: ExtenderDep) -> dict[str, Any]:
+    """Slurm-confirmed admission, then the Binding; an Error makes the scheduler retry."""
+    return extender.bind(args)

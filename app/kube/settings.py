@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class KubeSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NODELEDGER_KUBE_", extra="ignore")
 
-    enabled: bool = False
+    enabled: bool = Field(default=False, description="Run the controllers and the extender")
+    kubeconfig: Path | None = Field(default=None, description="Default: in-cluster config")
+    node_selector: str = Field(default="", description="Label selector of the managed Nodes")
+    slurm_node_label: str = Field(
+        default="nodeledger.io/slurm-node", description="Node label naming its Slurm node"
+    )
+    cluster_name: str = Field(default="default", description="GenericNode spec.clusterName")
+    gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource of GPUs")
+    resync_period: float = Field(default=300.0, gt=0, description="Seconds between full resyncs")
+    status_qps: float = Field(default=20.0, gt=0, description="GenericNode status writes per s")
+    status_burst: int = Field(default=50, ge=1, description="GenericNode status write burst")
+    binding_grace: float = Field(
+        default=30.0, ge=0, description="Seconds a pod admission may wait for its pod to bind"
+    )
+    leader_election: bool = Field(default=True, description="One replica runs the controllers")
+    lease_name: str = "nodeledger"
+    lease_namespace: str = Field(default="default", description="Usually the pod's namespace")
+    lease_duration: float = Field(default=15.0, gt=1)
+    identity: str = Field(default_factory=socket.gethostname, description="Leader candidate id")
+    request_timeout: float = Field(default=10.0, gt=0, description="Seconds per API call")

@@ -231,6 +231,9 @@ class LedgerRepository:
             },
         )
 
+    def last_event_id(self) -> int:
+        return int(self.session.scalar(select(func.max(EventRow.id))) or 0)
+
     def events(
         self,
         *,

@@ -120,6 +120,11 @@ class Ledger:
                 raise NodeNotFound(node)
             return [holding_record(h, n) for h, n in repo.list_holdings(node, kind)]
 
+    def last_event_id(self) -> int:
+        """Where to start following the event log from now on."""
+        with self.db.read() as session:
+            return LedgerRepository(session).last_event_id()
+
     def events(
         self,
         *,
@@ -290,6 +295,46 @@ class Ledger:
                 details={"shortfalls": [s.resource for s in rejection.shortfalls]},
             )
         raise rejection
+
+    def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
+        """Record a holding that already exists outside the ledger (a pod another scheduler
+        bound to the node). No fit check: the truth must be in the ledger even when it
+        overcommits the node, which then admits nothing until it fits again. The holder's
+        holding with other amounts or on another node (in-place resize) is replaced."""
+        now = self.clock()
+        with self.db.write() as session:
+            repo = LedgerRepository(session)
+            row = repo.lock_node_state(node)
+            for existing in repo.single_node_holdings(holder.id, holder.kind):
+                holding = holding_record(existing, existing.node_name)
+                if existing.node_name == node and holding.resources == requests:
+                    return Admission(holding, False)
+                repo.delete_holding_returning(existing.id)
+            repo.insert_holding(
+                {
+                    "node_id": row.id,
+                    "holder_kind": holder.kind.value,
+                    "holder_id": holder.id,
+                    "display_name": holder.display_name,
+                    "cpu_millis": requests.cpu_millis,
+                    "memory_bytes": requests.memory_bytes,
+                    "gpus": requests.gpus,
+                    "state": HoldingState.HELD.value,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+            )
+            repo.append_event(
+                now,
+                EventKind.ADMITTED,
+                node,
+                f"recorded {holder.display_name or holder.id}: {reason}",
+                holder=holder,
+                resources=requests,
+                details={"recorded": True},
+            )
+            held = HoldingState.HELD
+            return Admission(Holding(node, holder, requests, held, now, now), True)
 
     def confirm(self, kind: HolderKind, holder_id: str) -> Holding:
         """PENDING -> HELD once the external system confirmed the hold."""

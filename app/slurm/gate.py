@@ -4,7 +4,7 @@
 2. Push the lowered counts (the hold is already in the ledger, so the push includes it).
 3. Read the node and the jobs back: if Slurm already uses more than the remainder (a job
    started between the ledger check and the push), reject naming the jobs; the admission service
-   then undoes the hold and calls ``released``, which raises the counts again.
+   then undoes the hold and calls ``changed``, which raises the counts again.
 Once the lowered counts are in slurmctld, no later job can start on what they withhold,
 so a hold that passes step 3 is safe.
 
@@ -59,8 +59,8 @@ class SlurmGate:
                 f"{_jobs_on(result.node.name, jobs)}"
             )
 
-    def released(self, node: str) -> None:
-        self.pusher.push(node, reason="released")
+    def changed(self, node: str) -> None:
+        self.pusher.push(node, reason="holdings changed")
 
 
 def _jobs_on(slurm_node: str, jobs: tuple[SlurmJob, ...]) -> str:

@@ -123,6 +123,13 @@ class SlurmSync:
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 10)
 
+    def node_size(self, slurm_name: str) -> Resources | None:
+        """A Slurm node's size as last seen (CPUs, usable memory, GPUs); None if unknown."""
+        node = self._nodes.get(slurm_name)
+        if node is None:
+            return None
+        return Resources(node.cpus * 1000, node.usable_memory_mb * MIB, node_gpus(node))
+
     def health(self) -> Health:
         if self._error is not None:
             return Health("degraded", self._error)
@@ -191,8 +198,7 @@ class SlurmSync:
     def _register(self, views: list[NodeView]) -> list[NodeView]:
         known = {v.slurm_name for v in views}
         for node in self._nodes.values():
-            if node.name not in known:
-                capacity = Resources(node.cpus * 1000, node.usable_memory_mb * MIB, node_gpus(node))
+            if node.name not in known and (capacity := self.node_size(node.name)):
                 self.ledger.upsert_node(node.name, NodeSpec(capacity=capacity))
         return self.ledger.list_nodes() if len(known) < len(self._nodes) else views
 

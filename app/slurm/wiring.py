@@ -43,12 +43,11 @@ def attach_slurm(services: Services, settings: Settings) -> None:
     pusher = Pusher(client, services.ledger)
     caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
     services.admissions.gate = SlurmGate(client, pusher, caps, fail_open=slurm.fail_open)
-    services.components.append(
-        SlurmSync(
-            client,
-            services.ledger,
-            pusher,
-            interval=slurm.sync_interval,
-            register_nodes=slurm.register_nodes,
-        )
+    services.slurm = SlurmSync(
+        client,
+        services.ledger,
+        pusher,
+        interval=slurm.sync_interval,
+        register_nodes=slurm.register_nodes,
     )
+    services.components.append(services.slurm)

@@ -165,3 +165,17 @@ def test_events_filter_and_page(ledger: Ledger, n1: str) -> None:
     assert ledger.events(after_id=everything[0].id, limit=1)[0].kind is EventKind.ADMITTED
     assert ledger.events(since=everything[-1].at)[-1].kind is EventKind.RELEASED
     assert ledger.events(node="other") == []
+
+
+def test_record_keeps_the_truth_even_when_it_overcommits(ledger: Ledger) -> None:
+    ledger.upsert_node("r1", NodeSpec(capacity=Resources(2000, 2**30)))
+    pod = Holder(HolderKind.POD, "uid-r", "ns/bound-elsewhere")
+    first = ledger.record("r1", pod, Resources(3000, 2**29), reason="bound by default-scheduler")
+    assert first.created
+    view = ledger.get_node("r1")
+    assert view.free.cpu_millis == -1000
+    assert view.not_admissible_reason is not None
+    assert not ledger.record("r1", pod, Resources(3000, 2**29), reason="again").created
+    resized = ledger.record("r1", pod, Resources(1000, 2**29), reason="resized in place")
+    assert resized.created
+    assert [h.resources.cpu_millis for h in ledger.list_holdings()] == [1000]

@@ -31,13 +31,7 @@ def slurm_holdings(api: TestClient, node: str) -> dict[str, dict[str, Any]]:
 
 
 def gres(cluster: SlurmCluster, node: str) -> dict[str, int]:
-    """The node's k8s counts as ``scontrol show node`` reports them (absent = 0)."""
-    counts = {"k8scpu": 0, "k8smemory": 0, "k8sgpu": 0}
-    for item in cluster.node(node)["gres"].split(","):
-        name, _, count = item.partition(":")
-        if name in counts:
-            counts[name] = int(count.split("(")[0])
-    return counts
+    return cluster.k8s_counts(node)
 
 
 def events(api: TestClient, node: str, kind: str) -> list[dict[str, Any]]:

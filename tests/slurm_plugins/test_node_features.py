@@ -22,12 +22,7 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
 
 
 def counts(slurm: SlurmCluster, node: str) -> dict[str, int]:
-    found = {}
-    for entry in slurm.node(node)["gres"].split(","):
-        name, _, count = entry.partition(":")
-        if name.startswith("k8s"):
-            found[name] = int(count.split("(")[0])
-    return found
+    return {k: v for k, v in slurm.k8s_counts(node).items() if v or k != "k8sgpu"}
 
 
 def healthy(slurm: SlurmCluster, node: str) -> bool:

@@ -35,17 +35,18 @@ def running_service(
     env: Mapping[str, str] | None = None,
     name: str = "nodeledger",
     ready_timeout: float = 30.0,
+    port: int | None = None,
 ) -> Iterator[ServiceProcess]:
-    """Start the service on a free port, wait for /readyz, stop it afterwards."""
-    port = free_port()
+    """Start the service (on a free port unless given), wait for /readyz, stop it afterwards."""
+    port = port or free_port()
     log_path = log_dir / f"{name}-{port}.log"
     full_env = {
         **os.environ,
+        "NODELEDGER_LOG_LEVEL": "warning",
         **(env or {}),
         "NODELEDGER_DATABASE_URL": database_url,
         "NODELEDGER_PORT": str(port),
         "NODELEDGER_HOST": "127.0.0.1",
-        "NODELEDGER_LOG_LEVEL": "warning",
     }
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -82,6 +82,17 @@ class SlurmCluster:
         node: dict[str, Any] = data["nodes"][0]
         return node
 
+    def k8s_counts(self, name: str) -> dict[str, int]:
+        """The node's k8s GRES totals as Slurm shows them (scaled: 30K = 30720; absent = 0)."""
+        counts = {"k8scpu": 0, "k8smemory": 0, "k8sgpu": 0}
+        for entry in self.node(name)["gres"].split(","):
+            key, _, count = entry.partition(":")
+            if key in counts:
+                number = count.split("(")[0]
+                scale = 1024 ** (" KMGT".index(number[-1]) if number[-1] in "KMGT" else 0)
+                counts[key] = int(number.rstrip("KMGT")) * scale
+        return counts
+
     def job(self, job_id: str) -> dict[str, Any]:
         data = json.loads(self.run("scontrol", "--json", "show", "job", job_id))
         job: dict[str, Any] = data["jobs"][0]

@@ -1,0 +1,150 @@
+"""The Kubernetes side as one service component: while this replica leads, it runs node
+discovery, pod accounting, the GenericNode admission-check protocol and the status mirror,
+each in its own thread; every replica serves the extender and the REST API."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from app.admission.service import Admissions
+from app.components import Health
+from app.kube.accounting import FIELD_SELECTOR, PodAccounting
+from app.kube.client import GENERICNODES, KubeClient
+from app.kube.discovery import NodeDiscovery, SlurmSizes
+from app.kube.genericnode import MANAGED_BY
+from app.kube.leader import LeaderElector
+from app.kube.mirror import StatusMirror
+from app.kube.protocol import AdmissionRequests
+from app.kube.settings import KubeSettings
+from app.kube.watch import ListWatch
+from app.ledger.service import Clock
+
+log = logging.getLogger(__name__)
+HOUSEKEEPING_INTERVAL = 1.0
+REFRESH_EVERY = 5  # housekeeping rounds between re-applying Node sizes (Slurm's may come later)
+
+
+class KubeControllers:
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        settings: KubeSettings,
+        client: KubeClient,
+        admissions: Admissions,
+        slurm_sizes: SlurmSizes,
+        slurm_health: Callable[[], Health | None],
+        clock: Clock,
+    ) -> None:
+        ledger = admissions.ledger
+        self.discovery = NodeDiscovery(
+            ledger,
+            client,
+            slurm_sizes,
+            slurm_node_label=settings.slurm_node_label,
+            cluster_name=settings.cluster_name,
+            gpu_resource=settings.gpu_resource,
+        )
+        self.accounting = accounting = PodAccounting(
+            admissions,
+            self.discovery.managed,
+            gpu_resource=settings.gpu_resource,
+            binding_grace=settings.binding_grace,
+            clock=clock,
+        )
+        protocol = AdmissionRequests(
+            admissions, client, gpu_resource=settings.gpu_resource, clock=clock
+        )
+        self.mirror = StatusMirror(
+            ledger,
+            client,
+            slurm_health,
+            qps=settings.status_qps,
+            burst=settings.status_burst,
+            resync_period=settings.resync_period,
+            gpu_resource=settings.gpu_resource,
+            clock=clock,
+        )
+        managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        period = settings.resync_period
+        self.watches = [
+            ListWatch("nodes", client, "/api/v1/nodes", self.discovery,
+                      resync_period=period, labelSelector=settings.node_selector),
+            ListWatch("pods", client, "/api/v1/pods", accounting,
+                      resync_period=period, fieldSelector=FIELD_SELECTOR),
+            ListWatch("genericnodes", client, GENERICNODES, protocol,
+                      resync_period=period, labelSelector=managed),
+        ]  # fmt: skip
+        self.elector = (
+            LeaderElector(
+                client,
+                name=settings.lease_name,
+                namespace=settings.lease_namespace,
+                identity=settings.identity,
+                lease_duration=settings.lease_duration,
+                on_start=self._lead,
+                on_stop=self._follow,
+            )
+            if settings.leader_election
+            else None
+        )
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # Component
+    def start(self) -> None:
+        if self.elector is None:
+            self._lead()
+        else:
+            self.elector.start()
+
+    def stop(self) -> None:
+        self._follow()
+        if self.elector is not None:
+            self.elector.release()
+
+    def health(self) -> Health:
+        if not self._threads:
+            return Health("ok", "standing by (another replica leads)")
+        errors = [w.error for w in self.watches if w.error]
+        if errors:
+            return Health("degraded", "; ".join(errors))
+        waiting = [w.name for w in self.watches if not w.synced.is_set()]
+        if waiting:
+            return Health("degraded", f"not synced yet: {', '.join(waiting)}")
+        return Health("ok", "leading")
+
+    # leadership
+    def _lead(self) -> None:
+        self._stop = threading.Event()
+        stop = self._stop
+        # Nodes first: pods and requests are only accounted on managed nodes.
+        nodes = self.watches[0]
+        self._spawn("watch-nodes", lambda: nodes.run(stop))
+        nodes.synced.wait(30)
+        for watch in self.watches[1:]:
+            self._spawn(f"watch-{watch.name}", lambda w=watch: w.run(stop))  # type: ignore[misc]
+        self._spawn("genericnode-status", lambda: self.mirror.run(stop))
+        self._spawn("housekeeping", lambda: self._housekeeping(stop))
+
+    def _follow(self) -> None:
+        self._stop.set()
+        self._threads = []
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _housekeeping(self, stop: threading.Event) -> None:
+        rounds = 0
+        while not stop.wait(HOUSEKEEPING_INTERVAL):
+            rounds += 1
+            try:
+                self.accounting.sweep()
+                if rounds % REFRESH_EVERY == 0:
+                    self.discovery.refresh()
+            except Exception:  # next round retries
+                log.exception("Kubernetes housekeeping")

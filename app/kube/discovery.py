@@ -1,0 +1,168 @@
+"""Kubernetes Nodes (matching the selector) become ledger nodes with a GenericNode each.
+
+Capacity is the smaller of the Node's allocatable and Slurm's size of its Slurm node (the
+node's `slurm_node_label`, else the same name), because both schedulers must fit. Nodes
+that disappear leave the ledger (or are cordoned while something still holds on them),
+and their GenericNodes are garbage-collected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from app.kube.client import GENERICNODES, KubeClient, KubeError
+from app.kube.genericnode import MANAGED_BY, new_object
+from app.ledger.errors import LedgerError, NodeInUse, NodeNotFound
+from app.ledger.records import NodeSpec, NodeView
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger
+from app.quantities import Rounding, cpu_millis, gpu_count, memory_bytes
+
+log = logging.getLogger(__name__)
+DISCOVERED = "nodeledger.io/discovered"
+
+SlurmSizes = Callable[[str], Resources | None]
+
+
+def allocatable(node: dict[str, Any], gpu_resource: str) -> Resources:
+    values = (node.get("status") or {}).get("allocatable") or {}
+    return Resources(
+        cpu_millis(values.get("cpu", 0), Rounding.DOWN),
+        memory_bytes(values.get("memory", 0), Rounding.DOWN),
+        gpu_count(values.get(gpu_resource, 0)),
+    )
+
+
+def smaller(a: Resources, b: Resources | None) -> Resources:
+    if b is None:
+        return a
+    return Resources(
+        min(a.cpu_millis, b.cpu_millis), min(a.memory_bytes, b.memory_bytes), min(a.gpus, b.gpus)
+    )
+
+
+class NodeDiscovery:
+    def __init__(
+        self,
+        ledger: Ledger,
+        client: KubeClient,
+        slurm_sizes: SlurmSizes,
+        *,
+        slurm_node_label: str,
+        cluster_name: str,
+        gpu_resource: str,
+    ) -> None:
+        self.ledger = ledger
+        self.client = client
+        self.slurm_sizes = slurm_sizes
+        self.slurm_node_label = slurm_node_label
+        self.cluster_name = cluster_name
+        self.gpu_resource = gpu_resource
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def managed(self, name: str) -> bool:
+        with self._lock:
+            return name in self._nodes
+
+    # WatchHandler
+    def resync(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._nodes = {n["metadata"]["name"]: n for n in items}
+        self.refresh()
+        self._remove_gone()
+
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = obj
+        if kind == "DELETED":
+            self._remove(name)
+        else:
+            self._ensure(obj)
+
+    def refresh(self) -> None:
+        """Apply every known Node again (Slurm's sizes may have arrived meanwhile)."""
+        with self._lock:
+            nodes = list(self._nodes.values())
+        for node in nodes:
+            self._ensure(node)
+
+    def _spec(self, node: dict[str, Any]) -> NodeSpec:
+        name = node["metadata"]["name"]
+        labels = node["metadata"].get("labels") or {}
+        alias = labels.get(self.slurm_node_label) or None
+        capacity = smaller(allocatable(node, self.gpu_resource), self.slurm_sizes(alias or name))
+        return NodeSpec(
+            capacity=capacity,
+            slurm_name=alias if alias != name else None,
+            labels={DISCOVERED: "true"},
+        )
+
+    def _ensure(self, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        spec = self._spec(node)
+        try:
+            current = self.ledger.get_node(name)
+        except NodeNotFound:
+            current = None
+        if current is None or (current.spec.capacity, current.spec.slurm_name) != (
+            spec.capacity,
+            spec.slurm_name,
+        ):
+            labels = {**(current.spec.labels if current else {}), **spec.labels}
+            merged = NodeSpec(
+                spec.capacity,
+                current.spec.reserved if current else Resources.ZERO,
+                spec.slurm_name,
+                labels,
+            )
+            view, _ = self.ledger.upsert_node(
+                name, merged, cordon_reason=current.cordon_reason if current else None, force=True
+            )
+            current = view
+        self._ensure_genericnode(current)
+
+    def _ensure_genericnode(self, view: NodeView) -> None:
+        try:
+            self.client.request("GET", f"{GENERICNODES}/{view.name}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            self.client.request("POST", GENERICNODES, body=new_object(view, self.cluster_name))
+
+    def _remove(self, name: str) -> None:
+        try:
+            self.ledger.delete_node(name)
+        except NodeInUse:
+            self.ledger.upsert_node(
+                name,
+                self.ledger.get_node(name).spec,
+                cordon_reason="the Kubernetes Node was deleted",
+                force=True,
+            )
+        except LedgerError:
+            pass
+        try:
+            self.client.request("DELETE", f"{GENERICNODES}/{name}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    def _remove_gone(self) -> None:
+        with self._lock:
+            present = set(self._nodes)
+        for view in self.ledger.list_nodes():
+            if view.spec.labels.get(DISCOVERED) == "true" and view.name not in present:
+                self._remove(view.name)
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        objects, _ = self.client.list(GENERICNODES, labelSelector=selector)
+        for obj in objects:
+            if obj["metadata"]["name"] not in present:
+                self._remove(obj["metadata"]["name"])

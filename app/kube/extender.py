@@ -1,0 +1,71 @@
+"""kube-scheduler extender decisions over a ledger snapshot. Pure.
+
+Filter: a node passes when it is managed, admissible and has room for the pod within the
+Kubernetes cap; every other node gets a reason. Unmanaged nodes are out (the extender is
+for co-located nodes). Prioritize: prefer nodes where Slurm holds least, then the most
+free CPU, on kube-scheduler's 0..10 scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from app.ledger.arithmetic import shortfalls
+from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeView
+from app.ledger.resources import Resources
+from app.ledger.service import describe_shortfalls
+from app.slurm.policy import KubeCaps
+
+MAX_SCORE = 10
+
+
+def filter_nodes(
+    requests: Resources,
+    candidates: list[str],
+    views: Mapping[str, NodeView],
+    caps: KubeCaps | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """(nodes that fit, {node: why not})"""
+    fits: list[str] = []
+    failed: dict[str, str] = {}
+    for name in candidates:
+        view = views.get(name)
+        if view is None:
+            failed[name] = f"node {name} is not managed by nodeledger"
+        elif (reason := view.not_admissible_reason) is not None:
+            failed[name] = reason
+        elif short := shortfalls(requests, view.free):
+            failed[name] = describe_shortfalls(name, short)
+        elif caps is not None and (violation := caps.violation(with_pod(view, requests))):
+            failed[name] = violation
+        else:
+            fits.append(name)
+    return fits, failed
+
+
+def with_pod(view: NodeView, requests: Resources) -> NodeView:
+    """The node as it would be with one more pod of ``requests`` (for the cap check)."""
+    probe = Holding(
+        view.name,
+        Holder(HolderKind.POD, "probe"),
+        requests,
+        HoldingState.PENDING,
+        view.updated_at,
+        view.updated_at,
+    )
+    return replace(view, holdings=(*view.holdings, probe))
+
+
+def prioritize(candidates: list[str], views: Mapping[str, NodeView]) -> list[tuple[str, int]]:
+    scores = []
+    for name in candidates:
+        view = views.get(name)
+        if view is None or view.allocatable.cpu_millis <= 0:
+            scores.append((name, 0))
+            continue
+        cpu = view.allocatable.cpu_millis
+        slurm_idle = 1 - min(1.0, view.held_by_slurm.cpu_millis / cpu)
+        free = max(0.0, min(1.0, view.free.cpu_millis / cpu))
+        scores.append((name, round(MAX_SCORE * (0.6 * slurm_idle + 0.4 * free))))
+    return scores

@@ -1,0 +1,113 @@
+"""GenericNode objects: what the service writes (pure builders) and reads (requests).
+
+spec (the service creates it): alias (Slurm node name), type (Slurm), clusterName;
+spec.admissionRequests (written by a custom scheduler): [{podUID, namespace, name,
+requests: {cpu, memory, <gpu resource>}}].
+status (the service writes it): capacity, allocatedResources [{type, allocated}], free,
+conditions (Ready, SlurmSynced), admissionChecks [{podUID, result, message, time}],
+lastSyncTime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from app.components import Health
+from app.ledger.records import NodeView
+from app.ledger.resources import Resources
+from app.quantities import format_cpu, format_memory
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
+ADMITTED = "Admitted"
+REJECTED = "Rejected"
+
+
+def timestamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def amounts(r: Resources, gpu_resource: str) -> dict[str, str]:
+    return {
+        "cpu": format_cpu(max(0, r.cpu_millis)),
+        "memory": format_memory(max(0, r.memory_bytes)),
+        gpu_resource: str(max(0, r.gpus)),
+    }
+
+
+def new_object(view: NodeView, cluster_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "nodeledger.io/v1alpha1",
+        "kind": "GenericNode",
+        "metadata": {"name": view.name, "labels": dict(MANAGED_BY)},
+        "spec": {"alias": view.slurm_name, "type": "Slurm", "clusterName": cluster_name},
+    }
+
+
+def _condition(
+    kind: str, ok: bool, reason: str, message: str, previous: Mapping[str, Any], now: datetime
+) -> dict[str, Any]:
+    status = "True" if ok else "False"
+    old = next((c for c in previous.get("conditions") or [] if c.get("type") == kind), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == status else timestamp(now)
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": since,
+    }
+
+
+def status_of(
+    view: NodeView,
+    slurm: Health | None,
+    previous: Mapping[str, Any],
+    now: datetime,
+    gpu_resource: str,
+) -> dict[str, Any]:
+    """The status part the mirror owns (admissionChecks belong to the protocol)."""
+    reason = view.not_admissible_reason
+    if slurm is None:
+        synced = _condition(
+            "SlurmSynced", False, "SlurmDisabled", "Slurm integration is off", previous, now
+        )
+    else:
+        synced = _condition(
+            "SlurmSynced",
+            slurm.status == "ok",
+            "Synced" if slurm.status == "ok" else "SlurmUnavailable",
+            slurm.message,
+            previous,
+            now,
+        )
+    return {
+        "capacity": amounts(view.allocatable, gpu_resource),
+        "allocatedResources": [
+            {"type": "Kubernetes", "allocated": amounts(view.held_by_kubernetes, gpu_resource)},
+            {"type": "Slurm", "allocated": amounts(view.held_by_slurm, gpu_resource)},
+        ],
+        "free": amounts(view.free, gpu_resource),
+        "conditions": [
+            _condition(
+                "Ready",
+                reason is None,
+                "Admissible" if reason is None else "NotAdmissible",
+                reason or "pods that fit are admitted",
+                previous,
+                now,
+            ),
+            synced,
+        ],
+        "lastSyncTime": timestamp(now),
+    }
+
+
+def same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equal apart from lastSyncTime (so unchanged nodes are not rewritten)."""
+    return _without_sync_time(a) == _without_sync_time(b)
+
+
+def _without_sync_time(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != "lastSyncTime"}

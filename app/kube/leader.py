@@ -1,0 +1,81 @@
+"""One replica runs the controllers: a coordination.k8s.io Lease, through the official
+client's leader election. On shutdown the leader deletes the Lease so a restarted or
+other replica takes over at once instead of waiting for it to expire."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from kubernetes import client as k8s
+from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+from app.kube.client import KubeClient, KubeError
+
+log = logging.getLogger(__name__)
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float,
+        on_start: Callable[[], None],
+        on_stop: Callable[[], None],
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.on_start = on_start
+        self.on_stop = on_stop
+        self.leading = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            lock = LeaseLock(self.name, self.namespace, self.identity)
+            lock.api_instance = k8s.CoordinationV1Api(self.client.api_client)
+            config = electionconfig.Config(
+                lock,
+                lease_duration=int(self.lease_duration),
+                renew_deadline=max(1, int(self.lease_duration * 2 / 3)),
+                retry_period=max(1, int(self.lease_duration / 5)),
+                onstarted_leading=self._started,
+                onstopped_leading=self._stopped,
+            )
+            try:
+                leaderelection.LeaderElection(config).run()
+            except Exception:  # the election loop must survive API hiccups
+                log.exception("leader election")
+
+    def _started(self) -> None:
+        log.info("%s leads (lease %s/%s)", self.identity, self.namespace, self.name)
+        self.leading.set()
+        self.on_start()
+
+    def _stopped(self) -> None:
+        log.warning("%s lost the lease %s/%s", self.identity, self.namespace, self.name)
+        self.leading.clear()
+        self.on_stop()
+
+    def release(self) -> None:
+        if not self.leading.is_set():
+            return
+        self.leading.clear()
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
+        try:
+            self.client.request("DELETE", path)
+        except KubeError as exc:
+            log.warning("releasing the lease: %s", exc)

@@ -1,0 +1,102 @@
+"""What a pod holds, by Kubernetes' own rules. Pure (pods are plain API dicts).
+
+Effective request per resource (KEP-753 sidecars, pod overhead, pod-level resources):
+- init containers run one after another; a restartable init container (a sidecar,
+  restartPolicy Always) keeps running, so every later init container runs next to the
+  sidecars started before it;
+- app containers run together, next to all sidecars;
+- effective = max(max over init steps, sum(app) + sum(sidecars)) + overhead;
+- pod-level ``spec.resources.requests`` (PodLevelResources) replace the container sum
+  for the resources they name.
+A container's request defaults to its limit (the API server does that for resources with
+a limit and no request); quantities round up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.ledger.resources import Resources
+from app.quantities import cpu_millis, gpu_count, memory_bytes
+
+GPU_RESOURCE = "nvidia.com/gpu"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _amounts(requests: Mapping[str, Any], gpu_resource: str) -> Resources:
+    return Resources(
+        cpu_millis(requests["cpu"]) if "cpu" in requests else 0,
+        memory_bytes(requests["memory"]) if "memory" in requests else 0,
+        gpu_count(requests[gpu_resource]) if gpu_resource in requests else 0,
+    )
+
+
+def _container(container: Mapping[str, Any], gpu_resource: str) -> Resources:
+    resources = container.get("resources") or {}
+    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return _amounts(merged, gpu_resource)
+
+
+def _max(a: Resources, b: Resources) -> Resources:
+    return Resources(
+        max(a.cpu_millis, b.cpu_millis), max(a.memory_bytes, b.memory_bytes), max(a.gpus, b.gpus)
+    )
+
+
+def pod_requests(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Resources:
+    spec = pod.get("spec") or {}
+    sidecars = Resources.ZERO
+    init_peak = Resources.ZERO
+    for container in spec.get("initContainers") or []:
+        amounts = _container(container, gpu_resource)
+        if container.get("restartPolicy") == "Always":
+            sidecars = sidecars + amounts
+            init_peak = _max(init_peak, sidecars)
+        else:
+            init_peak = _max(init_peak, sidecars + amounts)
+    apps = Resources.total([_container(c, gpu_resource) for c in spec.get("containers") or []])
+    effective = _max(init_peak, apps + sidecars)
+    pod_level = (spec.get("resources") or {}).get("requests") or {}
+    if pod_level:
+        named = _amounts(pod_level, gpu_resource)
+        effective = Resources(
+            named.cpu_millis if "cpu" in pod_level else effective.cpu_millis,
+            named.memory_bytes if "memory" in pod_level else effective.memory_bytes,
+            named.gpus if gpu_resource in pod_level else effective.gpus,
+        )
+    return effective + _amounts(spec.get("overhead") or {}, gpu_resource)
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    phase: str
+    deleting: bool
+    requests: Resources
+
+    @property
+    def display_name(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def holds(self) -> bool:
+        """Bound and not finished: what the ledger must count."""
+        return bool(self.node) and self.phase not in TERMINAL_PHASES
+
+
+def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInfo:
+    meta = pod.get("metadata") or {}
+    return PodInfo(
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        phase=str((pod.get("status") or {}).get("phase") or "Pending"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        requests=pod_requests(pod, gpu_resource),
+    )

@@ -1,0 +1,89 @@
+"""List, then watch from the list's resourceVersion, forever.
+
+Bookmarks advance the resourceVersion without events; an expired resourceVersion (410
+Gone) or any failure means list again, and the handler's ``resync`` converges to the
+listed truth, so nothing is lost or counted twice across watch restarts. A full relist
+also happens every ``resync_period``. The loop is a thin shell: the handler decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Protocol
+
+from app.kube.client import KubeClient, KubeError
+
+log = logging.getLogger(__name__)
+
+
+class WatchHandler(Protocol):
+    def resync(self, items: list[dict[str, Any]]) -> None:
+        """The complete current set of objects."""
+
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """ADDED, MODIFIED or DELETED."""
+
+
+class Expired(Exception):
+    pass
+
+
+class ListWatch:
+    def __init__(
+        self,
+        name: str,
+        client: KubeClient,
+        path: str,
+        handler: WatchHandler,
+        *,
+        resync_period: float = 300.0,
+        watch_timeout: int = 30,
+        **query: str,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.path = path
+        self.handler = handler
+        self.resync_period = resync_period
+        self.watch_timeout = watch_timeout
+        self.query = {k: v for k, v in query.items() if v}
+        self.synced = threading.Event()
+        self.error: str | None = None
+
+    def run(self, stop: threading.Event) -> None:
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                self._list_and_watch(stop)
+                backoff = 0.5
+            except Expired:
+                log.info("%s: resourceVersion expired, listing again", self.name)
+            except Exception as exc:  # keep watching whatever happened; health says why
+                if isinstance(exc, KubeError) and exc.status == 410:
+                    log.info("%s: resourceVersion expired, listing again", self.name)
+                    continue
+                self.error = f"{self.name}: {exc}"
+                log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _list_and_watch(self, stop: threading.Event) -> None:
+        items, version = self.client.list(self.path, **self.query)
+        self.handler.resync(items)
+        self.synced.set()
+        self.error = None
+        listed = time.monotonic()
+        while not stop.is_set() and time.monotonic() - listed < self.resync_period:
+            for event in self.client.watch(self.path, version, self.watch_timeout, **self.query):
+                if stop.is_set():
+                    return
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Expired
+                    raise KubeError(f"watch error: {obj.get('message')}", obj.get("code"))
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self.handler.on_event(kind, obj)

@@ -1,0 +1,158 @@
+"""A co-location environment for end-to-end tests: the real control plane and the real
+Slurm cluster, three Nodes mapped to the three Slurm nodes, `nodeledger serve` with both
+integrations on, and a second kube-scheduler using the documented extender configuration."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.kube_cluster import KubeCluster
+from tests.support.net import free_port
+from tests.support.realenv import REPO
+from tests.support.service import ServiceProcess, running_service
+from tests.support.slurm_cluster import SlurmCluster, wait_until
+
+SCHEDULER_CONFIG = Path(REPO) / "charts" / "nodeledger" / "files" / "kube-scheduler-config.yaml"
+CRD = Path(REPO) / "crds" / "genericnodes.nodeledger.io.yaml"
+SELECTOR = "nodeledger.io/managed"
+NODES = {"kn1": "n1", "kn2": "n2", "kn3": "n3"}  # Kubernetes node -> Slurm node
+
+
+@dataclass
+class Coloc:
+    kube: KubeCluster
+    slurm: SlurmCluster
+    database_url: str
+    env: dict[str, str]
+    port: int
+    log_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def service(
+        self, name: str = "nodeledger"
+    ) -> contextlib.AbstractContextManager[ServiceProcess]:
+        """`nodeledger serve` on the port the scheduler calls (restartable)."""
+        return running_service(
+            self.database_url, self.log_dir, env=self.env, name=name, port=self.port
+        )
+
+    def get(self, path: str, **params: str) -> Any:
+        return httpx.get(f"{self.url}{path}", params=params, timeout=30).json()
+
+    def ledger_node(self, name: str) -> dict[str, Any]:
+        body: dict[str, Any] = self.get(f"/v1/nodes/{name}")
+        return body
+
+    def pod_holdings(self) -> dict[str, str]:
+        """pod uid -> ledger node."""
+        return {h["holder"]["id"]: h["node"] for h in self.get("/v1/holdings", holder_kind="pod")}
+
+    def pod(
+        self,
+        name: str,
+        cpu: str,
+        memory: str = "1Gi",
+        *,
+        scheduler: str = "nodeledger",
+        node: str | None = None,
+        gpu: int = 0,
+        owner: dict[str, Any] | None = None,
+    ) -> str:
+        """Create a pod; returns its uid."""
+        requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+        limits: dict[str, str] = {}
+        if gpu:
+            requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpu)
+        container = {
+            "name": "main",
+            "image": "busybox",
+            "resources": {"requests": requests, "limits": limits},
+        }
+        spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [container]}
+        if node:
+            spec["nodeName"] = node
+        meta: dict[str, Any] = {"name": name, "namespace": "default"}
+        if owner:
+            meta["ownerReferences"] = [owner]
+        created = self.kube.create(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        )
+        return str(created["metadata"]["uid"])
+
+    def events_for(self, pod: str) -> str:
+        out = self.kube.kubectl("get", "events", "-n", "default", "--field-selector",
+                                f"involvedObject.name={pod}", "-o", "json")  # fmt: skip
+        return " ".join(e.get("message", "") for e in json.loads(out)["items"])
+
+    def gres(self, slurm_node: str) -> dict[str, int]:
+        return self.slurm.k8s_counts(slurm_node)
+
+
+def scheduler_config(path: Path, kube: KubeCluster, url: str) -> Path:
+    """The documented configuration, pointed at this control plane and service."""
+    text = SCHEDULER_CONFIG.read_text()
+    text = text.replace("/etc/kubernetes/scheduler.conf", str(kube.scheduler_kubeconfig))
+    text = text.replace("http://nodeledger.nodeledger.svc:8080", url)
+    text = text.replace("leaderElect: true", "leaderElect: false")
+    path.write_text(text)
+    return path
+
+
+@contextlib.contextmanager
+def coloc_env(
+    kube: KubeCluster, slurm: SlurmCluster, database_url: str, tmp: Path
+) -> Iterator[tuple[Coloc, ServiceProcess]]:
+    kube.apply(CRD.read_text())
+    for name, alias in NODES.items():
+        kube.create_node(
+            name,
+            cpu=16,
+            memory="32000Mi",
+            labels={SELECTOR: "true", "nodeledger.io/slurm-node": alias},
+            extended={"nvidia.com/gpu": 4} if alias == "n3" else {},
+        )
+    env = {
+        "NODELEDGER_LOG_LEVEL": "info",
+        "NODELEDGER_KUBE_ENABLED": "true",
+        "NODELEDGER_KUBE_KUBECONFIG": str(kube.kubeconfig),
+        "NODELEDGER_KUBE_NODE_SELECTOR": f"{SELECTOR}=true",
+        "NODELEDGER_KUBE_CLUSTER_NAME": "lab",
+        "NODELEDGER_KUBE_BINDING_GRACE": "5",
+        "NODELEDGER_SLURM_ENABLED": "true",
+        "NODELEDGER_SLURM_URL": slurm.url,
+        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+    }
+    coloc = Coloc(kube, slurm, database_url, env, free_port(), tmp)
+    config = scheduler_config(tmp / "scheduler.yaml", kube, coloc.url)
+    try:
+        with coloc.service() as service:
+            wait_until(
+                lambda: (
+                    all(coloc.ledger_node(n).get("name") == n for n in NODES)
+                    and all(coloc.ledger_node(n)["capacity"]["cpu"] == "16" for n in NODES)
+                ),
+                30,
+                what="nodes discovered with Slurm's sizes",
+            )
+            kube.start_scheduler("nodeledger", config, free_port())
+            yield coloc, service
+    finally:
+        with contextlib.suppress(Exception):
+            kube.stop_scheduler("nodeledger")
+        kube.kubectl(
+            "delete", "pods", "--all", "-n", "default", "--grace-period=0", "--force", check=False
+        )
+        for name in NODES:
+            with contextlib.suppress(Exception):
+                kube.delete_node(name)
+        kube.kubectl("delete", "genericnodes", "--all", check=False)
