@@ -9,7 +9,7 @@
 #   cluster.sh down      stop everything, remove runtime state
 #   cluster.sh status    exit 0 when the API server is ready and the scheduler runs
 #   cluster.sh env       export lines: KUBECONFIG, NODELEDGER_KUBE_BIN, NODELEDGER_KUBE_RUN,
-#                        KUBECTL (built with the servers)
+#                        KUBECTL (built with the servers), HELM
 #   cluster.sh scheduler NAME CONFIG_FILE PORT
 #                        start one more kube-scheduler (e.g. a second scheduler with an
 #                        extender) from a KubeSchedulerConfiguration; waits for its healthz
@@ -32,6 +32,8 @@ KUBE_VERSION=$(pinned k8s.io/kubernetes "$HERE/tools/kube/go.mod")
 ETCD_VERSION=$(pinned go.etcd.io/etcd/server/v3 "$HERE/tools/etcd/go.mod")
 RECIPE=3   # bump when the build recipe changes: cached binaries without it are rebuilt
 BIN="$CACHE_ROOT/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
+HELM_VERSION=$(pinned helm.sh/helm/v3 "$HERE/tools/helm/go.mod")
+HELM="$CACHE_ROOT/helm-$HELM_VERSION/helm"
 RUN="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/kube"
 PKI="$RUN/pki"
 KUBECTL="${KUBECTL:-$BIN/kubectl}"   # built with the servers: no version skew
@@ -54,7 +56,21 @@ built() {
     && [ "$(cat "$BIN/.recipe" 2>/dev/null)" = "$RECIPE" ]
 }
 
+build_helm() {
+  [ -x "$HELM" ] && return 0
+  mkdir -p "$(dirname "$HELM")"
+  exec 8>"$HELM.lock"
+  flock 8   # one build at a time
+  [ -x "$HELM" ] && return 0
+  log "building helm $HELM_VERSION"
+  (cd "$HERE/tools/helm" && GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" \
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
+    go build -trimpath -ldflags='-s -w' -o "$HELM.tmp" helm.sh/helm/v3/cmd/helm)
+  mv "$HELM.tmp" "$HELM"
+}
+
 build() {
+  build_helm
   built && return 0
   command -v go >/dev/null || die "go is not installed (scripts/install-system-deps.sh)"
   mkdir -p "$CACHE_ROOT"
@@ -348,7 +364,8 @@ case "${1:-}" in
     echo "export KUBECONFIG=$RUN/admin.kubeconfig"
     echo "export NODELEDGER_KUBE_BIN=$BIN"
     echo "export NODELEDGER_KUBE_RUN=$RUN"
-    echo "export KUBECTL=$KUBECTL" ;;
+    echo "export KUBECTL=$KUBECTL"
+    echo "export HELM=$HELM" ;;
   scheduler) shift; extra_scheduler "$@" ;;
   stop-scheduler) shift; stop_scheduler "$@" ;;
   *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
