@@ -42,9 +42,13 @@ class Coloc:
         self, name: str = "nodeledger"
     ) -> contextlib.AbstractContextManager[ServiceProcess]:
         """`nodeledger serve` on the port the scheduler calls (restartable)."""
-        return running_service(
-            self.database_url, self.log_dir, env=self.env, name=name, port=self.port
-        )
+        return self.replica(name, self.port)
+
+    def replica(self, name: str, port: int) -> contextlib.AbstractContextManager[ServiceProcess]:
+        """A service process on the shared database; ``name`` is its leader-election
+        identity (replicas on one host must not share the default, the host name)."""
+        env = {**self.env, "NODELEDGER_KUBE_IDENTITY": name}
+        return running_service(self.database_url, self.log_dir, env=env, name=name, port=port)
 
     def get(self, path: str, **params: str) -> Any:
         return httpx.get(f"{self.url}{path}", params=params, timeout=30).json()

@@ -1,0 +1,135 @@
+"""The Kubernetes side's pure parts and loops, with fakes: extender decisions, GenericNode
+status, rate limiting, and the list-watch loop's recovery from expired watches."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from app.components import Health
+from app.kube.extender import filter_nodes, prioritize
+from app.kube.genericnode import same_status, status_of
+from app.kube.mirror import TokenBucket
+from app.kube.watch import ListWatch
+from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
+from app.ledger.resources import Resources
+from app.slurm.policy import KubeCaps
+
+GIB = 2**30
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def view(name: str, slurm_cpu: int = 0, pod_cpu: int = 0, health: str | None = None) -> NodeView:
+    holdings = []
+    for kind, cpu in ((HolderKind.SLURM_JOB, slurm_cpu), (HolderKind.POD, pod_cpu)):
+        if cpu:
+            holder = Holder(kind, f"{kind.value}-1")
+            holdings.append(Holding(name, holder, Resources(cpu, GIB), HoldingState.HELD, T0, T0))
+    spec = NodeSpec(capacity=Resources(16000, 32 * GIB, 2))
+    return NodeView(name, spec, None, health, tuple(holdings), T0, T0)
+
+
+def test_filter_keeps_nodes_with_room_and_says_why_for_the_rest() -> None:
+    views = {
+        "a": view("a"),
+        "b": view("b", slurm_cpu=15000),
+        "c": view("c", health="Slurm node c is DOWN"),
+    }
+    fits, failed = filter_nodes(Resources(2000, GIB), ["a", "b", "c", "x"], views)
+    assert fits == ["a"]
+    assert "cpu: requested 2, free 1" in failed["b"]
+    assert failed["c"] == "Slurm node c is DOWN"
+    assert "not managed" in failed["x"]
+
+
+def test_filter_applies_the_kubernetes_cap() -> None:
+    views = {"a": view("a", pod_cpu=7000)}
+    fits, failed = filter_nodes(Resources(2000, GIB), ["a"], views, KubeCaps(cpu_fraction=0.5))
+    assert fits == []
+    assert "cap 8" in failed["a"]
+
+
+def test_prioritize_prefers_idle_slurm_nodes() -> None:
+    views = {
+        "busy": view("busy", slurm_cpu=12000),
+        "idle": view("idle"),
+        "some": view("some", pod_cpu=8000),
+    }
+    scores = dict(prioritize(["busy", "idle", "some"], views))
+    assert scores["idle"] > scores["some"] > scores["busy"]
+    assert all(0 <= s <= 10 for s in scores.values())
+
+
+def test_genericnode_status_keeps_transition_times_until_something_changes() -> None:
+    node = view("a", slurm_cpu=4000, pod_cpu=1500)
+    first = status_of(node, Health("ok"), {}, T0, "nvidia.com/gpu")
+    assert first["allocatedResources"][0] == {
+        "type": "Kubernetes", "allocated": {"cpu": "1500m", "memory": "1Gi", "nvidia.com/gpu": "0"}
+    }  # fmt: skip
+    assert first["free"]["cpu"] == "10500m"
+    later = datetime(2026, 1, 2, tzinfo=UTC)
+    again = status_of(node, Health("ok"), first, later, "nvidia.com/gpu")
+    assert same_status(first, again)
+    down = status_of(node, Health("degraded", "Slurm unreachable"), first, later, "nvidia.com/gpu")
+    synced = {c["type"]: c for c in down["conditions"]}["SlurmSynced"]
+    assert synced["status"] == "False"
+    assert synced["lastTransitionTime"] == "2026-01-02T00:00:00Z"
+    assert {c["type"]: c for c in down["conditions"]}["Ready"][
+        "lastTransitionTime"
+    ] == "2026-01-01T00:00:00Z"
+
+
+def test_token_bucket_spreads_a_thousand_writes() -> None:
+    now = [0.0]
+    bucket = TokenBucket(rate=20, burst=50, monotonic=lambda: now[0])
+    written = 0
+    while now[0] < 1.0:
+        if bucket.wait_time() == 0:
+            written += 1
+        else:
+            now[0] += 0.01
+    assert written <= 50 + 20 + 1  # burst, then the rate
+
+
+class FakeWatchClient:
+    """Lists return 'rv-N'; the first watch ends in 410 Gone, the second yields events."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+        self.watches = 0
+
+    def list(self, path: str, **query: Any) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        return [{"metadata": {"name": "x", "resourceVersion": "1"}}], f"rv-{self.lists}"
+
+    def watch(self, path: str, version: str, timeout: int, **query: Any) -> Any:
+        self.watches += 1
+        if self.watches == 1:
+            yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
+        else:
+            yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "5"}}}
+            yield {"type": "ADDED", "object": {"metadata": {"name": "y", "resourceVersion": "6"}}}
+
+
+class Recorder:
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.resyncs: list[list[str]] = []
+        self.events: list[tuple[str, str]] = []
+
+    def resync(self, items: list[dict[str, Any]]) -> None:
+        self.resyncs.append([i["metadata"]["name"] for i in items])
+
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self.events.append((kind, obj["metadata"]["name"]))
+        self.stop.set()
+
+
+def test_an_expired_watch_relists_and_the_handler_resyncs() -> None:
+    stop = threading.Event()
+    client, handler = FakeWatchClient(), Recorder(stop)
+    ListWatch("things", client, "/things", handler).run(stop)  # type: ignore[arg-type]
+    assert client.lists == 2  # listed again after the 410
+    assert handler.resyncs == [["x"], ["x"]]
+    assert handler.events == [("ADDED", "y")]  # bookmarks are not events
