@@ -42,8 +42,9 @@ testenv-down:
 	-bash testenv/slurm/cluster.sh down
 	-bash testenv/postgres/pg.sh down
 
-bench: venv
+bench: venv testenv
 	$(BIN)/python -m bench.http_admissions
+	$(BIN)/python -m bench.slurm_admission
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis nodeledger.db*
