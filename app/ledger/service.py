@@ -262,19 +262,7 @@ class Ledger:
             free = allocatable - repo.held_on(row.id)
             rejection = _rejection(node, row.cordon_reason, row.health_reason, free, requests)
             if rejection is None:
-                values = {
-                    "node_id": row.id,
-                    "holder_kind": holder.kind.value,
-                    "holder_id": holder.id,
-                    "display_name": holder.display_name,
-                    "cpu_millis": requests.cpu_millis,
-                    "memory_bytes": requests.memory_bytes,
-                    "gpus": requests.gpus,
-                    "state": state.value,
-                    "created_at": now,
-                    "updated_at": now,
-                }
-                repo.insert_holding(values)
+                repo.insert_holding(_holding_values(row.id, holder, requests, state, now))
                 repo.append_event(
                     now,
                     EventKind.ADMITTED,
@@ -310,20 +298,7 @@ class Ledger:
                 if existing.node_name == node and holding.resources == requests:
                     return Admission(holding, False)
                 repo.delete_holding_returning(existing.id)
-            repo.insert_holding(
-                {
-                    "node_id": row.id,
-                    "holder_kind": holder.kind.value,
-                    "holder_id": holder.id,
-                    "display_name": holder.display_name,
-                    "cpu_millis": requests.cpu_millis,
-                    "memory_bytes": requests.memory_bytes,
-                    "gpus": requests.gpus,
-                    "state": HoldingState.HELD.value,
-                    "created_at": now,
-                    "updated_at": now,
-                }
-            )
+            repo.insert_holding(_holding_values(row.id, holder, requests, HoldingState.HELD, now))
             repo.append_event(
                 now,
                 EventKind.ADMITTED,
@@ -461,6 +436,23 @@ def _rejection(
     if short:
         return AdmissionRejected(describe_shortfalls(node, short), short)
     return None
+
+
+def _holding_values(
+    node_id: int, holder: Holder, requests: Resources, state: HoldingState, now: datetime
+) -> dict[str, Any]:
+    return {
+        "node_id": node_id,
+        "holder_kind": holder.kind.value,
+        "holder_id": holder.id,
+        "display_name": holder.display_name,
+        "cpu_millis": requests.cpu_millis,
+        "memory_bytes": requests.memory_bytes,
+        "gpus": requests.gpus,
+        "state": state.value,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def _same_holding(existing: Row[Any], node: str, requests: Resources) -> Holding:

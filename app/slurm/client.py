@@ -125,15 +125,9 @@ class SlurmClient:
         log.info("slurmrestd %s: using API %s", self.url, version)
         return version
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, str] | None = None,
-        json: dict[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
-        return self._request(method, f"/slurm/{self.version}/{path}", params=params, json=json)
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any] | None:
+        """A call under /slurm/<version>/ (``params``, ``json`` as for _request)."""
+        return self._request(method, f"/slurm/{self.version}/{path}", **kwargs)
 
     def _request(
         self,

@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.kube.coloc import NODES, Coloc, coloc_env
-from tests.support.kube_cluster import KubeCluster
+from tests.kube.coloc import NODES, Coloc
 from tests.support.service import ServiceProcess
-from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_cluster import wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
-
-
-@pytest.fixture
-def env(
-    kube_cluster: KubeCluster, slurm: SlurmCluster, sqlite_url: str, tmp_path: Path
-) -> Iterator[tuple[Coloc, ServiceProcess]]:
-    with coloc_env(kube_cluster, slurm, sqlite_url, tmp_path) as both:
-        yield both
 
 
 @pytest.fixture

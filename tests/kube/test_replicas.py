@@ -3,27 +3,16 @@ it stops, the other takes over without losing anything."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
-from tests.kube.coloc import Coloc, coloc_env
+from tests.kube.coloc import Coloc
 from tests.support.kube_cluster import KubeCluster
 from tests.support.net import free_port
 from tests.support.service import ServiceProcess
-from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_cluster import wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
-
-
-@pytest.fixture
-def env(
-    kube_cluster: KubeCluster, slurm: SlurmCluster, sqlite_url: str, tmp_path: Path
-) -> Iterator[tuple[Coloc, ServiceProcess]]:
-    with coloc_env(kube_cluster, slurm, sqlite_url, tmp_path) as both:
-        yield both
 
 
 def kube_health(url: str) -> str:

@@ -17,8 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tests.support.realenv import REPO
-from tests.support.slurm_cluster import wait_until
+from tests.support.realenv import REPO, run_script, wait_until
 
 SCRIPT = Path(REPO) / "testenv" / "kube" / "cluster.sh"
 
@@ -26,12 +25,7 @@ __all__ = ["SCRIPT", "KubeCluster", "cluster_sh", "wait_until"]
 
 
 def cluster_sh(*args: str, timeout: float = 300, check: bool = True) -> str:
-    result = subprocess.run(
-        ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if check and result.returncode != 0:
-        raise RuntimeError(f"cluster.sh {' '.join(args)} failed:\n{result.stderr[-3000:]}")
-    return result.stdout
+    return run_script(SCRIPT, *args, timeout=timeout, check=check)
 
 
 @dataclass(frozen=True)

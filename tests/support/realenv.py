@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn, TypeVar
 
 import pytest
 
@@ -20,3 +24,30 @@ def unavailable(component: str, why: str) -> NoReturn:
     if in_ci():
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+T = TypeVar("T")
+
+
+def run_script(script: Path, *args: str, timeout: float = 300, check: bool = True) -> str:
+    """Run a testenv script (bash); its stdout, or RuntimeError with its stderr."""
+    result = subprocess.run(
+        ["bash", str(script), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{script.name} {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float, interval: float = 0.1, what: str = "condition"
+) -> T:
+    """The predicate's first truthy value; AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

@@ -4,41 +4,20 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import httpx
 
-from tests.support.realenv import REPO
+from tests.support.realenv import REPO, run_script, wait_until
 
 SCRIPT = Path(REPO) / "testenv" / "slurm" / "cluster.sh"
-T = TypeVar("T")
+__all__ = ["SCRIPT", "SlurmCluster", "cluster_sh", "wait_until"]
 
 
 def cluster_sh(*args: str, timeout: float = 300, check: bool = True) -> str:
-    result = subprocess.run(
-        ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if check and result.returncode != 0:
-        raise RuntimeError(f"cluster.sh {' '.join(args)} failed:\n{result.stderr[-3000:]}")
-    return result.stdout
-
-
-def wait_until(
-    predicate: Callable[[], T], timeout: float, interval: float = 0.1, what: str = "condition"
-) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return run_script(SCRIPT, *args, timeout=timeout, check=check)
 
 
 @dataclass(frozen=True)
