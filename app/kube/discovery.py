@@ -63,6 +63,8 @@ class NodeDiscovery:
         self.gpu_resource = gpu_resource
         self._nodes: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._applied: dict[str, tuple[Resources, str | None]] = {}  # what the ledger has
+        self._genericnodes: set[str] = set()  # names known to have a GenericNode
 
     def managed(self, name: str) -> bool:
         with self._lock:
@@ -72,6 +74,10 @@ class NodeDiscovery:
     def resync(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
             self._nodes = {n["metadata"]["name"]: n for n in items}
+        self._applied.clear()  # a resync re-checks everything against the ledger
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        objects, _ = self.client.list(GENERICNODES, labelSelector=selector)
+        self._genericnodes = {o["metadata"]["name"] for o in objects}
         self.refresh()
         self._remove_gone()
 
@@ -108,36 +114,36 @@ class NodeDiscovery:
     def _ensure(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
         spec = self._spec(node)
+        key = (spec.capacity, spec.slurm_name)
+        if self._applied.get(name) == key and name in self._genericnodes:
+            return  # nothing changed: no database or API call (refresh runs every few s)
         try:
-            current = self.ledger.get_node(name)
+            current: NodeView | None = self.ledger.get_node(name)
         except NodeNotFound:
             current = None
-        if current is None or (current.spec.capacity, current.spec.slurm_name) != (
-            spec.capacity,
-            spec.slurm_name,
-        ):
-            labels = {**(current.spec.labels if current else {}), **spec.labels}
+        if current is None or (current.spec.capacity, current.spec.slurm_name) != key:
             merged = NodeSpec(
                 spec.capacity,
                 current.spec.reserved if current else Resources.ZERO,
                 spec.slurm_name,
-                labels,
+                {**(current.spec.labels if current else {}), **spec.labels},
             )
-            view, _ = self.ledger.upsert_node(
-                name, merged, cordon_reason=current.cordon_reason if current else None, force=True
-            )
-            current = view
-        self._ensure_genericnode(current)
-
-    def _ensure_genericnode(self, view: NodeView) -> None:
-        try:
-            self.client.request("GET", f"{GENERICNODES}/{view.name}")
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            self.client.request("POST", GENERICNODES, body=new_object(view, self.cluster_name))
+            cordon = current.cordon_reason if current else None
+            current, _ = self.ledger.upsert_node(name, merged, cordon_reason=cordon, force=True)
+        self._applied[name] = key
+        if name not in self._genericnodes:
+            try:
+                self.client.request(
+                    "POST", GENERICNODES, body=new_object(current, self.cluster_name)
+                )
+            except KubeError as exc:
+                if exc.status != 409:  # 409: it exists already
+                    raise
+            self._genericnodes.add(name)
 
     def _remove(self, name: str) -> None:
+        self._applied.pop(name, None)
+        self._genericnodes.discard(name)
         try:
             self.ledger.delete_node(name)
         except NodeInUse:
@@ -161,8 +167,5 @@ class NodeDiscovery:
         for view in self.ledger.list_nodes():
             if view.spec.labels.get(DISCOVERED) == "true" and view.name not in present:
                 self._remove(view.name)
-        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
-        objects, _ = self.client.list(GENERICNODES, labelSelector=selector)
-        for obj in objects:
-            if obj["metadata"]["name"] not in present:
-                self._remove(obj["metadata"]["name"])
+        for name in self._genericnodes - present:
+            self._remove(name)
