@@ -4,6 +4,7 @@ Kubernetes holds from the node's extra field; plus the C unit tests, under valgr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -52,6 +53,9 @@ def test_totals_come_from_the_nodes_hardware_not_slurm_conf(slurm: SlurmCluster)
 def test_runtime_counts_never_drain_the_node(slurm: SlurmCluster, gres: str) -> None:
     slurm.set_gres("n2", gres)
     before = int(slurm.node("n2")["slurmd_start_time"]["number"])
+    # The start time has second resolution (and reconfigure may just have restarted slurmd):
+    # restart in a later second so the new registration is visible.
+    time.sleep(max(0.0, before + 1.1 - time.time()))
     slurm.restart_slurmd("n2")
     wait_until(lambda: registered_since(slurm, "n2", before), 20, what="re-registration")
     wait_until(lambda: counts(slurm, "n2")["k8scpu"] == 16, 10, what="totals from hardware")
