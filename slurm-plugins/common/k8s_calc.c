@@ -15,12 +15,22 @@
 #include "k8s_calc.h"
 
 #define K8S_NAMES_CNT 3
-static const char *k8s_names[K8S_NAMES_CNT] = { "k8scpu", "k8smemory", "k8sgpu" };
+static const char *k8s_names[K8S_NAMES_CNT] = {
+	"k8scpu", "k8smemory", "k8sgpu"
+};
 
 static bool _set16(uint16_t v) { return (v != NO_VAL16) && (v != 0); }
 static bool _set32(uint32_t v) { return (v != NO_VAL) && (v != 0); }
 static uint64_t _max(uint64_t a, uint64_t b) { return (a > b) ? a : b; }
-static uint64_t _ceil_div(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }
+static uint64_t _ceil_div(uint64_t a, uint64_t b)
+{
+	return b ? (a + b - 1) / b : a;
+}
+
+static bool _name_is(const char *n, size_t n_len, const char *name)
+{
+	return (strlen(name) == n_len) && !strncmp(n, name, n_len);
+}
 
 /* "12", "64K", "2G" -> value; false when not a count. */
 static bool _parse_count(const char *s, size_t len, uint64_t *out)
@@ -67,7 +77,8 @@ static void _parse_tres_entry(const char *e, size_t len, const char **name,
 	if (*name_len > len)
 		*name_len = len;
 	*count = 1;
-	for (last = end; (last > e) && (last[-1] != ':') && (last[-1] != '='); last--)
+	for (last = end; (last > e) && (last[-1] != ':') && (last[-1] != '=');
+	     last--)
 		;
 	if ((last > e) && !_parse_count(last, (size_t) (end - last), count))
 		*count = 1;
@@ -138,8 +149,7 @@ static bool _is_ours(const char *entry, size_t len)
 
 	_parse_tres_entry(entry, len, &n, &n_len, &count);
 	for (int i = 0; i < K8S_NAMES_CNT; i++) {
-		if ((strlen(k8s_names[i]) == n_len) &&
-		    !strncmp(n, k8s_names[i], n_len))
+		if (_name_is(n, n_len, k8s_names[i]))
 			return true;
 	}
 	return false;
@@ -203,12 +213,13 @@ extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 				size_t n_len;
 				uint64_t count = 0;
 
-				_parse_tres_entry(entry, len, &n, &n_len, &count);
-				if ((n_len == 6) && !strncmp(n, "k8scpu", 6))
+				_parse_tres_entry(entry, len, &n, &n_len,
+						  &count);
+				if (_name_is(n, n_len, "k8scpu"))
 					*cpus = count;
-				else if ((n_len == 9) && !strncmp(n, "k8smemory", 9))
+				else if (_name_is(n, n_len, "k8smemory"))
 					*memory_mb = count;
-				else if ((n_len == 6) && !strncmp(n, "k8sgpu", 6))
+				else if (_name_is(n, n_len, "k8sgpu"))
 					*gpus = count;
 			}
 			return true;
@@ -226,7 +237,7 @@ static uint64_t _tasks_per_node(const k8s_request_t *req, k8s_counts_t *out)
 	if (!_set32(req->num_tasks))
 		return 1;
 	if (_set32(req->min_nodes) && (req->min_nodes > 1)) {
-		/* With -n, --ntasks-per-node is a maximum: it makes this exact. */
+		/* With -n, --ntasks-per-node is a maximum: now exact. */
 		uint64_t tpn = _ceil_div(req->num_tasks, req->min_nodes);
 		out->ntasks_per_node = (uint16_t) tpn;
 		return tpn;
@@ -252,21 +263,14 @@ static uint64_t _gpus_per_node(const k8s_request_t *req,
 	return 0;
 }
 
-static uint64_t _memory_per_node(const k8s_request_t *req,
-				 const k8s_node_shape_t *node,
-				 const k8s_defaults_t *def, uint64_t cpus,
-				 uint64_t gpus)
+/* Memory a node gives the job when no memory option was used. */
+static uint64_t _default_memory(const k8s_request_t *req,
+				const k8s_node_shape_t *node,
+				const k8s_defaults_t *def, uint64_t cpus,
+				uint64_t gpus)
 {
-	uint64_t mem = req->pn_min_memory, per_gpu;
+	uint64_t per_gpu;
 
-	if (mem != NO_VAL64) {
-		if (mem & MEM_PER_CPU) {
-			mem &= ~MEM_PER_CPU;
-			/* per CPU times the CPUs Slurm allocates (whole cores) */
-			return mem ? mem * cpus : node->memory_mb;
-		}
-		return mem ? mem : node->memory_mb;	/* --mem=0: all of it */
-	}
 	if (gpus && (per_gpu = k8s_tres_count(req->mem_per_tres, "gpu")))
 		return per_gpu * gpus;
 	if (gpus && def->mem_per_gpu)
@@ -278,50 +282,94 @@ static uint64_t _memory_per_node(const k8s_request_t *req,
 	return node->memory_mb;	/* no default: Slurm gives the whole node */
 }
 
+/* Round up to what select/cons_tres allocates: whole cores (or sockets). */
+static uint64_t _allocated_cpus(const k8s_request_t *req,
+				const k8s_node_shape_t *node, uint64_t cpus)
+{
+	uint64_t tpc = node->threads_per_core ? node->threads_per_core : 1;
+
+	if ((req->threads_per_core == 1) && (tpc > 1))
+		cpus *= tpc;	/* --hint=nomultithread: a core per CPU */
+	cpus = _ceil_div(cpus, tpc) * tpc;
+	if (node->socket_cpus)
+		cpus = _ceil_div(cpus, node->socket_cpus) * node->socket_cpus;
+	return cpus;
+}
+
 extern int k8s_compute(const k8s_request_t *req, const k8s_node_shape_t *node,
 		       const k8s_defaults_t *def, k8s_counts_t *out,
 		       char *why, size_t why_len)
 {
-	uint64_t tpn, cpt, gpus, cpg, cpus, tpc;
+	uint64_t tpn, cpt, gpus, cpg, cpus, mem = NO_VAL64, mem_per_cpu = 0;
 
 	out->ntasks_per_node = NO_VAL16;
 	tpn = _tasks_per_node(req, out);
 	gpus = _gpus_per_node(req, node, tpn);
 	cpt = _set16(req->cpus_per_task) ? req->cpus_per_task : 1;
+
+	if (req->pn_min_memory == NO_VAL64) {
+		;	/* a default, below: it may depend on the CPUs */
+	} else if (req->pn_min_memory & MEM_PER_CPU) {
+		mem_per_cpu = req->pn_min_memory & ~MEM_PER_CPU;
+		uint64_t max = def->max_mem_per_cpu, ratio;
+
+		if (max && (mem_per_cpu > max)) {
+			/* Slurm keeps the memory, multiplies CPUs per task. */
+			ratio = _ceil_div(mem_per_cpu, max);
+			cpt *= ratio;
+			mem_per_cpu = _ceil_div(mem_per_cpu, ratio);
+		}
+	} else {
+		mem = req->pn_min_memory ? req->pn_min_memory : node->memory_mb;
+	}
+
 	cpus = tpn * cpt;
+	if (_set16(req->pn_min_cpus))
+		cpus = _max(cpus, req->pn_min_cpus);
 	cpg = k8s_tres_count(req->cpus_per_tres, "gpu");
 	if (!cpg && !_set16(req->cpus_per_task))
 		cpg = def->cpus_per_gpu;
 	if (gpus && cpg)
 		cpus = _max(cpus, cpg * gpus);
+	if ((mem != NO_VAL64) && def->max_mem_per_cpu)
+		cpus = _max(cpus, _ceil_div(mem, def->max_mem_per_cpu));
 	if (req->exclusive) {
 		/*
-		 * A whole node: all its CPUs, so any node where Kubernetes holds
-		 * something is out. GPUs only as many as every node has, so
-		 * GPU-less nodes of the partition stay usable.
+		 * A whole node: all its CPUs, so any node where Kubernetes
+		 * holds something is out. GPUs only as many as every node
+		 * has, so GPU-less nodes of the partition stay usable.
 		 */
 		cpus = node->cpus;
 		gpus = _max(gpus, node->gpus_everywhere);
 	}
-
-	/* Slurm allocates whole cores. */
-	tpc = node->threads_per_core ? node->threads_per_core : 1;
-	if ((req->threads_per_core == 1) && (tpc > 1))
-		cpus *= tpc;	/* --hint=nomultithread: one task CPU per core */
-	else
-		cpus = _ceil_div(cpus, tpc) * tpc;
+	cpus = _allocated_cpus(req, node, cpus);
 
 	if (node->cpus && (cpus > node->cpus)) {
-		snprintf(why, why_len,
-			 "this job needs %llu CPUs on one node but the largest node has %u: "
-			 "spread it with -N/--nodes or --ntasks-per-node",
-			 (unsigned long long) cpus, node->cpus);
+		if (cpt > node->cpus)
+			snprintf(why, why_len,
+				 "each task needs %llu CPUs but the largest "
+				 "node has %u: lower --cpus-per-task (or "
+				 "--mem-per-cpu)",
+				 (unsigned long long) cpt, node->cpus);
+		else
+			snprintf(why, why_len,
+				 "this job needs %llu CPUs on one node but the "
+				 "largest node has %u: spread it with "
+				 "-N/--nodes or --ntasks-per-node",
+				 (unsigned long long) cpus, node->cpus);
 		return -1;
 	}
 
+	if (mem_per_cpu)
+		mem = mem_per_cpu * cpus;	/* times allocated CPUs */
+	else if (req->pn_min_memory == MEM_PER_CPU)
+		mem = node->memory_mb;		/* --mem-per-cpu=0: all of it */
+	else if (mem == NO_VAL64)
+		mem = _default_memory(req, node, def, cpus, gpus);
+
 	out->cpus = _max(cpus, k8s_tres_count(req->tres_per_node, "k8scpu"));
-	out->memory_mb = _max(_memory_per_node(req, node, def, cpus, gpus),
-			      k8s_tres_count(req->tres_per_node, "k8smemory"));
+	out->memory_mb = _max(mem, k8s_tres_count(req->tres_per_node,
+						  "k8smemory"));
 	out->gpus = _max(gpus, k8s_tres_count(req->tres_per_node, "k8sgpu"));
 	return 0;
 }

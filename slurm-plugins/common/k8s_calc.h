@@ -17,28 +17,31 @@
 typedef struct {
 	uint32_t cpus;
 	uint16_t threads_per_core;
+	uint32_t socket_cpus;	/* CPUs per socket with CR_Socket, else 0 */
 	uint64_t memory_mb;	/* RealMemory - MemSpecLimit */
 	uint64_t gpus;
 	uint64_t gpus_everywhere; /* GPUs every node has (0 if one has none) */
 } k8s_node_shape_t;
 
-/* Partition (else cluster) defaults, already resolved; 0 = not set. */
+/* Partition (else cluster) defaults and limits, resolved; 0 = not set. */
 typedef struct {
 	uint64_t mem_per_cpu;	/* MB, DefMemPerCPU */
 	uint64_t mem_per_node;	/* MB, DefMemPerNode */
 	uint64_t mem_per_gpu;	/* MB, DefMemPerGPU */
 	uint64_t cpus_per_gpu;	/* DefCpuPerGPU */
+	uint64_t max_mem_per_cpu; /* MB, MaxMemPerCPU: Slurm adds CPUs for it */
 } k8s_defaults_t;
 
-/* The job's request as slurmctld holds it: unset = NO_VAL / NO_VAL16 / NO_VAL64 / NULL. */
+/* The job's request as slurmctld holds it: unset = NO_VAL* or NULL. */
 typedef struct {
 	uint32_t min_nodes;
 	uint32_t num_tasks;
 	uint16_t ntasks_per_node;
 	uint16_t cpus_per_task;
+	uint16_t pn_min_cpus;		/* --mincpus */
 	uint16_t threads_per_core;	/* 1 with --hint=nomultithread */
-	bool exclusive;			/* --exclusive (whole node) */
-	uint64_t pn_min_memory;		/* --mem, or --mem-per-cpu | MEM_PER_CPU */
+	bool exclusive;			/* or OverSubscribe=EXCLUSIVE */
+	uint64_t pn_min_memory;		/* --mem, --mem-per-cpu | MEM_PER_CPU */
 	const char *tres_per_node;	/* "gres/gpu:2,gres/k8scpu:4" */
 	const char *tres_per_job;	/* --gpus */
 	const char *tres_per_task;	/* --gpus-per-task, "cpu=N" */
@@ -50,7 +53,7 @@ typedef struct {
 	uint64_t cpus;
 	uint64_t memory_mb;
 	uint64_t gpus;
-	uint16_t ntasks_per_node;	/* to set on the job (a maximum), or NO_VAL16 */
+	uint16_t ntasks_per_node;	/* to set on the job, or NO_VAL16 */
 } k8s_counts_t;
 
 /*

@@ -8,7 +8,8 @@
 #   cluster.sh status           exit 0 when slurmctld, every node and slurmrestd answer
 #   cluster.sh env              export lines: SLURMRESTD_URL, SLURM_JWT_TOKEN_FILE, ...
 #   cluster.sh exec CMD...      run a Slurm client command inside the cluster
-#   cluster.sh restart-ctld | reconfigure | restart-slurmd NODE | stop-restd | start-restd
+#   cluster.sh restart-ctld | reconfigure | restart-slurmd NODE | stop-slurmd NODE
+#   cluster.sh stop-restd | start-restd
 #
 # Daemons run in a private mount namespace (only /proc is mounted, the host sees nothing);
 # client commands enter that namespace. Set NODELEDGER_SLURM_PLUGINS=off to run without
@@ -109,6 +110,16 @@ daemon_pids() {   # every process whose root is the chroot
   done
   return 0
 }
+
+cluster_pids() {  # cluster_pids REGEX: this cluster's processes whose command line matches
+  local p
+  for p in $(daemon_pids); do
+    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | sed 's/ $//' | grep -qE -- "$1" && echo "$p"
+  done
+  return 0
+}
+
+no_cluster_pids() { [ -z "$(cluster_pids "$1")" ]; }
 
 anchor_pid() {    # a process inside the cluster's mount namespace
   local pid
@@ -237,12 +248,18 @@ start_restd() {
   disown
 }
 
+stop_slurmd() {
+  local pids
+  pids=$(cluster_pids "^/usr/sbin/slurmd -N $1\$")
+  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  wait_for 20 "slurmd stop" no_cluster_pids "^/usr/sbin/slurmd -N $1\$"
+}
+
 stop_restd() {
-  pkill -f "^/usr/sbin/slurmrestd .*:$RESTD_PORT" || true
-  local n=0
-  while pgrep -f "^/usr/sbin/slurmrestd .*:$RESTD_PORT" >/dev/null && [ $n -lt 50 ]; do
-    sleep 0.1; n=$((n + 1))
-  done
+  local pids
+  pids=$(cluster_pids "^/usr/sbin/slurmrestd .*:$RESTD_PORT")
+  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  wait_for 5 "slurmrestd stop" no_cluster_pids "^/usr/sbin/slurmrestd .*:$RESTD_PORT" || true
 }
 
 restd_ok() {
@@ -335,16 +352,18 @@ case "${1:-}" in
   exec) shift; cd / && in_cluster "$@" ;;
   restart-ctld)
     in_cluster scontrol shutdown slurmctld >/dev/null 2>&1 || true
-    wait_for 20 "slurmctld stop" bash -c "! pgrep -f '^/usr/sbin/slurmctld' >/dev/null" || pkill -9 -f '^/usr/sbin/slurmctld' || true
+    # Only this cluster's processes: another cluster may run beside it on the same host.
+    wait_for 20 "slurmctld stop" no_cluster_pids '^/usr/sbin/slurmctld' \
+      || kill -9 $(cluster_pids '^/usr/sbin/slurmctld') 2>/dev/null || true
     in_cluster /usr/sbin/slurmctld
     wait_for 60 "nodes" nodes_ok || { logs_tail; die "nodes did not come back"; } ;;
   reconfigure) in_cluster scontrol reconfigure ;;
+  stop-slurmd) stop_slurmd "${2:?node name}" ;;
   restart-slurmd)
     node=${2:?node name}
-    pkill -f "^/usr/sbin/slurmd -N $node\$" || true
-    wait_for 20 "slurmd stop" bash -c "! pgrep -f '^/usr/sbin/slurmd -N $node\$' >/dev/null"
+    stop_slurmd "$node"
     in_cluster /usr/sbin/slurmd -N "$node" ;;
   stop-restd) stop_restd ;;
   start-restd) stop_restd; start_restd; wait_for 30 "slurmrestd" restd_ok || die "slurmrestd did not answer" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

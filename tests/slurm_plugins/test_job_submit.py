@@ -1,12 +1,15 @@
 """job_submit/k8s_resource_completion inside the real Slurm 24.11: every way of asking for
-CPUs, memory and GPUs ends in the right k8scpu/k8smemory/k8sgpu per node."""
+CPUs, memory and GPUs ends in the right k8scpu/k8smemory/k8sgpu per node, and never in
+less than what Slurm then really allocates."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -14,9 +17,26 @@ from tests.support.slurm_cluster import SCRIPT, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 
+# Created for this module: the plugin must honour partition-level exclusivity, memory
+# limits and jobs that name several partitions.
+PARTITIONS = {
+    "whole": "OverSubscribe=EXCLUSIVE",  # every job gets whole nodes
+    "capped": "MaxMemPerCPU=500",  # Slurm adds CPUs to keep memory per CPU under 500
+}
+
+
+@pytest.fixture(scope="module")
+def partitions(slurm_cluster: SlurmCluster) -> Iterator[None]:
+    for name, options in PARTITIONS.items():
+        slurm_cluster.run("scontrol", "delete", f"PartitionName={name}", check=False)
+        slurm_cluster.run("scontrol", "create", f"PartitionName={name}", "Nodes=n1,n2", options)
+    yield
+    for name in PARTITIONS:
+        slurm_cluster.run("scontrol", "delete", f"PartitionName={name}", check=False)
+
 
 @pytest.fixture
-def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+def slurm(slurm_cluster: SlurmCluster, partitions: None) -> Iterator[SlurmCluster]:
     slurm_cluster.reset()
     yield slurm_cluster
     slurm_cluster.reset()
@@ -33,58 +53,110 @@ def k8s_gres(tres_per_node: str) -> dict[str, int]:
     return found
 
 
-def tres_per_node(slurm: SlurmCluster, job_id: str) -> str:
-    return str(
-        json.loads(slurm.run("scontrol", "--json", "show", "job", job_id))["jobs"][0][
-            "tres_per_node"
-        ]
-    )
+def job_k8s(slurm: SlurmCluster, job_id: str) -> dict[str, int]:
+    return k8s_gres(str(slurm.job(job_id)["tres_per_node"]))
 
 
 # (sbatch options, expected per-node counts). Nodes: 16 CPUs as 8 cores x 2 threads,
 # 32000 MB, DefMemPerCPU=1000; n3 has 4 GPUs. Slurm allocates whole cores.
-SBATCH_MATRIX = [
+SBATCH_MATRIX: list[tuple[list[str], dict[str, int]]] = [
     ([], {"k8scpu": 2, "k8smemory": 2000}),
     (["-c", "2", "--mem=100"], {"k8scpu": 2, "k8smemory": 100}),
     (["-c", "3"], {"k8scpu": 4, "k8smemory": 4000}),
     (["-n", "5"], {"k8scpu": 6, "k8smemory": 6000}),
-    (["-n", "2", "--mem-per-cpu=50"], {"k8scpu": 2, "k8smemory": 100}),
-    (["-c", "1", "--mem-per-cpu=300"], {"k8scpu": 2, "k8smemory": 600}),
+    (["-n", "3", "-c", "3"], {"k8scpu": 10, "k8smemory": 10000}),
+    (["-n", "5", "--ntasks-per-node=3"], {"k8scpu": 4, "k8smemory": 4000}),
     (["-N", "2", "-n", "5"], {"k8scpu": 4, "k8smemory": 4000}),
     (["-N", "2", "--ntasks-per-node=3", "-c", "2"], {"k8scpu": 6, "k8smemory": 6000}),
+    (["-N", "2", "-n", "4", "--mem-per-cpu=200"], {"k8scpu": 2, "k8smemory": 400}),
+    (["-N", "3"], {"k8scpu": 2, "k8smemory": 2000}),
+    (["--mincpus=5"], {"k8scpu": 6, "k8smemory": 6000}),
+    (["--hint=nomultithread", "-n", "3"], {"k8scpu": 6, "k8smemory": 6000}),
+    (["-n", "2", "--mem-per-cpu=50"], {"k8scpu": 2, "k8smemory": 100}),
+    (["-c", "1", "--mem-per-cpu=300"], {"k8scpu": 2, "k8smemory": 600}),
+    (["-n", "3", "--mem-per-cpu=100"], {"k8scpu": 4, "k8smemory": 400}),
     (["--mem=0"], {"k8scpu": 2, "k8smemory": 32000}),
+    (["--mem-per-cpu=0"], {"k8scpu": 2, "k8smemory": 32000}),
     (["--exclusive"], {"k8scpu": 16, "k8smemory": 16000}),
+    (["--exclusive", "--mem=8000"], {"k8scpu": 16, "k8smemory": 8000}),
+    (["--exclusive", "--mem-per-cpu=100"], {"k8scpu": 16, "k8smemory": 1600}),
+    (["-N", "2", "--exclusive"], {"k8scpu": 16, "k8smemory": 16000}),
     (["-w", "n3", "--gpus-per-node=2"], {"k8scpu": 2, "k8smemory": 2000, "k8sgpu": 2}),
+    (["--gpus-per-node=2", "--mem-per-gpu=3000"], {"k8scpu": 2, "k8smemory": 6000, "k8sgpu": 2}),
     (["--gres=gpu:1", "--mem-per-gpu=4000"], {"k8scpu": 2, "k8smemory": 4000, "k8sgpu": 1}),
     (["-n", "2", "--gpus-per-task=1"], {"k8scpu": 2, "k8smemory": 2000, "k8sgpu": 2}),
     (["--gpus=2", "--cpus-per-gpu=3"], {"k8scpu": 6, "k8smemory": 6000, "k8sgpu": 2}),
-    (["--hint=nomultithread", "-n", "3"], {"k8scpu": 6, "k8smemory": 6000}),
     (["--gres=k8scpu:8"], {"k8scpu": 8, "k8smemory": 2000}),  # more than needed: kept
     (["-c", "4", "--gres=k8scpu:1"], {"k8scpu": 4, "k8smemory": 4000}),  # less: raised
+    # Partitions made by the fixture.
+    (["-p", "whole"], {"k8scpu": 16, "k8smemory": 16000}),
+    (["-p", "whole", "--mem-per-cpu=100"], {"k8scpu": 16, "k8smemory": 1600}),
+    (["-p", "debug,whole"], {"k8scpu": 16, "k8smemory": 16000}),  # either: the larger
+    (["-p", "capped", "-c", "2", "--mem-per-cpu=1000"], {"k8scpu": 4, "k8smemory": 2000}),
+    (["-p", "capped", "--mem=3000"], {"k8scpu": 6, "k8smemory": 3000}),
 ]
 
 
+def _ids(value: object) -> str:
+    return " ".join(value) or "(nothing)" if isinstance(value, list) else ""
+
+
 @pytest.mark.parametrize(
-    ("options", "expected"), SBATCH_MATRIX, ids=lambda v: " ".join(v) if isinstance(v, list) else ""
+    ("options", "expected"), SBATCH_MATRIX, ids=[_ids(options) for options, _ in SBATCH_MATRIX]
 )
 def test_sbatch(slurm: SlurmCluster, options: list[str], expected: dict[str, int]) -> None:
     job = slurm.sbatch("-H", *options, "--wrap", "true")
-    assert k8s_gres(tres_per_node(slurm, job)) == expected
+    assert job_k8s(slurm, job) == expected
+
+
+def _allocated(job: dict[str, Any]) -> list[tuple[str, int, int, int]]:
+    """(node, CPUs, MB, GPUs) Slurm allocated on each node of a finished job."""
+    gpus = sum(int(n) for n in re.findall(r"gres/gpu(?::[^=,]+)?=(\d+)", job["tres_alloc_str"]))
+    nodes = job["job_resources"]["nodes"]["allocation"]
+    assert gpus == 0 or len(nodes) == 1, "GPU jobs of this matrix use one node"
+    return [(n["name"], n["cpus"]["count"], n["memory"]["allocated"], gpus) for n in nodes]
+
+
+def test_counts_never_undercount_what_slurm_allocates(slurm: SlurmCluster) -> None:
+    """The whole matrix run for real: per node, the k8s GRES cover the CPUs, memory and
+    GPUs select/cons_tres allocated. This is what keeps Slurm off Kubernetes' share."""
+    jobs = {slurm.sbatch(*options, "--wrap", "true"): options for options, _ in SBATCH_MATRIX}
+
+    def finished() -> dict[str, dict[str, Any]]:
+        data = json.loads(slurm.run("scontrol", "--json", "show", "job"))["jobs"]
+        done = {str(j["job_id"]): j for j in data if str(j["job_id"]) in jobs}
+        active = {"PENDING", "RUNNING", "COMPLETING"}
+        ended = not any(active & set(j["job_state"]) for j in done.values())
+        return done if len(done) == len(jobs) and ended else {}
+
+    for job_id, job in wait_until(finished, 60, interval=0.5, what="matrix jobs to finish").items():
+        options = " ".join(jobs[job_id])
+        assert job["job_state"] == ["COMPLETED"], f"{options}: {job['job_state']}"
+        want = k8s_gres(job["tres_per_node"])
+        held = (want["k8scpu"], want["k8smemory"], want.get("k8sgpu", 0))
+        for node, *used in _allocated(job):
+            short = [(u, h) for u, h in zip(used, held, strict=True) if u > h]
+            assert not short, f"[{options}] on {node}: allocated (CPUs, MB, GPUs) {used} > {held}"
 
 
 def test_sbatch_with_ntasks_and_nodes_caps_tasks_per_node(slurm: SlurmCluster) -> None:
     job = slurm.sbatch("-H", "-N", "2", "-n", "5", "--wrap", "true")
-    assert (
-        json.loads(slurm.run("scontrol", "--json", "show", "job", job))["jobs"][0][
-            "tasks_per_node"
-        ]["number"]
-        == 3
-    )
+    assert slurm.job(job)["tasks_per_node"]["number"] == 3
 
 
-def test_a_request_no_node_can_hold_is_refused_with_advice(slurm: SlurmCluster) -> None:
-    with pytest.raises(RuntimeError, match="spread it with -N/--nodes or --ntasks-per-node"):
-        slurm.sbatch("-H", "-n", "20", "--wrap", "true")
+@pytest.mark.parametrize(
+    ("options", "advice"),
+    [
+        (["-n", "20"], "spread it with -N/--nodes or --ntasks-per-node"),
+        (["-c", "20"], "lower --cpus-per-task"),
+    ],
+    ids=_ids,
+)
+def test_a_request_no_node_can_hold_is_refused_with_advice(
+    slurm: SlurmCluster, options: list[str], advice: str
+) -> None:
+    with pytest.raises(RuntimeError, match=re.escape(advice)):
+        slurm.sbatch("-H", *options, "--wrap", "true")
 
 
 def test_heterogeneous_job_components_each_get_their_own(slurm: SlurmCluster) -> None:
@@ -94,44 +166,75 @@ def test_heterogeneous_job_components_each_get_their_own(slurm: SlurmCluster) ->
     assert by_offset == {0: {"k8scpu": 2, "k8smemory": 100}, 1: {"k8scpu": 6, "k8smemory": 200}}
 
 
-@pytest.mark.parametrize("command", ["srun", "salloc"])
-def test_srun_and_salloc(slurm: SlurmCluster, command: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "options", "expected"),
+    [
+        ("srun", ["-c", "2", "--mem=500"], {"k8scpu": 2, "k8smemory": 500}),
+        ("srun", ["-n", "3", "--mem-per-cpu=300"], {"k8scpu": 4, "k8smemory": 1200}),
+        ("srun", ["--gpus=1"], {"k8scpu": 2, "k8smemory": 2000, "k8sgpu": 1}),
+        ("salloc", ["-c", "2", "--mem=500"], {"k8scpu": 2, "k8smemory": 500}),
+        ("salloc", ["--exclusive"], {"k8scpu": 16, "k8smemory": 16000}),
+        ("salloc", ["-N", "2", "-n", "6"], {"k8scpu": 4, "k8smemory": 4000}),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v if isinstance(v, str) else "",
+)
+def test_srun_and_salloc(
+    slurm: SlurmCluster, command: str, options: list[str], expected: dict[str, int]
+) -> None:
     name = f"plugin-{command}"
-    args = ["bash", str(SCRIPT), "exec", command, "-H", "-J", name, "-c", "2", "--mem=500", "true"]
+    args = ["bash", str(SCRIPT), "exec", command, "-H", "-J", name, *options, "true"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         job = wait_until(
             lambda: slurm.run("squeue", "-h", "-n", name, "-o", "%i").strip(), 10, what="job"
         )
-        assert k8s_gres(tres_per_node(slurm, job)) == {"k8scpu": 2, "k8smemory": 500}
+        assert job_k8s(slurm, job) == expected
     finally:
         slurm.run("scancel", "-n", name, check=False)
         proc.terminate()
         proc.wait(10)
 
 
-def test_rest_submit(slurm: SlurmCluster) -> None:
+@pytest.mark.parametrize(
+    ("request_fields", "expected"),
+    [
+        (
+            {"cpus_per_task": 4, "memory_per_node": {"set": True, "number": 1000}},
+            {"k8scpu": 4, "k8smemory": 1000},
+        ),
+        (
+            {"tasks": 3, "memory_per_cpu": {"set": True, "number": 300}},
+            {"k8scpu": 4, "k8smemory": 1200},
+        ),
+        ({"tres_per_node": "gres/gpu:1"}, {"k8scpu": 2, "k8smemory": 2000, "k8sgpu": 1}),
+    ],
+    ids=["cpus_per_task+memory_per_node", "tasks+memory_per_cpu", "tres_per_node gpu"],
+)
+def test_rest_submit(
+    slurm: SlurmCluster, request_fields: dict[str, Any], expected: dict[str, int]
+) -> None:
     body = {
         "script": "#!/bin/sh\ntrue\n",
         "job": {
-            "name": "plugin-rest", "cpus_per_task": 4, "hold": True,
-            "current_working_directory": "/tmp", "environment": ["PATH=/bin"],
-            "memory_per_node": {"set": True, "number": 1000},
+            "name": "plugin-rest", "hold": True, "current_working_directory": "/tmp",
+            "environment": ["PATH=/bin"], **request_fields,
         },
     }  # fmt: skip
     answer = slurm.rest("POST", "job/submit", json=body)
     assert answer.status_code == 200, answer.text
-    job = str(answer.json()["job_id"])
-    assert k8s_gres(tres_per_node(slurm, job)) == {"k8scpu": 4, "k8smemory": 1000}
+    assert job_k8s(slurm, str(answer.json()["job_id"])) == expected
 
 
 def test_job_modify_recomputes_and_never_duplicates(slurm: SlurmCluster) -> None:
     job = slurm.sbatch("-H", "-c", "2", "--mem=100", "--gres=gpu:0", "--wrap", "true")
     slurm.run("scontrol", "update", f"jobid={job}", "MinMemoryNode=3000")
-    assert k8s_gres(tres_per_node(slurm, job)) == {"k8scpu": 2, "k8smemory": 3000}
+    assert job_k8s(slurm, job) == {"k8scpu": 2, "k8smemory": 3000}
     slurm.run("scontrol", "update", f"jobid={job}", "NumTasks=3")
     slurm.run("scontrol", "update", f"jobid={job}", "NumTasks=3")
-    assert k8s_gres(tres_per_node(slurm, job)) == {"k8scpu": 6, "k8smemory": 3000}
+    assert job_k8s(slurm, job) == {"k8scpu": 6, "k8smemory": 3000}
+    slurm.run("scontrol", "update", f"jobid={job}", "MinMemoryCPU=200")
+    assert job_k8s(slurm, job) == {"k8scpu": 6, "k8smemory": 1200}
     slurm.run("scontrol", "release", job)  # job_modify runs on release too: no change
     time.sleep(0.5)
-    assert k8s_gres(tres_per_node(slurm, job))["k8scpu"] == 6
+    assert slurm.job(job)["tres_per_node"].count("k8scpu") == 1
+    assert job_k8s(slurm, job)["k8scpu"] == 6

@@ -28,44 +28,31 @@ const char plugin_name[] = "Kubernetes resource completion job_submit plugin";
 const char plugin_type[] = "job_submit/k8s_resource_completion";
 const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
-/* The job's first requested partition, else the default one. */
-static part_record_t *_partition(const char *names)
-{
-	part_record_t *part = NULL;
-	char *copy, *save = NULL, *first;
-
-	if (!names)
-		return default_part_loc;
-	copy = xstrdup(names);
-	if ((first = strtok_r(copy, ",", &save)))
-		part = find_part_record(first);
-	xfree(copy);
-	return part ? part : default_part_loc;
-}
-
-/* The largest node of the partition (all nodes without one): never undercount. */
+/* The largest node of the partition (of all without one): no undercount. */
 static void _node_shape(part_record_t *part, k8s_node_shape_t *shape)
 {
+	bool by_socket = slurm_conf.select_type_param & CR_SOCKET;
 	node_record_t *node_ptr;
 	uint64_t memory, gpus;
 
 	memset(shape, 0, sizeof(*shape));
 	shape->gpus_everywhere = UINT64_MAX;
-	for (int i = 0; (node_ptr = part ? next_node_bitmap(part->node_bitmap, &i) :
-				   next_node(&i)); i++) {
+	for (int i = 0;
+	     (node_ptr = part ? next_node_bitmap(part->node_bitmap, &i) :
+	      next_node(&i)); i++) {
 		memory = node_ptr->real_memory - node_ptr->mem_spec_limit;
 		gpus = k8s_gres_count(node_ptr->config_ptr ?
 				      node_ptr->config_ptr->gres : NULL, "gpu");
-		if (node_ptr->cpus > shape->cpus)
-			shape->cpus = node_ptr->cpus;
-		if (node_ptr->tpc > shape->threads_per_core)
-			shape->threads_per_core = node_ptr->tpc;
-		if (memory > shape->memory_mb)
-			shape->memory_mb = memory;
-		if (gpus > shape->gpus)
-			shape->gpus = gpus;
-		if (gpus < shape->gpus_everywhere)
-			shape->gpus_everywhere = gpus;
+		shape->cpus = MAX(shape->cpus, node_ptr->cpus);
+		shape->threads_per_core = MAX(shape->threads_per_core,
+					      node_ptr->tpc);
+		if (by_socket)	/* CR_Socket allocates whole sockets */
+			shape->socket_cpus = MAX(shape->socket_cpus,
+						 node_ptr->cores *
+						 node_ptr->tpc);
+		shape->memory_mb = MAX(shape->memory_mb, memory);
+		shape->gpus = MAX(shape->gpus, gpus);
+		shape->gpus_everywhere = MIN(shape->gpus_everywhere, gpus);
 	}
 	if (shape->gpus_everywhere == UINT64_MAX)
 		shape->gpus_everywhere = 0;
@@ -83,37 +70,100 @@ static int _job_default(void *x, void *arg)
 	return 0;
 }
 
-/* Defaults slurmctld applies only after job_submit: the partition's, else the cluster's. */
+static bool _mem_set(uint64_t mem)
+{
+	return mem && (mem != NO_VAL64);
+}
+
+/*
+ * Defaults slurmctld applies only after job_submit, and MaxMemPerCPU: the
+ * partition's, else the cluster's.
+ */
 static void _defaults(part_record_t *part, k8s_defaults_t *defaults)
 {
-	uint64_t mem = (part && part->def_mem_per_cpu) ?
+	uint64_t mem = (part && _mem_set(part->def_mem_per_cpu)) ?
 		part->def_mem_per_cpu : slurm_conf.def_mem_per_cpu;
+	uint64_t max = (part && _mem_set(part->max_mem_per_cpu)) ?
+		part->max_mem_per_cpu : slurm_conf.max_mem_per_cpu;
 	list_t *job_defaults = (part && part->job_defaults_list) ?
 		part->job_defaults_list : slurm_conf.job_defaults_list;
 
 	memset(defaults, 0, sizeof(*defaults));
-	if ((mem != NO_VAL64) && (mem & MEM_PER_CPU))
+	if (_mem_set(mem) && (mem & MEM_PER_CPU))
 		defaults->mem_per_cpu = mem & ~MEM_PER_CPU;
-	else if (mem != NO_VAL64)
+	else if (_mem_set(mem))
 		defaults->mem_per_node = mem;
+	if (_mem_set(max) && (max & MEM_PER_CPU))
+		defaults->max_mem_per_cpu = max & ~MEM_PER_CPU;
 	if (job_defaults)
 		list_for_each(job_defaults, _job_default, defaults);
 }
 
-/* Compute the counts and write them into job_desc->tres_per_node. */
-static int _complete(job_desc_msg_t *job_desc, const k8s_request_t *req,
-		     const char *base_tres, part_record_t *part, char **err_msg)
+/* Counts if the job runs in this partition; -1 if no node there holds them. */
+static int _compute_in(const k8s_request_t *req, part_record_t *part,
+		       k8s_counts_t *counts, char *why, size_t why_len)
 {
+	k8s_request_t in_part = *req;
 	k8s_node_shape_t shape;
 	k8s_defaults_t defaults;
+
+	if (part && (part->max_share == 0))
+		in_part.exclusive = true;	/* OverSubscribe=EXCLUSIVE */
+	_node_shape(part, &shape);
+	_defaults(part, &defaults);
+	return k8s_compute(&in_part, &shape, &defaults, counts, why, why_len);
+}
+
+/*
+ * The job may run in any partition it names: take the largest counts over those
+ * where it fits. Rejected only when it fits in none.
+ */
+static int _compute(const k8s_request_t *req, const char *partitions,
+		    k8s_counts_t *counts, char *why, size_t why_len)
+{
+	char *copy, *name, *save = NULL, part_why[256];
+	k8s_counts_t one;
+	part_record_t *part;
+	int rc = -1;
+
+	if (!partitions)
+		return _compute_in(req, default_part_loc, counts, why, why_len);
+	copy = xstrdup(partitions);
+	for (name = strtok_r(copy, ",", &save); name;
+	     name = strtok_r(NULL, ",", &save)) {
+		if (!(part = find_part_record(name)))
+			continue;	/* slurmctld rejects it, and says why */
+		if (_compute_in(req, part, &one, part_why, sizeof(part_why))) {
+			if (rc)
+				snprintf(why, why_len, "%s", part_why);
+			continue;
+		}
+		if (rc) {
+			*counts = one;
+			rc = 0;
+			continue;
+		}
+		counts->cpus = MAX(counts->cpus, one.cpus);
+		counts->memory_mb = MAX(counts->memory_mb, one.memory_mb);
+		counts->gpus = MAX(counts->gpus, one.gpus);
+	}
+	xfree(copy);
+	if (rc && !why[0])	/* no known partition: leave it to slurmctld */
+		return _compute_in(req, default_part_loc, counts, why, why_len);
+	return rc;
+}
+
+/* Compute the counts and write them into job_desc->tres_per_node. */
+static int _complete(job_desc_msg_t *job_desc, const k8s_request_t *req,
+		     const char *base_tres, const char *partitions,
+		     char **err_msg)
+{
 	k8s_counts_t counts;
-	char why[256];
+	char why[256] = "";
 	size_t len = (base_tres ? strlen(base_tres) : 0) + 128;
 	char *tres;
 
-	_node_shape(part, &shape);
-	_defaults(part, &defaults);
-	if (k8s_compute(req, &shape, &defaults, &counts, why, sizeof(why))) {
+	if (_compute(req, partitions, &counts, why, sizeof(why))) {
 		*err_msg = xstrdup_printf("%s: %s", plugin_type, why);
 		info("%s: %s: rejected: %s", plugin_type, __func__, why);
 		return ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE;
@@ -121,7 +171,8 @@ static int _complete(job_desc_msg_t *job_desc, const k8s_request_t *req,
 	tres = xmalloc(len);
 	if (k8s_tres_merge(base_tres, &counts, tres, len)) {
 		xfree(tres);
-		*err_msg = xstrdup_printf("%s: TRES request too long", plugin_type);
+		*err_msg = xstrdup_printf("%s: TRES request too long",
+					  plugin_type);
 		return ESLURM_INVALID_TRES;
 	}
 	xfree(job_desc->tres_per_node);
@@ -150,6 +201,7 @@ extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 		.num_tasks = job_desc->num_tasks,
 		.ntasks_per_node = job_desc->ntasks_per_node,
 		.cpus_per_task = job_desc->cpus_per_task,
+		.pn_min_cpus = job_desc->pn_min_cpus,
 		.threads_per_core = job_desc->threads_per_core,
 		.exclusive = (job_desc->shared == JOB_SHARED_NONE),
 		.pn_min_memory = job_desc->pn_min_memory,
@@ -161,7 +213,7 @@ extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 	};
 
 	return _complete(job_desc, &req, job_desc->tres_per_node,
-			 _partition(job_desc->partition), err_msg);
+			 job_desc->partition, err_msg);
 }
 
 /* Did this update touch anything the counts depend on? */
@@ -169,7 +221,8 @@ static bool _request_changed(const job_desc_msg_t *d)
 {
 	return (d->min_nodes != NO_VAL) || (d->num_tasks != NO_VAL) ||
 		(d->ntasks_per_node != NO_VAL16) ||
-		(d->cpus_per_task != NO_VAL16) || (d->shared != NO_VAL16) ||
+		(d->cpus_per_task != NO_VAL16) ||
+		(d->pn_min_cpus != NO_VAL16) || (d->shared != NO_VAL16) ||
 		(d->pn_min_memory != NO_VAL64) || d->tres_per_node ||
 		d->tres_per_job || d->tres_per_task || d->cpus_per_tres ||
 		d->mem_per_tres || d->partition;
@@ -191,9 +244,9 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 	int rc;
 
 	if (!details || !IS_JOB_PENDING(job_ptr) || !_request_changed(job_desc))
-		return SLURM_SUCCESS;	/* e.g. scontrol release, hold, priority */
+		return SLURM_SUCCESS;	/* e.g. release, hold, priority */
 
-	/* Our previous entries are not the user's: drop them before recomputing. */
+	/* Our previous entries are not the user's: drop, then recompute. */
 	base = xmalloc(len);
 	if (k8s_tres_merge(current, &none, base, len)) {
 		xfree(base);
@@ -208,6 +261,8 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 			job_desc->ntasks_per_node : details->ntasks_per_node,
 		.cpus_per_task = (job_desc->cpus_per_task != NO_VAL16) ?
 			job_desc->cpus_per_task : details->cpus_per_task,
+		.pn_min_cpus = (job_desc->pn_min_cpus != NO_VAL16) ?
+			job_desc->pn_min_cpus : details->pn_min_cpus,
 		.threads_per_core = details->mc_ptr ?
 			details->mc_ptr->threads_per_core : NO_VAL16,
 		.exclusive = (job_desc->shared != NO_VAL16) ?
@@ -215,7 +270,8 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 			(details->whole_node & WHOLE_NODE_REQUIRED),
 		.pn_min_memory = (job_desc->pn_min_memory != NO_VAL64) ?
 			job_desc->pn_min_memory : details->pn_min_memory,
-		.tres_per_node = job_desc->tres_per_node ? job_desc->tres_per_node : base,
+		.tres_per_node = job_desc->tres_per_node ?
+			job_desc->tres_per_node : base,
 		.tres_per_job = job_desc->tres_per_job ?
 			job_desc->tres_per_job : job_ptr->tres_per_job,
 		.tres_per_task = job_desc->tres_per_task ?
@@ -225,9 +281,8 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 		.mem_per_tres = job_desc->mem_per_tres ?
 			job_desc->mem_per_tres : job_ptr->mem_per_tres,
 	};
-	rc = _complete(job_desc, &req, base,
-		       job_desc->partition ? _partition(job_desc->partition) :
-		       job_ptr->part_ptr, err_msg);
+	rc = _complete(job_desc, &req, base, job_desc->partition ?
+		       job_desc->partition : job_ptr->partition, err_msg);
 	xfree(base);
 	return rc;
 }

@@ -2,14 +2,16 @@
  *  node_features_k8s_resources.c - size each node's k8scpu/k8smemory/k8sgpu
  *  GRES from its own hardware, and keep runtime count changes from draining it.
  *
- *  When a node registers, its totals become CPUs, RealMemory - MemSpecLimit and
- *  GPUs, minus what Kubernetes holds there according to the token the
- *  nodeledger service keeps in the node's persisted "extra" field
- *  ("nodeledger=k8scpu:C,k8smemory:M,k8sgpu:G"), so a re-registration never
- *  hands Slurm resources that pods hold. gres_node_feature() marks the GRES as
- *  set by a node_features plugin, which makes slurmctld skip its registration
- *  count check for them: counts lowered or raised at runtime never make the
- *  node INVAL, and slurm.conf needs no per-node Gres=k8s... entries.
+ *  When slurmctld starts (or reconfigures) and whenever a node registers, the
+ *  node's totals become CPUs, RealMemory - MemSpecLimit and GPUs, minus what
+ *  Kubernetes holds there according to the token the nodeledger service keeps
+ *  in the node's persisted "extra" field
+ *  ("nodeledger=k8scpu:C,k8smemory:M,k8sgpu:G"), so neither a restart nor a
+ *  re-registration ever hands Slurm resources that pods hold.
+ *  gres_node_feature() marks the GRES as set by a node_features plugin, which
+ *  makes slurmctld skip its registration count check for them: counts lowered
+ *  or raised at runtime never make the node INVAL, and slurm.conf needs no
+ *  per-node Gres=k8s... entries.
  *
  *  Everything else a node_features plugin may do is neutral here: no
  *  changeable features, no reboots, constraints untouched.
@@ -21,6 +23,7 @@
 #include "src/common/bitstring.h"
 #include "src/common/list.h"
 #include "src/common/node_conf.h"
+#include "src/common/read_config.h"
 #include "src/common/xmalloc.h"
 #include "src/common/xstring.h"
 #include "src/interfaces/gres.h"
@@ -41,26 +44,108 @@ static uint64_t _minus(uint64_t total, uint64_t held)
 	return (held < total) ? total - held : 0;
 }
 
+static gres_node_state_t *_gres_ns(node_record_t *node_ptr, char *name,
+				   gres_state_t **gres_state_node)
+{
+	uint32_t plugin_id = gres_build_id(name);
+
+	if (!node_ptr->gres_list ||
+	    !(*gres_state_node = list_find_first(node_ptr->gres_list,
+						 gres_find_id, &plugin_id)))
+		return NULL;
+	return (*gres_state_node)->gres_data;
+}
+
+/*
+ * Set one GRES total. gres_node_feature() leaves "total - allocated" available
+ * (made for KNL memory modes), which would count running jobs twice and show
+ * a smaller total; a runtime "scontrol update node gres=" sets the total
+ * itself, and so do we.
+ */
+static void _set_total(node_record_t *node_ptr, char *name, uint64_t total)
+{
+	gres_state_t *gres_state_node;
+	gres_node_state_t *gres_ns;
+
+	gres_node_feature(node_ptr->name, name, total, &node_ptr->gres,
+			  &node_ptr->gres_list);
+	if ((gres_ns = _gres_ns(node_ptr, name, &gres_state_node)))
+		gres_ns->gres_cnt_avail = total;
+}
+
+/*
+ * Keep slurmctld's cluster-wide count of one GRES equal to the sum over the
+ * nodes. gres_node_feature() leaves that count alone, and every runtime
+ * "update node gres=" subtracts a node's old count from it: it wraps, and
+ * when it lands on NO_VAL64 slurmctld rejects every job that asks for the
+ * GRES ("Invalid Trackable RESource (TRES) specification"). Slurm's own
+ * reconfiguration is the only writer of the count, and it adds "new - old":
+ * hand it one node's state with "old" chosen to make up the difference
+ * (uint64_t arithmetic wraps, so the difference may be negative).
+ */
+static void _recount(char *name)
+{
+	uint64_t want = 0, have = gres_get_system_cnt(name), keep;
+	gres_state_t *gres_state_node = NULL;
+	gres_node_state_t *gres_ns = NULL, *ns;
+	node_record_t *node_ptr, *holder = NULL;
+	char *entry, *unused = NULL;
+	list_t *one;
+
+	for (int i = 0; (node_ptr = next_node(&i)); i++) {
+		gres_state_t *state;
+
+		if ((ns = _gres_ns(node_ptr, name, &state))) {
+			want += ns->gres_cnt_config;
+			gres_ns = ns;
+			gres_state_node = state;
+			holder = node_ptr;
+		}
+	}
+	if (!gres_ns || (have == want))
+		return;
+	keep = gres_ns->gres_cnt_config;
+	gres_ns->gres_cnt_config = have + keep - want;
+	entry = xstrdup_printf("%s:%"PRIu64, name, keep);
+	one = list_create(NULL);	/* borrows the node's state */
+	list_append(one, gres_state_node);
+	gres_node_reconfig(holder->name, entry, &unused, &one,
+			   slurm_conf.conf_flags & CONF_FLAG_OR, holder->cores,
+			   holder->tot_sockets);
+	FREE_NULL_LIST(one);
+	gres_ns->gres_cnt_config = keep;	/* if not taken: not in GresTypes */
+	xfree(unused);
+	xfree(entry);
+	debug("%s: %s: gres/%s cluster count %"PRIu64" -> %"PRIu64, plugin_type,
+	      __func__, name, have, want);
+}
+
+static void _recount_all(void)
+{
+	_recount("k8scpu");
+	_recount("k8smemory");
+	_recount("k8sgpu");
+}
+
 /* Set one node's totals (slurmctld, node write lock held). */
 static void _size_node(node_record_t *node_ptr)
 {
 	uint64_t held_cpus, held_mem, held_gpus, cpus, mem, gpus;
 
 	k8s_extra_held(node_ptr->extra, &held_cpus, &held_mem, &held_gpus);
-	gpus = k8s_gres_count(node_ptr->config_ptr ? node_ptr->config_ptr->gres :
-			      node_ptr->gres, "gpu");
+	gpus = k8s_gres_count(node_ptr->config_ptr ?
+			      node_ptr->config_ptr->gres : node_ptr->gres,
+			      "gpu");
 	cpus = _minus(node_ptr->cpus, held_cpus);
-	mem = _minus(node_ptr->real_memory - node_ptr->mem_spec_limit, held_mem);
+	mem = _minus(node_ptr->real_memory - node_ptr->mem_spec_limit,
+		     held_mem);
 
 	if (!node_ptr->gres && node_ptr->config_ptr)
 		node_ptr->gres = xstrdup(node_ptr->config_ptr->gres);
-	gres_node_feature(node_ptr->name, "k8scpu", cpus, &node_ptr->gres,
-			  &node_ptr->gres_list);
-	gres_node_feature(node_ptr->name, "k8smemory", mem, &node_ptr->gres,
-			  &node_ptr->gres_list);
+	_set_total(node_ptr, "k8scpu", cpus);
+	_set_total(node_ptr, "k8smemory", mem);
 	if (gpus)
-		gres_node_feature(node_ptr->name, "k8sgpu", _minus(gpus, held_gpus),
-				  &node_ptr->gres, &node_ptr->gres_list);
+		_set_total(node_ptr, "k8sgpu", _minus(gpus, held_gpus));
 	debug("%s: %s: %s: k8scpu=%"PRIu64" k8smemory=%"PRIu64" k8sgpu=%"PRIu64
 	      " (Kubernetes holds %"PRIu64"/%"PRIu64"/%"PRIu64")", plugin_type,
 	      __func__, node_ptr->name, cpus, mem, _minus(gpus, held_gpus),
@@ -87,6 +172,7 @@ extern int node_features_p_node_update(char *active_features,
 		return SLURM_SUCCESS;
 	for (int i = 0; (node_ptr = next_node_bitmap(node_bitmap, &i)); i++)
 		_size_node(node_ptr);
+	_recount_all();
 	return SLURM_SUCCESS;
 }
 
@@ -119,8 +205,20 @@ extern bool node_features_p_changeable_feature(char *feature)
 	return false;
 }
 
+/*
+ * slurmctld start and reconfigure call this with NULL once the saved node
+ * state (with "extra") is loaded: size every node now, before any slurmd
+ * registers, so there is no moment with full (or no) totals.
+ */
 extern int node_features_p_get_node(char *node_list)
 {
+	node_record_t *node_ptr;
+
+	if (node_list)
+		return SLURM_SUCCESS;	/* a reboot: registration sizes it */
+	for (int i = 0; (node_ptr = next_node(&i)); i++)
+		_size_node(node_ptr);
+	_recount_all();
 	return SLURM_SUCCESS;
 }
 
@@ -159,7 +257,7 @@ extern int node_features_p_node_set(char *active_features, bool *need_reboot)
 }
 
 extern bool node_features_p_node_update_valid(void *node_ptr,
-					      update_node_msg_t *update_node_msg)
+					      update_node_msg_t *msg)
 {
 	return true;
 }
