@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
 venv: $(BIN)/.installed

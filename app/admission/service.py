@@ -39,6 +39,12 @@ class Admissions:
         self.ledger = ledger
         self.gate = gate
 
+    @property
+    def waits_on_network(self) -> bool:
+        """Whether admit/release may wait on another host (slurmrestd, PostgreSQL). If not
+        (an SQLite ledger, no gate), each is a sub-millisecond local transaction."""
+        return self.gate is not None or not self.ledger.db.is_sqlite
+
     def admit(self, node: str, holder: Holder, requests: Resources) -> Admission:
         if self.gate is None:
             return self.ledger.admit(node, holder, requests)

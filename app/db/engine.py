@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -68,9 +68,11 @@ class Database:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
-        writer = engine.execution_options(sqlite_begin="IMMEDIATE") if self.is_sqlite else engine
+        self._write_engine = (
+            engine.execution_options(sqlite_begin="IMMEDIATE") if self.is_sqlite else engine
+        )
         self._reader = sessionmaker(engine, expire_on_commit=False)
-        self._writer = sessionmaker(writer, expire_on_commit=False)
+        self._writer = sessionmaker(self._write_engine, expire_on_commit=False)
         self._write_lock = threading.Lock() if self.is_sqlite else None
 
     @classmethod
@@ -82,6 +84,14 @@ class Database:
         """A write transaction: committed on success, rolled back on any exception."""
         with self._write_lock or nullcontext(), self._writer.begin() as session:
             yield session
+
+    @contextmanager
+    def write_statements(self) -> Iterator[Connection]:
+        """The same write transaction on a bare Core connection, for the hot paths (admit,
+        release): their prebuilt statements need no unit of work, and skipping the
+        Session saves a fifth of their cost."""
+        with self._write_lock or nullcontext(), self._write_engine.begin() as connection:
+            yield connection
 
     @contextmanager
     def read(self) -> Iterator[Session]:

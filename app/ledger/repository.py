@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, Row, Table, bindparam, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from app.ledger.errors import NodeNotFound
@@ -103,28 +103,12 @@ def event_record(row: EventRow) -> LedgerEvent:
     )
 
 
-class LedgerRepository:
-    """All SQL of the ledger, bound to one session (one transaction)."""
+class LedgerStatements:
+    """The hot path's SQL (admit, release): prebuilt Core statements that run on a bare
+    connection or a Session alike, a fraction of the ORM's cost per call."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Connection | Session) -> None:
         self.session = session
-
-    # nodes
-
-    def find_node(self, name: str, *, lock: bool = False) -> NodeRow | None:
-        query = select(NodeRow).where(NodeRow.name == name)
-        if lock:
-            query = query.with_for_update()
-        return self.session.scalars(query).one_or_none()
-
-    def lock_node(self, name: str) -> NodeRow:
-        """The node's row, locked until the transaction ends (see app.db.engine)."""
-        row = self.find_node(name, lock=True)
-        if row is None:
-            raise NodeNotFound(name)
-        return row
-
-    # The admission hot path uses Core statements: a fraction of the ORM's cost per call.
 
     def lock_node_state(self, name: str) -> Row[Any]:
         """The node's columns, row-locked until the transaction ends."""
@@ -153,6 +137,57 @@ class LedgerRepository:
 
     def delete_holding_returning(self, holding_id: int) -> Row[Any] | None:
         return self.session.execute(_DELETE_HOLDING, {"holding_id": holding_id}).one_or_none()
+
+    def append_event(
+        self,
+        at: datetime,
+        kind: EventKind,
+        node: str | None,
+        message: str,
+        *,
+        holder: Holder | None = None,
+        resources: Resources | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.session.execute(
+            _INSERT_EVENT,
+            {
+                "at": at,
+                "kind": kind.value,
+                "node": node,
+                "holder_kind": holder.kind.value if holder else None,
+                "holder_id": holder.id if holder else None,
+                "cpu_millis": resources.cpu_millis if resources else None,
+                "memory_bytes": resources.memory_bytes if resources else None,
+                "gpus": resources.gpus if resources else None,
+                "message": message,
+                "details": details or {},
+            },
+        )
+
+
+class LedgerRepository(LedgerStatements):
+    """All SQL of the ledger, bound to one Session (one transaction)."""
+
+    session: Session
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+
+    # nodes
+
+    def find_node(self, name: str, *, lock: bool = False) -> NodeRow | None:
+        query = select(NodeRow).where(NodeRow.name == name)
+        if lock:
+            query = query.with_for_update()
+        return self.session.scalars(query).one_or_none()
+
+    def lock_node(self, name: str) -> NodeRow:
+        """The node's row, locked until the transaction ends (see app.db.engine)."""
+        row = self.find_node(name, lock=True)
+        if row is None:
+            raise NodeNotFound(name)
+        return row
 
     def node_by_id(self, node_id: int) -> NodeRow:
         return self.session.get_one(NodeRow, node_id)
@@ -203,33 +238,6 @@ class LedgerRepository:
         self.session.flush()
 
     # events
-
-    def append_event(
-        self,
-        at: datetime,
-        kind: EventKind,
-        node: str | None,
-        message: str,
-        *,
-        holder: Holder | None = None,
-        resources: Resources | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None:
-        self.session.execute(
-            _INSERT_EVENT,
-            {
-                "at": at,
-                "kind": kind.value,
-                "node": node,
-                "holder_kind": holder.kind.value if holder else None,
-                "holder_id": holder.id if holder else None,
-                "cpu_millis": resources.cpu_millis if resources else None,
-                "memory_bytes": resources.memory_bytes if resources else None,
-                "gpus": resources.gpus if resources else None,
-                "message": message,
-                "details": details or {},
-            },
-        )
 
     def last_event_id(self) -> int:
         return int(self.session.scalar(select(func.max(EventRow.id))) or 0)

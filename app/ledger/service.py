@@ -39,7 +39,7 @@ from app.ledger.records import (
     NodeView,
     not_admissible_reason,
 )
-from app.ledger.repository import LedgerRepository, holding_record
+from app.ledger.repository import LedgerRepository, LedgerStatements, holding_record
 from app.ledger.resources import ResourceName, Resources
 from app.ledger.tables import HoldingRow, NodeRow
 from app.quantities import format_cpu, format_memory
@@ -249,8 +249,8 @@ class Ledger:
         self, node: str, holder: Holder, requests: Resources, state: HoldingState
     ) -> Admission:
         now = self.clock()
-        with self.db.write() as session:
-            repo = LedgerRepository(session)
+        with self.db.write_statements() as connection:
+            repo = LedgerStatements(connection)
             row = repo.lock_node_state(node)
             for existing in repo.single_node_holdings(holder.id, holder.kind):
                 return Admission(_same_holding(existing, node, requests), False)
@@ -327,8 +327,8 @@ class Ledger:
     ) -> Holding:
         """Remove a pod's or manual holder's holding. Raises HoldingNotFound when there is
         none, so callers that want idempotence treat that as success."""
-        with self.db.write() as session:
-            repo = LedgerRepository(session)
+        with self.db.write_statements() as connection:
+            repo = LedgerStatements(connection)
             found = self._locked_single(repo, holder_id, kind)
             deleted = repo.delete_holding_returning(found.id)
             if deleted is None:
@@ -345,7 +345,7 @@ class Ledger:
             return holding
 
     @staticmethod
-    def _locked_single(repo: LedgerRepository, holder_id: str, kind: HolderKind | None) -> Row[Any]:
+    def _locked_single(repo: LedgerStatements, holder_id: str, kind: HolderKind | None) -> Row[Any]:
         """The holder's holding, re-read under its node's lock."""
         candidates = repo.single_node_holdings(holder_id, kind)
         if not candidates:

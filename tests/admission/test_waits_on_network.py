@@ -1,0 +1,25 @@
+"""The REST admission routes run admit/release inline on the event loop only when the call
+cannot wait on another host: an SQLite ledger without a gate."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.admission.service import Admissions
+from app.db.engine import Database
+from app.ledger.records import Holding, NodeView
+from app.ledger.service import Ledger
+
+
+class _Gate:
+    def confirm(self, node: NodeView, holding: Holding) -> None:
+        """Agrees with everything."""
+
+    def changed(self, node: str) -> None:
+        """Nothing to tell."""
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["no gate", "gate"])
+def test_only_a_local_ungated_ledger_runs_inline(database: Database, gated: bool) -> None:
+    admissions = Admissions(Ledger(database), _Gate() if gated else None)
+    assert admissions.waits_on_network is (gated or not database.is_sqlite)
