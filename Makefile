@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test venv deps lint testenv plugins-check testenv-down bench clean
+.PHONY: run test venv deps lint testenv testenv-down bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +28,15 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Slurm releases with a test cluster each; 25.11 is only built against (plugins, C tests).
+SLURM_CLUSTERS := 24.11 26.05
+SLURM_RELEASES := 24.11 25.11 26.05
+
 # Heavy, cached builds first, so no test waits on them.
 testenv: deps
 	bash testenv/postgres/pg.sh up >/dev/null
-	bash testenv/slurm/cluster.sh build
+	for v in $(SLURM_CLUSTERS); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh build; done
+	NODELEDGER_SLURM_VERSION=25.11 bash testenv/slurm/cluster.sh source
 	bash testenv/kube/cluster.sh build >/dev/null
 
 test: venv lint testenv
@@ -39,7 +44,7 @@ test: venv lint testenv
 
 testenv-down:
 	-bash testenv/kube/cluster.sh down
-	-bash testenv/slurm/cluster.sh down
+	-for v in $(SLURM_RELEASES); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh down; done
 	-bash testenv/postgres/pg.sh down
 
 bench: venv testenv

@@ -10,7 +10,7 @@ Prints one JSON object:
 - staleness_s: from a job being RUNNING in Slurm to the ledger showing its holding
   (sync interval 1 s).
 
-    python -m bench.slurm_admission [--samples 100]
+    python -m bench.slurm_admission [--samples 100] [--slurm 26.05]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 from bench.http_admissions import percentile  # noqa: E402
 from tests.support.databases import migrated  # noqa: E402
 from tests.support.service import running_service  # noqa: E402
-from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
+from tests.support.slurm_cluster import REST_API, SlurmCluster, cluster_sh  # noqa: E402
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -52,7 +52,7 @@ def timed(call: Any) -> float:
 
 def raw_updates(slurm: SlurmCluster, samples: int) -> list[float]:
     headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
-    url = f"{slurm.url}/slurm/v0.0.42/node/n2"
+    url = f"{slurm.url}/slurm/{REST_API}/node/n2"
     with httpx.Client(headers=headers, timeout=10) as client:
         client.post(url, json={"gres": "k8scpu:16,k8smemory:32000"})  # warm the connection
         return [
@@ -124,9 +124,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=10)
+    parser.add_argument("--slurm", default="24.11", help="Slurm release of the test cluster")
     args = parser.parse_args()
-    cluster_sh("up", timeout=900)
-    slurm = SlurmCluster.from_env()
+    cluster_sh(args.slurm, "up", timeout=1800)
+    slurm = SlurmCluster.from_env(args.slurm)
     slurm.reset()
     raw = raw_updates(slurm, args.samples)
     slurm.reset()
@@ -147,7 +148,7 @@ def main() -> None:
             stale = staleness(service.url, slurm, args.jobs)
     slurm.reset()
     result = {
-        "slurm": "24.11 (real slurmctld + slurmrestd, JWT)",
+        "slurm": f"{slurm.release} (real slurmctld + slurmrestd, JWT)",
         "database": "sqlite",
         "raw_node_update_ms": summary(raw),
         "admission_ms": summary(admit_ms),

@@ -1,11 +1,14 @@
 """The one place that knows how slurmrestd's payloads differ between API versions.
 
-v0.0.39 (Slurm 23.02) .. v0.0.44 (25.11). Differences handled here:
+v0.0.40 .. v0.0.45: Slurm 24.11 offers v0.0.40-42, 25.11 v0.0.41-44, 26.05 v0.0.42-45.
+Differences handled here:
 - numbers are plain or wrapped as {"set", "infinite", "number"};
 - states are a string or a list of flags;
-- per-node job allocations: v0.0.39/40 ``job_resources.allocated_nodes`` (CPU counts there
+- per-node job allocations: v0.0.40 ``job_resources.allocated_nodes`` (CPU counts there
   are unreliable, so CPUs come from ``tres_alloc_str`` spread over the nodes, rounded up);
   v0.0.41+ ``job_resources.nodes.allocation`` with exact CPU and memory per node.
+v0.0.45 changed nothing the service reads (its node, job and node-update schemas differ from
+v0.0.44 only in fields not used here).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 from app.slurm.gres import gres_count
 from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
 
-SUPPORTED_VERSIONS = tuple(f"v0.0.{n}" for n in range(39, 45))
+SUPPORTED_VERSIONS = tuple(f"v0.0.{n}" for n in range(40, 46))
 _VERSION_PATH = re.compile(r"^/slurm/(v0\.0\.\d+)/")
 
 

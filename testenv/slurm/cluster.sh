@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# A real Slurm 24.11 cluster for tests: Debian trixie in a chroot, built from nothing and
-# cached; slurmctld, three emulated slurmd nodes and slurmrestd (JWT) on loopback.
+# A real Slurm cluster for tests: Debian trixie in a chroot, built from nothing and cached;
+# slurmctld, three emulated slurmd nodes and slurmrestd (JWT) on loopback.
 #
-#   cluster.sh build            debootstrap + packages + configured Slurm source (cached)
+#   cluster.sh build            chroot + Slurm + its configured source tree (cached)
+#   cluster.sh source           print the configured source tree (for slurm-plugins/),
+#                               building only what it needs
+#   cluster.sh plugins-check    build slurm-plugins/ against that tree (-Werror), compare its
+#                               node_features ops with the version's, run the C unit tests
+#                               plain and under valgrind (no cluster needed)
 #   cluster.sh up               (re)write the config and start everything; waits until ready
 #   cluster.sh down             stop everything, remove runtime state
 #   cluster.sh status           exit 0 when slurmctld, every node and slurmrestd answer
@@ -11,52 +16,86 @@
 #   cluster.sh restart-ctld | reconfigure | restart-slurmd NODE | stop-slurmd NODE
 #   cluster.sh stop-restd | start-restd
 #
+# NODELEDGER_SLURM_VERSION picks Slurm: 24.11 (default: Debian trixie's packages), 25.11 or
+# 26.05 (compiled from the release tarballs in NODELEDGER_SLURM_SRC_DIR, default
+# ../shared/slurm-src beside the repository). Every version has its own cache, ports and
+# runtime link, so clusters of different versions run side by side.
 # Daemons run in a private mount namespace (only /proc is mounted, the host sees nothing);
 # client commands enter that namespace. Set NODELEDGER_SLURM_PLUGINS=off to run without
 # the C plugins from slurm-plugins/ (default: build, install and load them).
 set -euo pipefail
 
-RECIPE=3   # bump when the build recipe changes: the cache key changes with it
-SLURM_SERIES=24.11
-CACHE_ROOT="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}"
-ROOT="$CACHE_ROOT/slurm-$SLURM_SERIES-trixie-r$RECIPE"
-RUNLINK="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/slurm"
+log() { echo "slurm-cluster: $*" >&2; }
+die() { log "$*"; exit 1; }
+
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VERSION="${NODELEDGER_SLURM_VERSION:-24.11}"
+SRC_DIR="${NODELEDGER_SLURM_SRC_DIR:-$REPO/../shared/slurm-src}"
+LIBDIR=/usr/lib/x86_64-linux-gnu
+
+# Everything that differs between the Slurm versions. KIND names the recipe that puts Slurm
+# into the chroot (prepare_KIND, install_KIND below); RECIPE is that recipe's revision: bump
+# it when the recipe changes, the cache key changes with it. Debian renamed the plugin
+# directory slurm-wlm. Each version has its own default ports.
+case "$VERSION" in
+  24.11) KIND=debian   RECIPE=3 PORTS=16800 PLUGIN_DIR=$LIBDIR/slurm-wlm TARBALL= ;;
+  25.11) KIND=upstream RECIPE=1 PORTS=17000 PLUGIN_DIR=$LIBDIR/slurm TARBALL=slurm-25.11.7.tar.gz ;;
+  26.05) KIND=upstream RECIPE=1 PORTS=17200 PLUGIN_DIR=$LIBDIR/slurm TARBALL=slurm-26.05.3.tar.gz ;;
+  *) die "NODELEDGER_SLURM_VERSION=$VERSION: expected 24.11, 25.11 or 26.05" ;;
+esac
+
+CACHE_ROOT="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}"
+ROOT="$CACHE_ROOT/slurm-$VERSION-trixie-r$RECIPE"
+RUNLINK="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/slurm-$VERSION"
 MIRROR="${NODELEDGER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PLUGINS="${NODELEDGER_SLURM_PLUGINS:-on}"
 
-# Non-default ports; a second cluster (own NODELEDGER_CACHE and NODELEDGER_RUNDIR) can run
-# beside the first with another NODELEDGER_SLURM_PORT_BASE.
-PORT_BASE="${NODELEDGER_SLURM_PORT_BASE:-16800}"
+# Non-default ports. A second cluster of the same version (own NODELEDGER_CACHE and
+# NODELEDGER_RUNDIR) can run beside the first with another NODELEDGER_SLURM_PORT_BASE.
+PORT_BASE="${NODELEDGER_SLURM_PORT_BASE:-$PORTS}"
 CTLD_PORT=$((PORT_BASE + 17))
 RESTD_PORT=$((PORT_BASE + 20))
 NODES=(n1 n2 n3)
 NODE_PORTS=($((PORT_BASE + 101)) $((PORT_BASE + 102)) $((PORT_BASE + 103)))
 RUN=/srv/run            # runtime state, inside the chroot
 TOKEN_FILE="$RUN/slurm.jwt"
-PLUGIN_DIR=/usr/lib/x86_64-linux-gnu/slurm-wlm
-
-log() { echo "slurm-cluster: $*" >&2; }
-die() { log "$*"; exit 1; }
+REST_API=v0.0.42        # the one slurmrestd API version that 24.11, 25.11 and 26.05 all serve
 
 in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
 
-# ---------------------------------------------------------------------------- build
+in_root_with_proc() {   # in_root, with /proc mounted in a private mount namespace (valgrind)
+  unshare -m --propagation private sh -c 'mount -t proc proc "$0/proc" && exec chroot "$0" \
+    /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"' "$ROOT" "$@"
+}
 
-build() {
-  [ -f "$ROOT/.complete" ] && return 0
+# ---------------------------------------------------------------------------- build
+# Two stages, each cached in $ROOT and marked there by a file (.complete: every stage done):
+#   .configured  the chroot with its packages and Slurm's configured source in /usr/src/slurm,
+#                all that slurm-plugins/ needs; built elsewhere, then moved into place
+#   .complete    Slurm installed, a cluster can run. Upstream compiles in place: make picks
+#                up where an interrupted run stopped.
+
+lock_cache() {    # one build per cache at a time; a second caller waits, then finds it done
+  [ -n "${CACHE_LOCKED:-}" ] && return 0
+  mkdir -p "$CACHE_ROOT"
+  exec 9>"$ROOT.lock"
+  flock 9
+  CACHE_LOCKED=1
+}
+
+prepare() {       # stage one
+  configured && return 0
   command -v debootstrap >/dev/null || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
   }
-  mkdir -p "$CACHE_ROOT"
-  exec 9>"$ROOT.lock"
-  flock 9   # one build at a time; a second caller waits, then finds it done
-  [ -f "$ROOT/.complete" ] && return 0
+  [ -z "$TARBALL" ] || check_tarball   # before minutes of work, not after
+  lock_cache
+  configured && return 0
   local tmp="$ROOT.building.$$" started=$SECONDS
   rm -rf "$ROOT".building.*
   log "building $ROOT (debootstrap trixie from $MIRROR)"
-  debootstrap --variant=minbase trixie "$tmp" "$MIRROR" >"$CACHE_ROOT/debootstrap.log" 2>&1 \
-    || { tail -20 "$CACHE_ROOT/debootstrap.log"; die "debootstrap failed"; }
+  debootstrap --variant=minbase trixie "$tmp" "$MIRROR" >"$ROOT.debootstrap.log" 2>&1 \
+    || { tail -20 "$ROOT.debootstrap.log"; die "debootstrap failed"; }
   printf '127.0.0.1 localhost\n::1 localhost\n' >"$tmp/etc/hosts"
   cp /etc/resolv.conf "$tmp/etc/resolv.conf" 2>/dev/null || true
   printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d"   # installs start nothing
@@ -65,14 +104,45 @@ build() {
     >"$tmp/etc/apt/sources.list"
   rm -f "$tmp/etc/apt/sources.list.d/"*.sources
   ROOT="$tmp" in_root apt-get update -qq
-  ROOT="$tmp" in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+  ROOT="$tmp" "prepare_$KIND"   # Slurm (or what builds it) and /usr/src/slurm, configured
+  ROOT="$tmp" in_root apt-get clean
+  # Dummy GPU device files: slurmd drops GPUs without a device file.
+  for i in 0 1 2 3; do : >"$tmp/dev/nvidia$i"; done
+  ROOT="$tmp" in_root useradd --system --no-create-home restd
+  touch "$tmp/.configured"
+  mv "$tmp" "$ROOT"
+  log "prepared $ROOT with the configured source of Slurm $(slurm_version) in $((SECONDS - started)) s"
+}
+
+build() {         # both stages
+  [ -f "$ROOT/.complete" ] && return 0
+  local started=$SECONDS
+  prepare
+  lock_cache
+  [ -f "$ROOT/.complete" ] && return 0
+  "install_$KIND"
+  touch "$ROOT/.complete"
+  log "built Slurm $(slurm_version) in $((SECONDS - started)) s"
+}
+
+configured() { [ -f "$ROOT/.configured" ] || [ -f "$ROOT/.complete" ]; }
+
+slurm_version() { # the version plugins are built for (and must match to load); empty if none
+  sed -n 's/^#define SLURM_VERSION_STRING "\(.*\)"$/\1/p' "$ROOT/usr/src/slurm/config.h" \
+    2>/dev/null || true
+}
+
+# Debian: trixie's packages and their source, configured the way the plugins need it.
+prepare_debian() {
+  in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     --no-install-recommends slurmctld slurmd slurmrestd slurm-client munge \
     slurm-wlm-jwt-plugin libslurm-dev libmunge-dev gcc make libc6-dev patch xz-utils \
     valgrind curl ca-certificates procps >/dev/null
   # The configured source of the exact installed version, for the C plugins.
   local version
-  version=$(ROOT="$tmp" in_root dpkg-query -W -f='${Version}' slurmctld)
-  ROOT="$tmp" in_root bash -ec "
+  # shellcheck disable=SC2016  # ${Version} is dpkg-query's field, not a shell variable
+  version=$(in_root dpkg-query -W -f='${Version}' slurmctld)
+  in_root bash -ec "
     cd /usr/src
     apt-get source --tar-only -qq slurm-wlm=$version >/dev/null 2>&1
     tar xf slurm-wlm_*.orig.tar.*
@@ -86,18 +156,65 @@ build() {
         patch -p1 -s <debian/patches/\$p
       done <debian/patches/series
     fi
-    ./configure --prefix=/usr --sysconfdir=/etc/slurm --libdir=/usr/lib/x86_64-linux-gnu \
+    ./configure --prefix=/usr --sysconfdir=/etc/slurm --libdir=$LIBDIR \
       >/usr/src/configure.log 2>&1
     rm -f /usr/src/slurm-wlm_*
-  " || die "configuring the Slurm source failed (see $tmp/usr/src/configure.log)"
-  ROOT="$tmp" in_root apt-get clean
-  # Dummy GPU device files: slurmd drops GPUs without a device file.
-  for i in 0 1 2 3; do : >"$tmp/dev/nvidia$i"; done
-  ROOT="$tmp" in_root useradd --system --no-create-home restd
-  echo "$version" >"$tmp/.slurm-version"
-  touch "$tmp/.complete"
-  mv "$tmp" "$ROOT"
-  log "built Slurm $version in $((SECONDS - started)) s"
+  " || die "configuring the Slurm source failed (see $ROOT/usr/src/configure.log)"
+  echo "$version" >"$ROOT/.slurm-version"
+}
+
+install_debian() { :; }   # the packages came with stage one
+
+# Upstream: a release tarball, configured here with what the test cluster uses and little
+# else, then compiled and installed into /usr like Debian's packages.
+check_tarball() {
+  [ -f "$SRC_DIR/$TARBALL" ] || die "$SRC_DIR/$TARBALL not found (set NODELEDGER_SLURM_SRC_DIR)"
+  (cd "$SRC_DIR" && grep -F " $TARBALL" SHA256SUMS | sha256sum --check --quiet --strict) \
+    || die "$SRC_DIR/$TARBALL does not match $SRC_DIR/SHA256SUMS"
+}
+
+prepare_upstream() {
+  # munge creates its user; python3 renders 25.11's HTML docs during make.
+  in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends munge libmunge-dev libjwt-dev libjson-c-dev libhttp-parser-dev \
+    libyaml-dev pkgconf python3 gcc make libc6-dev \
+    valgrind curl ca-certificates procps >/dev/null
+  # The user Debian's packages create, with Debian's uid.
+  in_root useradd --system --user-group --uid 64030 --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin slurm
+  mkdir -p "$ROOT/usr/src/slurm"
+  tar xzf "$SRC_DIR/$TARBALL" -C "$ROOT/usr/src/slurm" --strip-components=1 --no-same-owner
+  # --enable-slurmrestd and --with-* make configure fail, instead of silently leaving out
+  # slurmrestd or auth/jwt, when a library is missing. --enable-multiple-slurmd: three
+  # slurmd on one host (Debian builds so too). The rest is for a quick compile: the debug
+  # default (-ggdb3 -O1) compiles a third slower than -O1 -g1, which still gives backtraces
+  # with line numbers; with static libraries libtool compiles every object twice.
+  in_root bash -ec "
+    cd /usr/src/slurm
+    ./configure --prefix=/usr --sysconfdir=/etc/slurm --libdir=$LIBDIR \
+      --enable-multiple-slurmd --enable-slurmrestd --with-libhttp-parser --with-json \
+      --with-jwt --with-yaml --with-munge \
+      --disable-debug CFLAGS='-O1 -g1' --disable-static --disable-dependency-tracking \
+      --disable-x11 --disable-sview --without-readline >/usr/src/configure.log 2>&1
+  " || die "configuring the Slurm source failed (see $ROOT/usr/src/configure.log)"
+  slurm_version >"$ROOT/.slurm-version"
+}
+
+install_upstream() {
+  local started=$SECONDS plugin
+  log "compiling Slurm $(slurm_version) in $ROOT/usr/src/slurm (make -j$(nproc), minutes)"
+  in_root bash -ec "
+    cd /usr/src/slurm
+    make -j$(nproc) >/usr/src/make.log 2>&1
+    make install >>/usr/src/make.log 2>&1
+    ldconfig
+  " || { tail -20 "$ROOT/usr/src/make.log"; die "compiling Slurm failed (see $ROOT/usr/src/make.log)"; }
+  # What the cluster loads: a missing one would otherwise show up as a daemon that dies.
+  for plugin in auth_munge auth_jwt cred_munge select_cons_tres proctrack_linuxproc gres_gpu \
+    serializer_json rest_auth_jwt openapi_slurmctld; do   # task/none is built in
+    [ -f "$ROOT$PLUGIN_DIR/$plugin.so" ] || die "Slurm was built without $plugin"
+  done
+  log "compiled and installed Slurm in $((SECONDS - started)) s"
 }
 
 # ---------------------------------------------------------------------------- runtime
@@ -120,6 +237,13 @@ cluster_pids() {  # cluster_pids REGEX: this cluster's processes whose command l
 }
 
 no_cluster_pids() { [ -z "$(cluster_pids "$1")" ]; }
+
+kill_cluster() {  # kill_cluster SIGNAL [REGEX]: signal this cluster's processes (matching REGEX)
+  local pids
+  pids=$(if [ $# -gt 1 ]; then cluster_pids "$2"; else daemon_pids; fi)
+  # shellcheck disable=SC2086  # a list of PIDs, split on purpose
+  [ -z "$pids" ] || kill "-$1" $pids 2>/dev/null || true
+}
 
 anchor_pid() {    # a process inside the cluster's mount namespace
   local pid
@@ -208,15 +332,40 @@ Name=k8sgpu Flags=CountOnly"
   chmod 400 "$ROOT/etc/munge/munge.key"
 }
 
+copy_plugins() {  # copy_plugins DIR: a clean copy of slurm-plugins/ at DIR inside the chroot
+  [ -f "$REPO/slurm-plugins/Makefile" ] || die "slurm-plugins/ is missing"
+  rm -rf "${ROOT:?}$1"
+  cp -r "$REPO/slurm-plugins" "$ROOT$1"
+  in_root make -s -C "$1" clean >/dev/null
+}
+
 install_plugins() {
   [ "$PLUGINS" = on ] || return 0
-  [ -f "$REPO/slurm-plugins/Makefile" ] || die "NODELEDGER_SLURM_PLUGINS=on but slurm-plugins/ is missing"
-  rm -rf "$ROOT/usr/src/nodeledger-plugins"
-  cp -r "$REPO/slurm-plugins" "$ROOT/usr/src/nodeledger-plugins"
-  in_root make -s -C /usr/src/nodeledger-plugins clean >/dev/null
+  copy_plugins /usr/src/nodeledger-plugins
   in_root make -s -C /usr/src/nodeledger-plugins SLURM_SRC=/usr/src/slurm \
     || die "building slurm-plugins failed"
-  in_root make -s -C /usr/src/nodeledger-plugins install PLUGINDIR=$PLUGIN_DIR
+  in_root make -s -C /usr/src/nodeledger-plugins install PLUGINDIR="$PLUGIN_DIR"
+}
+
+# Both plugins built (-Werror) against this version's configured tree, their exported
+# node_features ops compared with the ones this version's interface lists (Slurm refuses a
+# plugin that lacks one, and never calls one it does not list), then the C unit tests plain
+# and under valgrind. Needs only stage one: no cluster.
+plugins_check() {
+  local dir=/usr/src/nodeledger-plugins-check want have
+  prepare
+  copy_plugins "$dir"
+  in_root make -s -C "$dir" SLURM_SRC=/usr/src/slurm || die "building slurm-plugins failed"
+  want=$(sed -n '/syms\[\] = {/,/};/s/.*"\(node_features_p_[a-z_0-9]*\)".*/\1/p' \
+    "$ROOT/usr/src/slurm/src/interfaces/node_features.c" | sort)
+  have=$(in_root nm -D --defined-only "$dir/node_features_k8s_resources.so" \
+    | awk '$3 ~ /^node_features_p_/ {print $3}' | sort)
+  [ "$want" = "$have" ] || die "node_features ops differ from Slurm $(slurm_version)'s:
+$(diff <(echo "$want") <(echo "$have"))"
+  echo "node_features ops: $(echo "$have" | wc -l), as Slurm $(slurm_version) lists them"
+  in_root make -s -C "$dir" check SLURM_SRC=/usr/src/slurm
+  in_root_with_proc make -s -C "$dir" check VALGRIND=1 SLURM_SRC=/usr/src/slurm
+  echo "plugins built and tested against Slurm $(slurm_version)"
 }
 
 start_daemons() {
@@ -249,16 +398,12 @@ start_restd() {
 }
 
 stop_slurmd() {
-  local pids
-  pids=$(cluster_pids "^/usr/sbin/slurmd -N $1\$")
-  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  kill_cluster TERM "^/usr/sbin/slurmd -N $1\$"
   wait_for 20 "slurmd stop" no_cluster_pids "^/usr/sbin/slurmd -N $1\$"
 }
 
 stop_restd() {
-  local pids
-  pids=$(cluster_pids "^/usr/sbin/slurmrestd .*:$RESTD_PORT")
-  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  kill_cluster TERM "^/usr/sbin/slurmrestd .*:$RESTD_PORT"
   wait_for 5 "slurmrestd stop" no_cluster_pids "^/usr/sbin/slurmrestd .*:$RESTD_PORT" || true
 }
 
@@ -266,7 +411,7 @@ restd_ok() {
   local token
   token=$(cat "$ROOT$TOKEN_FILE" 2>/dev/null) || return 1
   curl -fsS -o /dev/null -m 2 -H "X-SLURM-USER-NAME: slurm" -H "X-SLURM-USER-TOKEN: $token" \
-    "http://127.0.0.1:$RESTD_PORT/slurm/v0.0.41/nodes/"
+    "http://127.0.0.1:$RESTD_PORT/slurm/$REST_API/nodes/"
 }
 
 nodes_ok() {
@@ -279,7 +424,7 @@ wait_for() {   # wait_for SECONDS WHAT CHECK...
   local limit=$1 what=$2; shift 2
   local deadline=$((SECONDS + limit))
   until "$@"; do
-    [ $SECONDS -lt $deadline ] || return 1
+    [ $SECONDS -lt $deadline ] || { log "no $what after $limit s"; return 1; }
     sleep 0.2
   done
 }
@@ -320,12 +465,10 @@ up() {
 }
 
 down() {
-  local pids n=0
-  pids=$(daemon_pids)
-  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  local n=0
+  kill_cluster TERM
   while [ -n "$(daemon_pids)" ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
-  pids=$(daemon_pids)
-  [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
+  kill_cluster KILL
   rm -rf "${ROOT:?}$RUN" "$RUNLINK"
   return 0
 }
@@ -339,25 +482,35 @@ status() {
 
 case "${1:-}" in
   build) build; echo "$ROOT" ;;
+  source) prepare; echo "$ROOT/usr/src/slurm" ;;
+  plugins-check) plugins_check ;;
   up) up ;;
   down) down ;;
   status) status ;;
   env)
+    version=$(slurm_version)
+    [ -n "$version" ] || die "Slurm $VERSION is not built yet (cluster.sh build)"
     echo "export SLURMRESTD_URL=http://127.0.0.1:$RESTD_PORT"
     echo "export SLURM_JWT_TOKEN_FILE=$ROOT$TOKEN_FILE"
     echo "export SLURM_USER=slurm"
     echo "export SLURM_CHROOT=$ROOT"
     echo "export SLURM_RUNDIR=$ROOT$RUN"
-    echo "export SLURM_SRC=$ROOT/usr/src/slurm" ;;
+    echo "export SLURM_SRC=$ROOT/usr/src/slurm"
+    echo "export SLURM_VERSION=$version"
+    echo "export SLURM_PLUGIN_DIR=$PLUGIN_DIR" ;;
   exec) shift; cd / && in_cluster "$@" ;;
   restart-ctld)
     in_cluster scontrol shutdown slurmctld >/dev/null 2>&1 || true
     # Only this cluster's processes: another cluster may run beside it on the same host.
     wait_for 20 "slurmctld stop" no_cluster_pids '^/usr/sbin/slurmctld' \
-      || kill -9 $(cluster_pids '^/usr/sbin/slurmctld') 2>/dev/null || true
+      || kill_cluster KILL '^/usr/sbin/slurmctld'
     in_cluster /usr/sbin/slurmctld
     wait_for 60 "nodes" nodes_ok || { logs_tail; die "nodes did not come back"; } ;;
-  reconfigure) in_cluster scontrol reconfigure ;;
+  reconfigure)
+    # slurmctld and every slurmd re-exec as new processes (24.11 too). slurmctld answers
+    # once its successor runs, the slurmd follow: return when the nodes are usable again.
+    in_cluster scontrol reconfigure
+    wait_for 60 "nodes" nodes_ok || { logs_tail; die "nodes did not come back"; } ;;
   stop-slurmd) stop_slurmd "${2:?node name}" ;;
   restart-slurmd)
     node=${2:?node name}
@@ -365,5 +518,5 @@ case "${1:-}" in
     in_cluster /usr/sbin/slurmd -N "$node" ;;
   stop-restd) stop_restd ;;
   start-restd) stop_restd; start_restd; wait_for 30 "slurmrestd" restd_ok || die "slurmrestd did not answer" ;;
-  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;   # the comment at the top
 esac

@@ -14,7 +14,7 @@ from app.slurm.errors import SlurmAuthError, SlurmRequestError, SlurmUnavailable
 from app.slurm.payloads import newest_supported, parse_job
 from app.slurm.tokens import FileToken, StaticToken
 
-OPENAPI = {"paths": {f"/slurm/v0.0.{n}/nodes/": {} for n in (40, 41, 42, 45)}}
+OPENAPI = {"paths": {f"/slurm/v0.0.{n}/nodes/": {} for n in (40, 41, 42, 46)}}
 NODE = {
     "name": "n1", "cpus": 16, "real_memory": 32000, "alloc_cpus": 2, "alloc_memory": 100,
     "gres": "k8scpu:16,k8smemory:32000", "gres_used": "k8scpu:0", "state": ["MIXED"],
@@ -46,7 +46,7 @@ def test_picks_newest_supported_version_and_sends_credentials() -> None:
     handler = routes(**{"nodes/": httpx.Response(200, json={"nodes": [NODE], "last_update": 7})})
     c = client(handler, user_name="slurm")
     listing = c.get_nodes()
-    assert c.version == "v0.0.42"  # v0.0.45 is not one we know
+    assert c.version == "v0.0.42"  # v0.0.46 is not one we know
     assert listing is not None
     assert listing.last_update == 7
     assert listing.items[0].alloc_cpus == 2
@@ -55,10 +55,19 @@ def test_picks_newest_supported_version_and_sends_credentials() -> None:
     assert request.headers["X-SLURM-USER-NAME"] == "slurm"
 
 
-def test_version_list_covers_23_02_to_25_11() -> None:
-    assert newest_supported(["/slurm/v0.0.39/ping/"]) == "v0.0.39"
-    assert newest_supported(["/slurm/v0.0.44/ping/", "/slurm/v0.0.43/ping/"]) == "v0.0.44"
-    assert newest_supported(["/slurm/v0.0.38/ping/"]) is None
+@pytest.mark.parametrize(
+    ("release", "offered", "picked"),
+    [
+        ("24.11", (40, 41, 42), "v0.0.42"),
+        ("25.11", (41, 42, 43, 44), "v0.0.44"),
+        ("26.05", (42, 43, 44, 45), "v0.0.45"),
+        ("23.11", (39,), None),  # past its support window: refused, not guessed
+    ],
+)
+def test_version_list_covers_24_11_to_26_05(
+    release: str, offered: tuple[int, ...], picked: str | None
+) -> None:
+    assert newest_supported([f"/slurm/v0.0.{n}/ping/" for n in offered]) == picked
 
 
 def test_unchanged_cluster_is_a_304_and_none() -> None:

@@ -1,13 +1,25 @@
-"""The real Slurm 24.11 cluster the other Slurm tests rely on."""
+"""The real Slurm clusters (one per supported release) the other Slurm tests rely on."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_cluster import REST_API, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
+
+
+def test_the_daemons_are_the_release_under_test(slurm_cluster: SlurmCluster) -> None:
+    """Plugins load only into the exact version they were built for: the cluster's daemons
+    must be the release its plugins were compiled against."""
+    assert slurm_cluster.release.startswith(slurm_cluster.version + ".")
+    # Debian's build says "slurm-wlm 24.11.5", upstream's "slurm 26.05.3".
+    version = slurm_cluster.run("scontrol", "--version").split()[-1]
+    assert version == slurm_cluster.release
+    config = slurm_cluster.run("scontrol", "show", "config")
+    assert "k8s_resource_completion" in config
+    assert "node_features/k8s_resources" in config
 
 
 def test_nodes_are_idle_with_full_gres(slurm_cluster: SlurmCluster) -> None:
@@ -20,7 +32,7 @@ def test_nodes_are_idle_with_full_gres(slurm_cluster: SlurmCluster) -> None:
 
 
 def test_slurmrestd_requires_the_token(slurm_cluster: SlurmCluster) -> None:
-    url = f"{slurm_cluster.url}/slurm/v0.0.41/nodes/"
+    url = f"{slurm_cluster.url}/slurm/{REST_API}/nodes/"
     headers = {"X-SLURM-USER-NAME": slurm_cluster.user}
     assert (
         httpx.get(url, headers={**headers, "X-SLURM-USER-TOKEN": slurm_cluster.token}).status_code

@@ -1,4 +1,4 @@
-"""job_submit/k8s_resource_completion inside the real Slurm 24.11: every way of asking for
+"""job_submit/k8s_resource_completion inside each real Slurm release: every way of asking for
 CPUs, memory and GPUs ends in the right k8scpu/k8smemory/k8sgpu per node, and never in
 less than what Slurm then really allocates."""
 
@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.slurm_cluster import SCRIPT, SlurmCluster, wait_until
+from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -182,8 +181,7 @@ def test_srun_and_salloc(
     slurm: SlurmCluster, command: str, options: list[str], expected: dict[str, int]
 ) -> None:
     name = f"plugin-{command}"
-    args = ["bash", str(SCRIPT), "exec", command, "-H", "-J", name, *options, "true"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = slurm.script_in_background("exec", command, "-H", "-J", name, *options, "true")
     try:
         job = wait_until(
             lambda: slurm.run("squeue", "-h", "-n", name, "-o", "%i").strip(), 10, what="job"

@@ -1,17 +1,16 @@
-"""node_features/k8s_resources inside the real Slurm 24.11: totals from the node's own
+"""node_features/k8s_resources inside each real Slurm release: totals from the node's own
 hardware, runtime count changes never drain a node, and a re-registration restores what
-Kubernetes holds from the node's extra field; plus the C unit tests, under valgrind."""
+Kubernetes holds from the node's extra field."""
 
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.slurm_cluster import SCRIPT, SlurmCluster, cluster_sh, wait_until
+from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 BAD_STATES = {"INVALID_REG", "INVALID", "DRAIN", "DOWN", "FAIL"}
@@ -42,15 +41,6 @@ def boot_time(slurm: SlurmCluster) -> str:
     """When the answering slurmctld started."""
     match = re.search(r"^BOOT_TIME\s*=\s*(\S+)", slurm.run("scontrol", "show", "config"), re.M)
     return match.group(1) if match else ""
-
-
-@pytest.mark.parametrize("valgrind", ["", "VALGRIND=1"], ids=["plain", "valgrind"])
-def test_c_unit_tests_pass(slurm_cluster: SlurmCluster, valgrind: str) -> None:
-    """make check inside the chroot (against its Slurm headers); valgrind exits 1 on any
-    error or leak, which fails the command."""
-    args = ["make", "-s", "-C", "/usr/src/nodeledger-plugins", "check"]
-    out = slurm_cluster.run(*args, *([valgrind] if valgrind else []))
-    assert re.search(r"ok: \d+ calculation cases, 0 failures", out), out
 
 
 def test_totals_come_from_the_nodes_hardware_not_slurm_conf(slurm: SlurmCluster) -> None:
@@ -121,15 +111,20 @@ def test_registration_keeps_what_kubernetes_holds(slurm: SlurmCluster, disruptio
     assert slurm.node("n1")["extra"].startswith("site=a ")
 
 
-def test_slurmctld_start_sizes_nodes_before_they_register(slurm: SlurmCluster) -> None:
-    """slurmctld restarts while n1's slurmd is down: n1's totals already come from its
-    saved extra field, so there is no moment with full (or no) k8s counts."""
-    slurm.run("scontrol", "update", "nodename=n1", "extra=nodeledger=k8scpu:6,k8smemory:1000")
-    slurm.run("scontrol", "update", "nodename=n1", "gres=k8scpu:16,k8smemory:32000")
+def test_slurmctld_start_never_hands_out_what_kubernetes_holds(slurm: SlurmCluster) -> None:
+    """slurmctld restarts while n1's slurmd is down, after the service lowered n1's counts
+    and wrote what Kubernetes holds into its extra field (one update, as the service does).
+    Up to 24.11 the plugin sizes n1 from extra at start; from 25.11 (no plugin call at start)
+    slurmctld restores the counts from its saved state. Either way n1 never shows more than
+    Kubernetes leaves, before or after it registers."""
+    slurm.run(
+        "scontrol", "update", "nodename=n1", "extra=nodeledger=k8scpu:6,k8smemory:1000",
+        "gres=k8scpu:10,k8smemory:31000",
+    )  # fmt: skip
     old_boot = boot_time(slurm)
-    cluster_sh("stop-slurmd", "n1", timeout=60)
+    slurm.stop_slurmd("n1")
     # restart-ctld waits for every node, so it returns only after n1 is back (below).
-    restart = subprocess.Popen(["bash", str(SCRIPT), "restart-ctld"], stdout=subprocess.DEVNULL)
+    restart = slurm.script_in_background("restart-ctld")
     try:
 
         def new_slurmctld() -> bool:

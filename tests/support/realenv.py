@@ -29,10 +29,22 @@ def unavailable(component: str, why: str) -> NoReturn:
 T = TypeVar("T")
 
 
-def run_script(script: Path, *args: str, timeout: float = 300, check: bool = True) -> str:
-    """Run a testenv script (bash); its stdout, or RuntimeError with its stderr."""
+def run_script(
+    script: Path,
+    *args: str,
+    timeout: float = 300,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run a testenv script (bash), with ``env`` added to ours; its stdout, or RuntimeError
+    with its stderr."""
     result = subprocess.run(
-        ["bash", str(script), *args], capture_output=True, text=True, timeout=timeout, check=False
+        ["bash", str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **env} if env else None,
     )
     if check and result.returncode != 0:
         raise RuntimeError(f"{script.name} {' '.join(args)} failed:\n{result.stderr[-3000:]}")

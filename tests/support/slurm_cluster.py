@@ -1,9 +1,12 @@
-"""The real Slurm test cluster (testenv/slurm/cluster.sh) as seen by tests."""
+"""The real Slurm test clusters (testenv/slurm/cluster.sh), one per Slurm release, as seen
+by tests."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,31 +16,59 @@ import httpx
 from tests.support.realenv import REPO, run_script, wait_until
 
 SCRIPT = Path(REPO) / "testenv" / "slurm" / "cluster.sh"
-__all__ = ["SCRIPT", "SlurmCluster", "cluster_sh", "wait_until"]
+__all__ = ["SCRIPT", "SLURM_VERSIONS", "SlurmCluster", "cluster_sh", "wait_until"]
+
+# The releases `make test` runs a cluster of; NODELEDGER_TEST_SLURM_VERSIONS narrows them for a
+# quick local run. 25.11 is only built against (plugins and their C tests).
+SLURM_VERSIONS = tuple(
+    v for v in os.environ.get("NODELEDGER_TEST_SLURM_VERSIONS", "24.11,26.05").split(",") if v
+)
+# Offered by every supported release: 24.11 v0.0.40-42, 25.11 v0.0.41-44, 26.05 v0.0.42-45.
+REST_API = "v0.0.42"
 
 
-def cluster_sh(*args: str, timeout: float = 300, check: bool = True) -> str:
-    return run_script(SCRIPT, *args, timeout=timeout, check=check)
+def cluster_sh(version: str, *args: str, timeout: float = 300, check: bool = True) -> str:
+    env = {"NODELEDGER_SLURM_VERSION": version}
+    return run_script(SCRIPT, *args, timeout=timeout, check=check, env=env)
 
 
 @dataclass(frozen=True)
 class SlurmCluster:
+    version: str  # the release series: "24.11", "26.05"
+    release: str  # the exact version the daemons report, e.g. "26.05.3"
     url: str
     token_file: Path
     user: str
     nodes: tuple[str, ...] = ("n1", "n2", "n3")
 
     @classmethod
-    def from_env(cls) -> SlurmCluster:
-        env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh("env"), re.MULTILINE))
-        return cls(env["SLURMRESTD_URL"], Path(env["SLURM_JWT_TOKEN_FILE"]), env["SLURM_USER"])
+    def from_env(cls, version: str) -> SlurmCluster:
+        env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh(version, "env"), re.MULTILINE))
+        return cls(
+            version,
+            env["SLURM_VERSION"],
+            env["SLURMRESTD_URL"],
+            Path(env["SLURM_JWT_TOKEN_FILE"]),
+            env["SLURM_USER"],
+        )
+
+    def script(self, *args: str, timeout: float = 300, check: bool = True) -> str:
+        return cluster_sh(self.version, *args, timeout=timeout, check=check)
+
+    def script_in_background(self, *args: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            ["bash", str(SCRIPT), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "NODELEDGER_SLURM_VERSION": self.version},
+        )
 
     @property
     def token(self) -> str:
         return self.token_file.read_text().strip()
 
     def run(self, *args: str, check: bool = True) -> str:
-        return cluster_sh("exec", *args, check=check, timeout=60)
+        return self.script("exec", *args, check=check, timeout=60)
 
     def sbatch(self, *args: str) -> str:
         out = self.run("sbatch", "--parsable", "-o", "/dev/null", *args)
@@ -82,19 +113,22 @@ class SlurmCluster:
         return str(state[0] if isinstance(state, list) else state)
 
     def restart_ctld(self) -> None:
-        cluster_sh("restart-ctld", timeout=120)
+        self.script("restart-ctld", timeout=120)
 
     def reconfigure(self) -> None:
-        cluster_sh("reconfigure", timeout=60)
+        self.script("reconfigure", timeout=60)
 
     def restart_slurmd(self, node: str) -> None:
-        cluster_sh("restart-slurmd", node, timeout=60)
+        self.script("restart-slurmd", node, timeout=60)
+
+    def stop_slurmd(self, node: str) -> None:
+        self.script("stop-slurmd", node, timeout=60)
 
     def stop_restd(self) -> None:
-        cluster_sh("stop-restd", timeout=60)
+        self.script("stop-restd", timeout=60)
 
     def start_restd(self) -> None:
-        cluster_sh("start-restd", timeout=60)
+        self.script("start-restd", timeout=60)
 
     FULL_GRES: ClassVar[dict[str, str]] = {
         "n1": "k8scpu:16,k8smemory:32000",
@@ -105,7 +139,7 @@ class SlurmCluster:
     def rest(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token}
         return httpx.request(
-            method, f"{self.url}/slurm/v0.0.41/{path}", headers=headers, timeout=10, **kwargs
+            method, f"{self.url}/slurm/{REST_API}/{path}", headers=headers, timeout=10, **kwargs
         )
 
     def set_gres(self, node: str, gres: str) -> None:

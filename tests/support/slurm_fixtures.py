@@ -1,4 +1,4 @@
-"""pytest fixtures for the real Slurm cluster: started once per session, reused when up,
+"""pytest fixtures for the real Slurm clusters: started once per session, reused when up,
 and a service wired to it (sync running, admissions confirmed by Slurm)."""
 
 from __future__ import annotations
@@ -13,19 +13,21 @@ from app.main import create_app
 from app.settings import Settings
 from app.slurm.settings import SlurmSettings
 from tests.support.realenv import unavailable
-from tests.support.slurm_cluster import SlurmCluster, cluster_sh
+from tests.support.slurm_cluster import SLURM_VERSIONS, SlurmCluster, cluster_sh
 
 # Ledger node -> Slurm node; the GPU node has a Kubernetes-style name and a Slurm alias.
 LEDGER_NODES = {"n1": "n1", "n2": "n2", "gpu-1": "n3"}
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> SlurmCluster:
+@pytest.fixture(scope="session", params=SLURM_VERSIONS, ids=lambda v: f"slurm-{v}")
+def slurm_cluster(request: pytest.FixtureRequest) -> SlurmCluster:
+    """A cluster of each supported release: every test that uses one runs on each."""
+    version: str = request.param
     try:
-        cluster_sh("up", timeout=900)
-        return SlurmCluster.from_env()
+        cluster_sh(version, "up", timeout=1800)
+        return SlurmCluster.from_env(version)
     except Exception as exc:  # any failure to start means the cluster is unavailable
-        unavailable("Slurm test cluster", str(exc))
+        unavailable(f"Slurm {version} test cluster", str(exc))
 
 
 @pytest.fixture

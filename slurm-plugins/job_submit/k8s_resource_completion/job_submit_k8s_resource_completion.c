@@ -23,6 +23,7 @@
 #include "src/slurmctld/slurmctld.h"
 
 #include "k8s_calc.h"
+#include "k8s_slurm_compat.h"
 
 const char plugin_name[] = "Kubernetes resource completion job_submit plugin";
 const char plugin_type[] = "job_submit/k8s_resource_completion";
@@ -31,7 +32,7 @@ const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 /* The largest node of the partition (of all without one): no undercount. */
 static void _node_shape(part_record_t *part, k8s_node_shape_t *shape)
 {
-	bool by_socket = slurm_conf.select_type_param & CR_SOCKET;
+	bool by_socket = slurm_conf.select_type_param & K8S_SELECT_SOCKET;
 	node_record_t *node_ptr;
 	uint64_t memory, gpus;
 
