@@ -5,9 +5,12 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from app.slurm.client import SlurmClient
+from app.slurm.tokens import FileToken
 from tests.support.slurm_cluster import REST_API, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
+NEWEST_API = {"24.11": "v0.0.42", "25.11": "v0.0.44", "26.05": "v0.0.45"}
 
 
 def test_the_daemons_are_the_release_under_test(slurm_cluster: SlurmCluster) -> None:
@@ -20,6 +23,17 @@ def test_the_daemons_are_the_release_under_test(slurm_cluster: SlurmCluster) -> 
     config = slurm_cluster.run("scontrol", "show", "config")
     assert "k8s_resource_completion" in config
     assert "node_features/k8s_resources" in config
+
+
+def test_the_client_speaks_the_newest_api_the_release_offers(slurm_cluster: SlurmCluster) -> None:
+    client = SlurmClient(slurm_cluster.url, FileToken(slurm_cluster.token_file))
+    try:
+        assert client.version == NEWEST_API[slurm_cluster.version]
+        listing = client.get_nodes()
+        assert listing is not None
+        assert {n.name for n in listing.items} == set(slurm_cluster.nodes)
+    finally:
+        client.close()
 
 
 def test_nodes_are_idle_with_full_gres(slurm_cluster: SlurmCluster) -> None:
