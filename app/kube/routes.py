@@ -7,11 +7,18 @@ Configure them in a KubeSchedulerConfiguration as
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 
 from app.kube.binder import Extender
+from app.kube.extender_wire import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    HostPriority,
+)
 
 router = APIRouter(prefix="/v1/extender", tags=["kube-scheduler extender"])
 
@@ -26,22 +33,21 @@ async def _extender(request: Request) -> Extender:
 
 
 ExtenderDep = Annotated[Extender, Depends(_extender)]
-Args = Annotated[dict[str, Any], Body()]
 
 
 @router.post("/filter")
-def filter_nodes(args: Args, extender: ExtenderDep) -> dict[str, Any]:
+def filter_nodes(args: ExtenderArgs, extender: ExtenderDep) -> ExtenderFilterResult:
     """ExtenderArgs in, ExtenderFilterResult out: the nodes that fit, reasons for the rest."""
     return extender.filter(args)
 
 
 @router.post("/prioritize")
-def prioritize(args: Args, extender: ExtenderDep) -> list[dict[str, Any]]:
+def prioritize(args: ExtenderArgs, extender: ExtenderDep) -> list[HostPriority]:
     """HostPriorityList: prefer nodes where Slurm holds least, then the most free CPU."""
     return extender.prioritize(args)
 
 
 @router.post("/bind")
-def bind(args: Args, extender: ExtenderDep) -> dict[str, Any]:
+def bind(args: ExtenderBindingArgs, extender: ExtenderDep) -> ExtenderBindingResult:
     """Slurm-confirmed admission, then the Binding; an Error makes the scheduler retry."""
     return extender.bind(args)
