@@ -10,15 +10,18 @@ back within capacity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from app.db.engine import Database
+from app.db.locks import node_lock
 from app.ledger.arithmetic import Shortfall, SnapshotDiff, diff_snapshot, shortfalls
 from app.ledger.errors import (
     AdmissionRejected,
@@ -107,6 +110,19 @@ class Ledger:
                 raise NodeNotFound(name)
             return repo.view(row)
 
+    @contextmanager
+    def exclusive(self, name: str) -> Iterator[NodeView]:
+        """The node as it is once this caller holds it against every replica, which it
+        does until the block ends (the contract is app.db.locks')."""
+        with node_lock(self.db, name) as connection:
+            with Session(bind=connection) as session:
+                repo = LedgerRepository(session)
+                row = repo.find_node(name)
+                if row is None:
+                    raise NodeNotFound(name)
+                view = repo.view(row)
+            yield view
+
     def list_nodes(self) -> list[NodeView]:
         with self.db.read() as session:
             return LedgerRepository(session).all_views()
@@ -138,6 +154,11 @@ class Ledger:
             return LedgerRepository(session).events(
                 node=node, kind=kind, since=since, after_id=after_id, limit=limit
             )
+
+    def events_with_ids(self, ids: list[int]) -> list[LedgerEvent]:
+        """Those of ``ids`` that are committed now (app.ledger.follow looks for late ones)."""
+        with self.db.read() as session:
+            return LedgerRepository(session).events_with_ids(ids)
 
     # nodes
 

@@ -1,11 +1,14 @@
 """Ledger -> Slurm: keep each node's k8scpu/k8smemory/k8sgpu counts (and the ``extra``
 token the node_features plugin reads) equal to what the ledger withholds from Slurm.
 
-Concurrency contract: pushes to one node are serialized, and coalesced: a caller whose
-ledger change was committed before it called ``push`` returns as soon as any push that
-read the ledger after that call has finished, so a burst of admissions on one node costs
-a few updates, not one each. Every push computes from the ledger as it is now, so a
-late or repeated push can never restore stale counts.
+Concurrency contract: a push is read-ledger -> update -> read-back while holding the
+node against every replica (``Ledger.exclusive``, app.db.locks), so at most one push to a
+node is in flight anywhere and each computes from the ledger as it is once it holds the
+node: a late or repeated push can never restore stale counts, from this replica or
+another. Within a replica pushes to a node are also coalesced: a caller whose ledger
+change was committed before it called ``push`` returns as soon as any push that read the
+ledger after that call has finished, so a burst of admissions on one node costs a few
+updates, not one each.
 """
 
 from __future__ import annotations
@@ -71,19 +74,20 @@ class Pusher:
             return result
 
     def _push_now(self, name: str, reason: str, pushed: K8sCounts | None) -> PushResult:
-        view = self.ledger.get_node(name)
-        held = withheld(view)
-        before = self.client.get_node(view.slurm_name)
-        counts = desired_counts(before, held)
-        extra = extra_with_holdings(before.extra, held)
-        drifted = pushed is not None and current_counts(before) != pushed
-        if current_counts(before) == counts and before.extra == extra:
-            return PushResult(before, held, updated=False, drifted=drifted)
-        gres = gres_update(before, counts)
-        self.client.update_node(
-            view.slurm_name, gres=gres, extra=extra if extra != before.extra else None
-        )
-        after = self.client.get_node(view.slurm_name)
+        with self.ledger.exclusive(name) as view:
+            held = withheld(view)
+            before = self.client.get_node(view.slurm_name)
+            counts = desired_counts(before, held)
+            extra = extra_with_holdings(before.extra, held)
+            drifted = pushed is not None and current_counts(before) != pushed
+            if current_counts(before) == counts and before.extra == extra:
+                return PushResult(before, held, updated=False, drifted=drifted)
+            gres = gres_update(before, counts)
+            self.client.update_node(
+                view.slurm_name, gres=gres, extra=extra if extra != before.extra else None
+            )
+            after = self.client.get_node(view.slurm_name)
+        # Outside the lock: a push holds one database connection, never waits for another.
         self.ledger.record_event(
             EventKind.SLURM_PUSHED,
             name,

@@ -11,6 +11,9 @@ Each step:
    - Slurm states DOWN, DRAIN, INVALID_REG, NOT_RESPONDING, FAIL make it not admissible;
    - counts that differ from what the ledger withholds (slurmctld restart, reconfigure,
      slurmd re-registration) are pushed again and the drift is recorded.
+With several replicas only the one holding the ``slurm-sync`` leadership (app.db.locks)
+writes step 2; the others keep reading Slurm (step 1: cheap, and their node sizes stay
+current for node discovery) and stand by.
 The loop is a thin shell around ``step()``, which tests call directly.
 """
 
@@ -23,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from app.components import Health
+from app.db.locks import Leadership
 from app.ledger.errors import LedgerError
 from app.ledger.records import EventKind, HolderKind, NodeSpec, NodeView
 from app.ledger.resources import Resources
@@ -92,9 +96,12 @@ class SlurmSync:
         *,
         interval: float = 1.0,
         register_nodes: bool = False,
+        leadership: Leadership | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
+        self.leadership = leadership
+        self._standby = False
         self.ledger = ledger
         self.pusher = pusher
         self.interval = interval
@@ -122,6 +129,8 @@ class SlurmSync:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 10)
+        if self.leadership is not None:
+            self.leadership.release()
 
     def node_size(self, slurm_name: str) -> Resources | None:
         """A Slurm node's size as last seen (CPUs, usable memory, GPUs); None if unknown."""
@@ -135,7 +144,10 @@ class SlurmSync:
             return Health("degraded", self._error)
         if self._last_ok is None:
             return Health("degraded", "not synced with Slurm yet")
-        return Health("ok", f"synced {self.monotonic() - self._last_ok:.1f}s ago")
+        ago = f"{self.monotonic() - self._last_ok:.1f}s ago"
+        if self._standby:
+            return Health("ok", f"standby (another replica syncs); read Slurm {ago}")
+        return Health("ok", f"synced {ago}")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -155,6 +167,12 @@ class SlurmSync:
             self._error = f"Slurm unreachable: {exc.message}"
             log.warning("Slurm sync: %s", exc)
             return
+        leads = self.leadership is None or self.leadership.check()
+        if not leads:
+            self._standby, self._ledger_key = True, ()  # a new leader starts with a full pass
+            self._ok()
+            return
+        self._standby = False
         views = self.ledger.list_nodes()
         if self.register_nodes:
             views = self._register(views)

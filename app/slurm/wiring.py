@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.db.locks import Leadership
 from app.slurm.client import SlurmClient
 from app.slurm.gate import SlurmGate
 from app.slurm.policy import KubeCaps
@@ -49,5 +50,6 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         pusher,
         interval=slurm.sync_interval,
         register_nodes=slurm.register_nodes,
+        leadership=Leadership(services.db, "slurm-sync"),
     )
     services.components.append(services.slurm)

@@ -1,0 +1,113 @@
+"""Locks shared by every replica of the service through its database: what keeps several
+replicas on one PostgreSQL from undoing each other's work in Slurm.
+
+Contract:
+- ``node_lock(node)``: at most one holder per node across all replicas. On PostgreSQL a
+  transaction-scoped advisory lock, so it ends with the holder's transaction, including
+  when the holder's connection or process dies: a killed replica never keeps a node
+  locked. The holder reads the ledger inside that transaction, after the lock is taken
+  (READ COMMITTED: every statement sees what was committed before it), so whatever it
+  computes from the ledger includes every change committed before it took the lock. The
+  Slurm pusher does read-ledger -> push -> read-back under it, so the last push to a node
+  always carries every hold committed before it started, and no push computed earlier
+  can land after it.
+- ``Leadership(name)``: at most one replica holds it: a session-level advisory lock on a
+  connection of its own, lost with that connection (replica killed, database restarted),
+  which the holder notices at its next ``check()``. The Slurm sync runs only while held.
+SQLite keeps one replica per database file (README): both are local to the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from weakref import WeakValueDictionary
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.db.engine import Database
+
+log = logging.getLogger(__name__)
+
+# One 64-bit advisory key per name: PostgreSQL's own string hash, so every replica agrees.
+_KEY = "hashtextextended(:name, 0)"
+
+
+class _LocalLocks:
+    """Per-name threading locks, kept only while someone uses them."""
+
+    def __init__(self) -> None:
+        self._locks: WeakValueDictionary[str, threading.Lock] = WeakValueDictionary()
+        self._guard = threading.Lock()
+
+    def get(self, name: str) -> threading.Lock:
+        with self._guard:
+            lock = self._locks.get(name)
+            if lock is None:
+                lock = threading.Lock()
+                self._locks[name] = lock
+            return lock
+
+
+_local = _LocalLocks()
+
+
+@contextmanager
+def node_lock(db: Database, node: str) -> Iterator[Connection]:
+    """Hold ``node`` against every replica; yields the transaction to read the ledger in."""
+    name = f"nodeledger.node:{node}"
+    if db.is_sqlite:
+        lock = _local.get(f"{db.engine.url}:{name}")
+        with lock, db.engine.connect() as connection:
+            yield connection
+        return
+    with db.engine.begin() as connection:
+        connection.execute(text(f"SELECT pg_advisory_xact_lock({_KEY})"), {"name": name})
+        yield connection
+
+
+class Leadership:
+    """A role only one replica plays at a time (see the module docstring)."""
+
+    def __init__(self, db: Database, name: str) -> None:
+        self.db = db
+        self.name = f"nodeledger.leader:{name}"
+        self._connection: Connection | None = None
+
+    def check(self) -> bool:
+        """Whether this replica holds the role now; tries to take it when it does not."""
+        if self.db.is_sqlite:
+            return True
+        try:
+            if self._connection is not None:
+                self._connection.exec_driver_sql("SELECT 1")  # still ours?
+                self._connection.commit()
+                return True
+            connection = self.db.engine.connect()
+            taken = connection.execute(
+                text(f"SELECT pg_try_advisory_lock({_KEY})"), {"name": self.name}
+            ).scalar()
+            connection.commit()  # end the implicit transaction; the session lock stays
+            if not taken:
+                connection.close()
+                return False
+            log.info("this replica now holds %s", self.name)
+            self._connection = connection
+            return True
+        except SQLAlchemyError as exc:
+            if self._connection is not None:
+                log.warning("lost %s: %s", self.name, exc)
+            self.release()
+            return False
+
+    def release(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.invalidate()  # ending the session drops its advisory lock
+                connection.close()
+            except SQLAlchemyError:
+                pass

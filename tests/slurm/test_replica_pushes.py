@@ -1,0 +1,106 @@
+"""Several replicas on one database: pushes to a node never overlap and the last one always
+carries every hold (app.db.locks). Each replica is its own engine, ledger and pusher; the
+database is real (SQLite and PostgreSQL), slurmrestd is a fake whose updates take a while,
+so that unlocked pushes would overlap. The race through real replicas and a real Slurm is
+tests/slurm/test_race.py; this test pins the lock itself down."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from app.admission.service import Admissions
+from app.db.engine import Database
+from app.db.locks import Leadership
+from app.ledger.records import Holder, HolderKind, NodeSpec
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger
+from app.slurm.counts import SlurmUnits, desired_counts, withheld
+from app.slurm.gate import SlurmGate
+from app.slurm.policy import KubeCaps
+from app.slurm.push import Pusher
+from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
+
+REPLICAS = 3
+
+
+class OverlapWatch(FakeSlurm):
+    """Counts updates of one node in flight at once, across every replica."""
+
+    def __init__(self) -> None:
+        super().__init__(slurm_node(), latency=0.005)
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._count = threading.Lock()
+
+    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+        with self._count:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            super().update_node(name, gres=gres, extra=extra)
+        finally:
+            with self._count:
+                self.in_flight -= 1
+
+
+@pytest.fixture
+def replica_ledgers(database_url: str) -> Iterator[list[Ledger]]:
+    databases = [Database.from_url(database_url, pool_size=20) for _ in range(REPLICAS)]
+    yield [Ledger(db) for db in databases]
+    for db in databases:
+        db.dispose()
+
+
+def test_pushes_to_a_node_never_overlap_across_replicas_and_end_exact(
+    replica_ledgers: list[Ledger],
+) -> None:
+    replica_ledgers[0].upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    slurm = OverlapWatch()
+    admissions = [
+        Admissions(ledger, SlurmGate(slurm, Pusher(slurm, ledger), KubeCaps()))  # type: ignore[arg-type]
+        for ledger in replica_ledgers
+    ]
+
+    def churn(i: int) -> None:
+        replica = admissions[i % REPLICAS]
+        holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
+        replica.admit("n1", holder, Resources(500, GIB))
+        if i % 3 == 0:  # some pods go again, through another replica
+            admissions[(i + 1) % REPLICAS].release(holder.id, HolderKind.POD)
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        list(pool.map(churn, range(36)))
+    assert slurm.most_in_flight == 1
+    # The counts in Slurm are exactly what the ledger withholds now: no stale push landed last.
+    view = replica_ledgers[1].get_node("n1")
+    assert withheld(view) == SlurmUnits(12, 24 * 1024, 0)  # 24 pods of 500m / 1 GiB remain
+    expected = desired_counts(slurm_node(), withheld(view))
+    assert slurm.node.gres == f"k8scpu:{expected.k8scpu},k8smemory:{expected.k8smemory}"
+
+
+@pytest.mark.postgres
+def test_one_replica_leads_and_the_role_moves_when_it_dies(postgres_url: str) -> None:
+    databases = [Database.from_url(postgres_url) for _ in range(2)]
+    try:
+        first, second = (Leadership(db, "slurm-sync") for db in databases)
+        assert first.check()
+        assert not second.check()
+        assert first.check()  # still held, nothing changed
+        # The leader's connection dies, as when its replica is killed.
+        with databases[1].engine.begin() as connection:
+            killed = connection.exec_driver_sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks"
+                " WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+            ).scalar()
+        assert killed == 1
+        assert second.check()  # the lock went with the connection
+        assert not first.check()  # and the old leader notices it no longer leads
+        second.release()
+        assert first.check()
+    finally:
+        for db in databases:
+            db.dispose()
