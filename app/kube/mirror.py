@@ -1,9 +1,11 @@
 """GenericNode status mirrors the ledger: on every change, batched and rate-limited.
 
 Changes are found by following the ledger's event log (so changes made by any replica
-count), collected as a set of dirty nodes, and written at most ``qps`` per second with a
+count; app.ledger.follow catches events that commit out of id order), collected as a set
+of dirty nodes, and written at most ``qps`` per second with a
 ``burst`` (1,000 nodes changing at once cost 1,000 / qps seconds, not a flood). A node
-whose status did not change is not written; a periodic resync rewrites everything.
+whose status did not change is not written; a periodic resync rewrites everything (in
+case someone else changed it), keeping each condition's lastTransitionTime.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from app.components import Health
 from app.kube.client import GENERICNODES, KubeClient, KubeError
 from app.kube.genericnode import same_status, status_of
 from app.ledger.errors import NodeNotFound
+from app.ledger.follow import EventFollower
 from app.ledger.service import Clock, Ledger
 
 log = logging.getLogger(__name__)
@@ -66,7 +69,8 @@ class StatusMirror:
         self.clock = clock
         self.written: dict[str, dict[str, Any]] = {}
         self._dirty: set[str] = set()
-        self._last_event = 0
+        self._resyncing: set[str] = set()  # written even when unchanged
+        self._events = EventFollower(ledger)
         self._slurm_ok: bool | None = None
 
     def run(self, stop: threading.Event) -> None:
@@ -74,8 +78,8 @@ class StatusMirror:
         while not stop.is_set():
             try:
                 if time.monotonic() - resynced > self.resync_period:
-                    self._dirty.update(v.name for v in self.ledger.list_nodes())
-                    self.written.clear()
+                    self._resyncing = {v.name for v in self.ledger.list_nodes()}
+                    self._dirty |= self._resyncing
                     resynced = time.monotonic()
                 self._follow_events()
                 self.flush(stop)
@@ -84,14 +88,7 @@ class StatusMirror:
             stop.wait(0.2)
 
     def _follow_events(self) -> None:
-        if not self._last_event:
-            self._last_event = self.ledger.last_event_id()
-        while True:
-            events = self.ledger.events(after_id=self._last_event, limit=500)
-            if not events:
-                break
-            self._last_event = events[-1].id
-            self._dirty.update(e.node for e in events if e.node)
+        self._dirty.update(e.node for e in self._events.poll() if e.node)
         health = self.slurm_health()
         ok = None if health is None else health.status == "ok"
         if ok != self._slurm_ok:  # SlurmSynced changes on every node
@@ -113,8 +110,9 @@ class StatusMirror:
             return
         previous = self.written.get(name, {})
         status = status_of(view, self.slurm_health(), previous, self.clock(), self.gpu_resource)
-        if previous and same_status(previous, status):
+        if previous and same_status(previous, status) and name not in self._resyncing:
             return
+        self._resyncing.discard(name)
         try:
             self.client.patch_status(f"{GENERICNODES}/{name}", status)
         except KubeError as exc:

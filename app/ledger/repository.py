@@ -262,3 +262,8 @@ class LedgerRepository(LedgerStatements):
             query = query.where(EventRow.id > after_id)
         rows = self.session.scalars(query.order_by(EventRow.id).limit(limit))
         return [event_record(r) for r in rows]
+
+    def events_with_ids(self, ids: list[int]) -> list[LedgerEvent]:
+        query = select(EventRow).where(EventRow.id.in_(ids)).order_by(EventRow.id)
+        rows = self.session.scalars(query)
+        return [event_record(r) for r in rows]

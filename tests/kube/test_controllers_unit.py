@@ -10,11 +10,13 @@ from typing import Any
 from app.components import Health
 from app.kube.extender import filter_nodes, prioritize
 from app.kube.genericnode import same_status, status_of
-from app.kube.mirror import TokenBucket
+from app.kube.mirror import StatusMirror, TokenBucket
 from app.kube.watch import ListWatch
 from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
 from app.ledger.resources import Resources
+from app.ledger.service import Ledger
 from app.slurm.policy import KubeCaps
+from tests.support.realenv import wait_until
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -133,3 +135,32 @@ def test_an_expired_watch_relists_and_the_handler_resyncs() -> None:
     assert client.lists == 2  # listed again after the 410
     assert handler.resyncs == [["x"], ["x"]]
     assert handler.events == [("ADDED", "y")]  # bookmarks are not events
+
+
+class FakeStatusClient:
+    def __init__(self) -> None:
+        self.writes: list[dict[str, Any]] = []
+
+    def patch_status(self, path: str, status: dict[str, Any]) -> None:
+        self.writes.append(status)
+
+
+def test_a_resync_rewrites_status_but_keeps_transition_times(ledger: Ledger) -> None:
+    ledger.upsert_node("a", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    client, now = FakeStatusClient(), [T0]
+    mirror = StatusMirror(
+        ledger, client, lambda: None, qps=1000, burst=1000, resync_period=0.05,  # type: ignore[arg-type]
+        gpu_resource="nvidia.com/gpu", clock=lambda: now[0],
+    )  # fmt: skip
+    stop = threading.Event()
+    thread = threading.Thread(target=mirror.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: client.writes, 5, what="the first write")
+        now[0] = datetime(2026, 1, 2, tzinfo=UTC)
+        wait_until(lambda: len(client.writes) >= 2, 5, what="a resync's rewrite")
+    finally:
+        stop.set()
+        thread.join(5)
+    ready = [{c["type"]: c for c in w["conditions"]}["Ready"] for w in client.writes]
+    assert {r["lastTransitionTime"] for r in ready} == {"2026-01-01T00:00:00Z"}

@@ -1,0 +1,69 @@
+"""Following the ledger's event log in id order without missing a late commit.
+
+PostgreSQL hands out event ids when rows are inserted, not when they commit: a reader can
+see id 11 while id 10 is still uncommitted, and reading on "after 11" would skip 10 for
+good. So every id a poll steps over is remembered as a gap and looked for again on later
+polls until it shows up, or until ``patience`` seconds have passed (a rolled-back
+transaction never fills its gap). On SQLite writers serialize, so ids commit in order and
+no gap stays open past one poll.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from app.ledger.records import LedgerEvent
+from app.ledger.service import Ledger
+
+BATCH = 500
+MAX_GAPS = 10_000  # the oldest are given up first
+
+
+class EventFollower:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        patience: float = 30.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ledger = ledger
+        self.patience = patience
+        self.monotonic = monotonic
+        self.last_id: int | None = None
+        self._gaps: dict[int, float] = {}  # event id -> when it was first missed
+
+    @property
+    def open_gaps(self) -> int:
+        return len(self._gaps)
+
+    def poll(self) -> list[LedgerEvent]:
+        """Events committed since the last poll (the first poll starts at the log's end)."""
+        if self.last_id is None:
+            self.last_id = self.ledger.last_event_id()
+            return []
+        now = self.monotonic()
+        found = self._filled_gaps(now)
+        while events := self.ledger.events(after_id=self.last_id, limit=BATCH):
+            for event in events:
+                for missing in range(self.last_id + 1, event.id):
+                    self._gaps[missing] = now
+                self.last_id = event.id
+            found.extend(events)
+            if len(events) < BATCH:
+                break
+        while len(self._gaps) > MAX_GAPS:
+            del self._gaps[next(iter(self._gaps))]
+        return found
+
+    def _filled_gaps(self, now: float) -> list[LedgerEvent]:
+        if not self._gaps:
+            return []
+        filled = self.ledger.events_with_ids(list(self._gaps))
+        for event in filled:
+            del self._gaps[event.id]
+        for missing, since in list(self._gaps.items()):
+            if now - since > self.patience:
+                del self._gaps[missing]
+        return filled
