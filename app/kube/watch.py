@@ -71,6 +71,8 @@ class ListWatch:
 
     def _list_and_watch(self, stop: threading.Event) -> None:
         items, version = self.client.list(self.path, **self.query)
+        if stop.is_set():
+            return  # leadership was lost while listing: another replica acts on it now
         self.handler.resync(items)
         self.synced.set()
         self.error = None
