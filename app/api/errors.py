@@ -6,7 +6,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.api.schemas import ErrorOut, ShortfallOut
 from app.ledger import errors
@@ -46,9 +46,13 @@ def install(app: FastAPI) -> None:
     async def _ledger_error(_request: Request, exc: errors.LedgerError) -> JSONResponse:
         return error_response(exc)
 
-    @app.exception_handler(OperationalError)
-    async def _database_unavailable(_request: Request, exc: OperationalError) -> JSONResponse:
-        log.error("database unavailable: %s", exc)
+    @app.exception_handler(DBAPIError)
+    async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
+        # A lost or refused connection (database restarted, failing over): the caller may
+        # retry, and the pool reconnects by itself. Anything else is a bug: let it be a 500.
+        if not (isinstance(exc, OperationalError) or exc.connection_invalidated):
+            raise exc
+        log.error("database unavailable during %s %s: %s", request.method, request.url.path, exc)
         body = ErrorOut(
             detail="database unavailable, try again", code="database_unavailable", retryable=True
         )

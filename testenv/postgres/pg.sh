@@ -3,6 +3,7 @@
 #   pg.sh up      install (if needed), initdb and start on a free loopback port
 #   pg.sh url     print the SQLAlchemy URL of the running cluster
 #   pg.sh status  exit 0 when it answers
+#   pg.sh restart restart it on the same port (what a database failover looks like to clients)
 #   pg.sh down    stop it and remove its data
 set -euo pipefail
 
@@ -66,10 +67,16 @@ down() {
   rm -rf "$RUNDIR"
 }
 
+restart() {
+  running || { echo "pg.sh: not running" >&2; exit 1; }
+  as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" -m fast -w -t 60 restart >/dev/null
+}
+
 case "${1:-}" in
   up) up ;;
+  restart) restart ;;
   url) running && url ;;
   status) running ;;
   down) down ;;
-  *) echo "usage: $0 up|url|status|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|url|status|restart|down" >&2; exit 2 ;;
 esac

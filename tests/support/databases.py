@@ -49,7 +49,8 @@ def sqlite_database(directory: Path) -> str:
 def postgres_database(server_url: str) -> Iterator[str]:
     """A new database on the server, dropped afterwards."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    # pre_ping: the server may have been restarted meanwhile (tests/chaos).
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     try:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
