@@ -14,6 +14,8 @@
 #                        start one more kube-scheduler (e.g. a second scheduler with an
 #                        extender) from a KubeSchedulerConfiguration; waits for its healthz
 #   cluster.sh stop-scheduler NAME
+#   cluster.sh restart-apiserver   stop kube-apiserver and start it again (etcd keeps the
+#                        data): every client's watch breaks and must resume
 #
 # Runtime state in $NODELEDGER_RUNDIR/kube (default /tmp/nodeledger/kube): pki/, etcd/,
 # admin.kubeconfig (O=system:masters), scheduler.kubeconfig (system:kube-scheduler),
@@ -257,6 +259,34 @@ start_scheduler() {   # start_scheduler NAME PORT [ARGS...]
 
 scheduler_ok() { alive "$1" || return 1; healthz_ok "$2"; }   # scheduler_ok NAME PORT
 
+start_apiserver() {
+  # No kube-controller-manager and no kubelets: no endpoint reconciler (a loopback address
+  # is not a valid endpoint), no ServiceAccount admission (nobody creates the accounts).
+  spawn kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
+    --proxy-client-key-file="$PKI/front-proxy-client.key" \
+    --authorization-mode=Node,RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --disable-admission-plugins=ServiceAccount \
+    --endpoint-reconciler-type=none \
+    --enable-priority-and-fairness=false \
+    --profiling=false
+  wait_for 120 api_ok \
+    || { logs_tail etcd kube-apiserver; die "kube-apiserver did not become ready"; }
+}
+
 # ---------------------------------------------------------------------------- commands
 
 up() {
@@ -285,31 +315,7 @@ up() {
     --log-level=warn
   wait_for 30 etcd_ok || { logs_tail etcd; die "etcd did not become healthy"; }
 
-  # No kube-controller-manager and no kubelets: no endpoint reconciler (a loopback address
-  # is not a valid endpoint), no ServiceAccount admission (nobody creates the accounts).
-  spawn kube-apiserver "$BIN/kube-apiserver" \
-    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
-    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-    --client-ca-file="$PKI/ca.crt" \
-    --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
-    --requestheader-allowed-names=front-proxy-client \
-    --requestheader-username-headers=X-Remote-User \
-    --requestheader-group-headers=X-Remote-Group \
-    --requestheader-extra-headers-prefix=X-Remote-Extra- \
-    --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
-    --proxy-client-key-file="$PKI/front-proxy-client.key" \
-    --authorization-mode=Node,RBAC \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$PKI/sa.pub" \
-    --service-account-signing-key-file="$PKI/sa.key" \
-    --service-cluster-ip-range="$SERVICE_CIDR" \
-    --disable-admission-plugins=ServiceAccount \
-    --endpoint-reconciler-type=none \
-    --enable-priority-and-fairness=false \
-    --profiling=false
-  wait_for 120 api_ok \
-    || { logs_tail etcd kube-apiserver; die "kube-apiserver did not become ready"; }
+  start_apiserver
 
   start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
   log "up in $((SECONDS - started)) s: https://127.0.0.1:$API_PORT," \
@@ -368,5 +374,8 @@ case "${1:-}" in
     echo "export HELM=$HELM" ;;
   scheduler) shift; extra_scheduler "$@" ;;
   stop-scheduler) shift; stop_scheduler "$@" ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  restart-apiserver)
+    pid=$(pid_of kube-apiserver) && stop "$pid"
+    start_apiserver ;;
+  *) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;   # the comment at the top
 esac

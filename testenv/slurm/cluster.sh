@@ -15,6 +15,8 @@
 #   cluster.sh exec CMD...      run a Slurm client command inside the cluster
 #   cluster.sh restart-ctld | reconfigure | restart-slurmd NODE | stop-slurmd NODE
 #   cluster.sh stop-restd | start-restd
+#   cluster.sh pause-restd | resume-restd   SIGSTOP/SIGCONT slurmrestd: it accepts
+#                               connections (the kernel does) but never answers: a hung server
 #
 # NODELEDGER_SLURM_VERSION picks Slurm: 24.11 (default: Debian trixie's packages), 25.11 or
 # 26.05 (compiled from the release tarballs in NODELEDGER_SLURM_SRC_DIR, default
@@ -517,6 +519,11 @@ case "${1:-}" in
     stop_slurmd "$node"
     in_cluster /usr/sbin/slurmd -N "$node" ;;
   stop-restd) stop_restd ;;
+  pause-restd | resume-restd)
+    signal=STOP; [ "$1" = resume-restd ] && signal=CONT
+    pids=$(cluster_pids "^/usr/sbin/slurmrestd .*:$RESTD_PORT")
+    [ -n "$pids" ] || die "slurmrestd is not running"
+    kill -s "$signal" $pids ;;
   start-restd) stop_restd; start_restd; wait_for 30 "slurmrestd" restd_ok || die "slurmrestd did not answer" ;;
   *) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;   # the comment at the top
 esac

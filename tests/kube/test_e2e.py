@@ -121,6 +121,27 @@ def test_service_restart_loses_nothing_and_counts_nothing_twice(
         assert k8s_cpus == 3
 
 
+def test_apiserver_restart_resumes_watches_and_counts_nothing_twice(
+    env: tuple[Coloc, ServiceProcess],
+) -> None:
+    coloc, service = env
+    kept = coloc.pod("kept", "2", "1Gi")
+    gone = coloc.pod("gone", "3", "1Gi")
+    for name in ("kept", "gone"):
+        coloc.kube.wait_bound(name, timeout=20)
+    wait_until(lambda: {kept, gone} <= set(coloc.pod_holdings()), 10, what="counted")
+    coloc.kube.restart_apiserver()
+    # Changes right after the restart must arrive through the resumed watches.
+    coloc.kube.delete_pod("gone")
+    new = coloc.pod("new", "1", "1Gi", scheduler="default-scheduler", node="kn1")
+    wait_until(lambda: set(coloc.pod_holdings()) == {kept, new}, 30, what="watches resumed")
+    held = sum(n["held_by_kubernetes"]["cpu_millis"] for n in coloc.get("/v1/nodes"))
+    assert held == 3000  # kept 2 + new 1: nothing counted twice
+    k8s_cpus = 16 * 3 - sum(coloc.gres(s)["k8scpu"] for s in NODES.values())
+    assert k8s_cpus == 3
+    assert service.process.poll() is None
+
+
 def test_genericnode_admission_check_is_answered_within_a_second(coloc: Coloc) -> None:
     fits = {"cpu": "2", "memory": "1Gi"}
     requests = [

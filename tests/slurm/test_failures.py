@@ -1,8 +1,9 @@
-"""Slurm unreachable or refusing the token: admissions fail closed with the reason, ledger
-reads keep working, /readyz says degraded, and everything recovers by itself (issue test 5)."""
+"""Slurm unreachable, hung or refusing the token: admissions fail closed with the reason,
+ledger reads keep working, /readyz says degraded, and everything recovers by itself."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,34 @@ def test_slurmrestd_down_rejects_then_recovers_without_restart(
     wait_until(lambda: readyz(slurm_api)["status"] == "ok", 10, what="ready again")
     assert admit(slurm_api, "n1", "pod-x", "1").status_code == 201
     assert gres(slurm, "n1")["k8scpu"] == 15
+
+
+@pytest.fixture
+def restd_resumed(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
+    yield slurm
+    slurm.resume_restd()
+
+
+def test_hung_slurmrestd_fails_closed_within_the_timeout(
+    restd_resumed: SlurmCluster, sqlite_url: str
+) -> None:
+    """slurmrestd accepts connections and never answers (SIGSTOP): an admission is refused
+    once the timeout and its retries are spent, not left hanging, and nothing is held."""
+    slurm = restd_resumed
+    settings = slurm_settings(slurm, sqlite_url, timeout=1.0, retries=1)
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api)
+        slurm.pause_restd()
+        started = time.monotonic()
+        rejected = admit(api, "n2", "pod-h", "1")
+        took = time.monotonic() - started
+        assert rejected.status_code == 409
+        assert "timed out" in rejected.json()["detail"]
+        assert took < 8, f"took {took:.1f}s"  # 1 s timeout x (1 + 1 retry), read and push
+        assert api.get("/v1/holdings", params={"node": "n2"}).json() == []
+        slurm.resume_restd()
+        wait_until(lambda: admit(api, "n2", "pod-h", "1").status_code == 201, 20, what="admitted")
+        print(f"a hung slurmrestd refused the admission after {took:.2f}s")
 
 
 def test_rejected_token_is_the_reason_and_a_rotated_file_fixes_it(

@@ -205,3 +205,7 @@ class KubeCluster:
 
     def stop_scheduler(self, name: str) -> None:
         cluster_sh("stop-scheduler", name, timeout=60)
+
+    def restart_apiserver(self) -> None:
+        """kube-apiserver stops and starts again on the same etcd: every watch breaks."""
+        cluster_sh("restart-apiserver", timeout=180)

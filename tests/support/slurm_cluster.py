@@ -130,6 +130,13 @@ class SlurmCluster:
     def start_restd(self) -> None:
         self.script("start-restd", timeout=60)
 
+    def pause_restd(self) -> None:
+        """slurmrestd stops answering but still accepts connections (SIGSTOP)."""
+        self.script("pause-restd", timeout=60)
+
+    def resume_restd(self) -> None:
+        self.script("resume-restd", timeout=60)
+
     FULL_GRES: ClassVar[dict[str, str]] = {
         "n1": "k8scpu:16,k8smemory:32000",
         "n2": "k8scpu:16,k8smemory:32000",
