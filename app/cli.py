@@ -25,6 +25,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.auth.tls import uvicorn_options
     from app.main import create_app
 
     settings = _settings(args)
@@ -40,6 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         # One line per request costs a tenth of the admission path: only when debugging.
         access_log=settings.log_level == "debug",
         workers=1,
+        **uvicorn_options(settings.auth),  # HTTPS and client certificates, when configured
     )
     return 0
 

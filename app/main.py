@@ -12,6 +12,8 @@ from fastapi import FastAPI
 from app import __version__
 from app.admission.service import AdmissionGate, Admissions
 from app.api import errors, routes_admissions, routes_events, routes_health, routes_nodes
+from app.auth import guard as auth
+from app.auth.wiring import build_guard
 from app.components import Component
 from app.db import migrate
 from app.db.engine import Database
@@ -51,9 +53,14 @@ def build_services(
     return services
 
 
-def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    services: Services | None = None,
+    guard: auth.Guard | None = None,
+) -> FastAPI:
     settings = settings or Settings()
     services = services or build_services(settings)
+    guard = guard or build_guard(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -80,6 +87,10 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.state.services = services
     app.state.settings = settings
     errors.install(app)
-    for module in (routes_health, routes_nodes, routes_admissions, routes_events, kube_routes):
+    auth.install(app, guard)
+    for module in (routes_health, routes_nodes, routes_admissions):
         app.include_router(module.router)
+    # Routers whose reads are guarded here rather than route by route.
+    app.include_router(routes_events.router, dependencies=[auth.require_read("list", "events")])
+    app.include_router(kube_routes.router, dependencies=[auth.require_read("get", "nodes")])
     return app

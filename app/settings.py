@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.auth.settings import AuthSettings
 from app.kube.settings import KubeSettings
 from app.slurm.settings import SlurmSettings
 
@@ -28,3 +29,4 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(default=True, description="Run Alembic upgrade before serving")
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kube: KubeSettings = Field(default_factory=KubeSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)

@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from app.admission.service import Admissions
 from app.api.deps import AdmissionsDep
 from app.api.schemas import AdmissionIn, ErrorOut, HoldingOut
+from app.auth.guard import AUTH_RESPONSES, body, path, require
 from app.ledger.records import HolderKind
 
 P = ParamSpec("P")
@@ -35,7 +36,10 @@ router = APIRouter(prefix="/v1", tags=["admissions"])
         200: {"model": HoldingOut, "description": "Already admitted (same holder)"},
         404: {"model": ErrorOut},
         409: {"model": ErrorOut, "description": "Does not fit, or holder conflict"},
+        **AUTH_RESPONSES,
     },
+    # Named by the node, so a role may restrict callers to some nodes (resourceNames).
+    dependencies=[require("create", "admissions", name=body("node"))],
 )
 async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response) -> HoldingOut:
     # async, with at most one worker-thread hop (in _run): a sync endpoint would also hop
@@ -48,7 +52,11 @@ async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response
     return HoldingOut.of(admission.holding)
 
 
-@router.delete("/admissions/{holder_uid}", responses={404: {"model": ErrorOut}})
+@router.delete(
+    "/admissions/{holder_uid}",
+    responses={404: {"model": ErrorOut}, **AUTH_RESPONSES},
+    dependencies=[require("delete", "admissions", name=path("holder_uid"))],
+)
 async def release(
     holder_uid: Annotated[str, Path(min_length=1, max_length=253)],
     admissions: AdmissionsDep,

@@ -6,23 +6,32 @@ from fastapi import APIRouter, Path, Query, Response
 
 from app.api.deps import LedgerDep
 from app.api.schemas import NAME_PATTERN, ErrorOut, HoldingOut, NodeIn, NodeOut
+from app.auth.guard import AUTH_RESPONSES, path, require, require_read
 from app.ledger.records import HolderKind
 
 router = APIRouter(prefix="/v1", tags=["nodes"])
 NodePath = Annotated[str, Path(pattern=NAME_PATTERN, max_length=253)]
 
 
-@router.get("/nodes")
+@router.get("/nodes", dependencies=[require_read("list", "nodes")])
 def list_nodes(ledger: LedgerDep) -> list[NodeOut]:
     return [NodeOut.of(v) for v in ledger.list_nodes()]
 
 
-@router.get("/nodes/{name}", responses={404: {"model": ErrorOut}})
+@router.get(
+    "/nodes/{name}",
+    responses={404: {"model": ErrorOut}},
+    dependencies=[require_read("get", "nodes", name=path("name"))],
+)
 def get_node(name: NodePath, ledger: LedgerDep) -> NodeOut:
     return NodeOut.of(ledger.get_node(name))
 
 
-@router.put("/nodes/{name}", responses={201: {"model": NodeOut}, 409: {"model": ErrorOut}})
+@router.put(
+    "/nodes/{name}",
+    responses={201: {"model": NodeOut}, 409: {"model": ErrorOut}, **AUTH_RESPONSES},
+    dependencies=[require("update", "nodes", name=path("name"))],
+)
 def put_node(
     name: NodePath,
     body: NodeIn,
@@ -38,13 +47,21 @@ def put_node(
 
 
 @router.delete(
-    "/nodes/{name}", status_code=204, responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}}
+    "/nodes/{name}",
+    status_code=204,
+    responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}, **AUTH_RESPONSES},
+    dependencies=[require("delete", "nodes", name=path("name"))],
 )
 def delete_node(name: NodePath, ledger: LedgerDep) -> None:
     ledger.delete_node(name)
 
 
-@router.get("/holdings", tags=["holdings"], responses={404: {"model": ErrorOut}})
+@router.get(
+    "/holdings",
+    tags=["holdings"],
+    responses={404: {"model": ErrorOut}},
+    dependencies=[require_read("list", "holdings")],
+)
 def list_holdings(
     ledger: LedgerDep,
     node: Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=253)] = None,

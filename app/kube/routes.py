@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 
+from app.auth.guard import body, require
 from app.kube.binder import Extender
 from app.kube.extender_wire import (
     ExtenderArgs,
@@ -47,7 +48,7 @@ def prioritize(args: ExtenderArgs, extender: ExtenderDep) -> list[HostPriority]:
     return extender.prioritize(args)
 
 
-@router.post("/bind")
+@router.post("/bind", dependencies=[require("create", "bindings", name=body("Node"))])
 def bind(args: ExtenderBindingArgs, extender: ExtenderDep) -> ExtenderBindingResult:
     """Slurm-confirmed admission, then the Binding; an Error makes the scheduler retry."""
     return extender.bind(args)

@@ -217,6 +217,16 @@ stop() {   # stop PID...: TERM, wait up to 10 s, then KILL
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+foreign_running() {   # a live process started from another cache owns this runtime dir
+  local f pid
+  for f in "$RUN"/*.pid; do
+    pid=$(cat "$f" 2>/dev/null) || continue
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] && ! ours "$pid" \
+      && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$RUN/" && return 0
+  done
+  return 1
+}
+
 wait_for() {   # wait_for SECONDS CHECK...
   local deadline=$((SECONDS + $1)); shift
   until "$@"; do
@@ -294,6 +304,8 @@ up() {
   command -v "$KUBECTL" >/dev/null || die "kubectl is not installed"
   command -v openssl >/dev/null || die "openssl is not installed"
   if status >/dev/null 2>&1; then log "already up"; return 0; fi
+  foreign_running && die "another control plane (binaries not from $CACHE_ROOT) runs in $RUN;" \
+    "leave it alone or use another NODELEDGER_RUNDIR"
   down
   local started=$SECONDS port
   for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $SCHED_PORT; do

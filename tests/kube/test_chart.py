@@ -3,6 +3,7 @@ the real control plane (every object accepted by a real kube-apiserver)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -95,7 +96,7 @@ def test_scheduler_calls_the_extender_and_rolls_on_config_change(helm: str) -> N
         find(docs, "ConfigMap", "nl-nodeledger-scheduler")["data"]["config.yaml"]
     )
     extender = config["extenders"][0]
-    assert extender["urlPrefix"] == "http://nl-nodeledger.ops.svc:8080/v1/extender"
+    assert extender["urlPrefix"] == "https://nl-nodeledger.ops.svc:8080/v1/extender"
     assert (extender["filterVerb"], extender["bindVerb"]) == ("filter", "bind")
     assert config["profiles"][0]["schedulerName"] == "nodeledger"
 
@@ -121,11 +122,242 @@ def test_rbac_is_least_privilege(helm: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["slurm.failOpen=yes", "slurm.kubeMaxCpuFraction=2", "logLevel=loud", "unknown=1"]
+    "value",
+    [
+        "slurm.failOpen=yes",
+        "slurm.kubeMaxCpuFraction=2",
+        "logLevel=loud",
+        "unknown=1",
+        "auth.mode=ldap",
+        "auth.cacheTTL=-1",
+        "auth.protectReads=maybe",
+        "tls.source=vault",
+        "tls.generate.validityDays=0",
+        "tls.certManager.issuerRef.kind=Vault",
+    ],
 )
 def test_schema_rejects_bad_values(helm: str, value: str) -> None:
     args = ["template", "nl", str(CHART), "--kube-version", "v1.34.4", "--set", value]
     assert run(helm, *args, check=False).returncode != 0
+
+
+# ---------------------------------------------------------------- authentication and TLS
+
+
+def pod_spec(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = find(docs, "Deployment", name)["spec"]["template"]["spec"]
+    return spec
+
+
+def volumes_of(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return {v["name"]: v for v in pod_spec(docs, name)["volumes"]}
+
+
+def scheduler_extender(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    config = find(docs, "ConfigMap", "nl-nodeledger-scheduler")["data"]["config.yaml"]
+    extender: dict[str, Any] = yaml.safe_load(config)["extenders"][0]
+    return extender
+
+
+def fails(helm: str, *sets: str) -> str:
+    args = ["template", "nl", str(CHART), "--namespace", "ops", "--kube-version", "v1.34.4"]
+    for value in sets:
+        args += ["--set", value]
+    result = run(helm, *args, check=False)
+    assert result.returncode != 0, f"rendered with {sets}"
+    return result.stderr
+
+
+def test_defaults_serve_https_and_check_callers_with_the_api_server(helm: str) -> None:
+    docs = render(helm)
+    deployment = find(docs, "Deployment", "nl-nodeledger")
+    env = env_of(deployment)
+    assert env["NODELEDGER_AUTH_MODE"] == "kubernetes"
+    assert env["NODELEDGER_AUTH_PROTECT_READS"] == "false"
+    assert env["NODELEDGER_AUTH_CACHE_TTL"] == "5"
+    assert env["NODELEDGER_AUTH_TLS_CERT_FILE"] == "/var/run/secrets/nodeledger/tls/tls.crt"
+    assert env["NODELEDGER_AUTH_TLS_KEY_FILE"] == "/var/run/secrets/nodeledger/tls/tls.key"
+    assert env["NODELEDGER_AUTH_TLS_CLIENT_CA_FILE"] == "/var/run/secrets/nodeledger/tls/ca.crt"
+    container = pod_spec(docs, "nl-nodeledger")["containers"][0]
+    assert container["ports"] == [{"name": "https", "containerPort": 8080}]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+    assert volumes_of(docs, "nl-nodeledger")["tls"]["secret"]["secretName"] == "nl-nodeledger-tls"
+    service = find(docs, "Service", "nl-nodeledger")
+    assert service["spec"]["ports"][0]["targetPort"] == "https"
+    # TokenReview and SubjectAccessReview rights, through the built-in role.
+    delegator = find(docs, "ClusterRoleBinding", "nl-nodeledger-auth-delegator")
+    assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    assert delegator["subjects"] == [
+        {"kind": "ServiceAccount", "name": "nl-nodeledger", "namespace": "ops"}
+    ]
+
+
+def test_the_scheduler_binds_over_https_with_its_client_certificate(helm: str) -> None:
+    docs = render(helm)
+    extender = scheduler_extender(docs)
+    assert extender["enableHTTPS"] is True
+    client = "/var/run/secrets/nodeledger/client"
+    assert extender["tlsConfig"] == {
+        "insecure": False,
+        "caFile": f"{client}/ca.crt",
+        "certFile": f"{client}/tls.crt",
+        "keyFile": f"{client}/tls.key",
+    }
+    spec = pod_spec(docs, "nl-nodeledger-scheduler")
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["client-tls"] == client
+    volumes = volumes_of(docs, "nl-nodeledger-scheduler")
+    assert volumes["client-tls"]["secret"]["secretName"] == "nl-nodeledger-scheduler-tls"
+    # Its permissions in nodeledger, bound to the ServiceAccount its certificate names.
+    role = find(docs, "ClusterRole", "nl-nodeledger-scheduler-extender")
+    assert role["rules"] == [
+        {"apiGroups": ["nodeledger.io"], "resources": ["bindings"], "verbs": ["create"]},
+        {"apiGroups": ["nodeledger.io"], "resources": ["nodes"], "verbs": ["get"]},
+    ]
+    binding = find(docs, "ClusterRoleBinding", "nl-nodeledger-scheduler-extender")
+    assert binding["roleRef"]["name"] == "nl-nodeledger-scheduler-extender"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "nl-nodeledger-scheduler", "namespace": "ops"}
+    ]
+
+
+def openssl(*args: str, input: bytes | None = None) -> str:
+    result = subprocess.run(
+        ["openssl", *args], input=input, capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode()
+
+
+def test_generated_certificates_chain_to_one_ca_and_name_the_scheduler(
+    helm: str, tmp_path: Path
+) -> None:
+    docs = render(helm)
+    for secret, prefix in (
+        ("nl-nodeledger-tls", "server"),
+        ("nl-nodeledger-scheduler-tls", "client"),
+    ):
+        data = find(docs, "Secret", secret)["data"]
+        assert find(docs, "Secret", secret)["type"] == "kubernetes.io/tls"
+        for key in ("tls.crt", "tls.key", "ca.crt"):
+            (tmp_path / f"{prefix}-{key}").write_bytes(base64.b64decode(data[key]))
+    assert (tmp_path / "server-ca.crt").read_bytes() == (tmp_path / "client-ca.crt").read_bytes()
+    ca = str(tmp_path / "server-ca.crt")
+    server, client = str(tmp_path / "server-tls.crt"), str(tmp_path / "client-tls.crt")
+    openssl("verify", "-CAfile", ca, "-purpose", "sslserver", server)
+    openssl("verify", "-CAfile", ca, "-purpose", "sslclient", client)
+    names = openssl("x509", "-in", server, "-noout", "-ext", "subjectAltName")
+    assert "DNS:nl-nodeledger.ops.svc" in names  # the host of the scheduler's urlPrefix
+    subject = openssl("x509", "-in", client, "-noout", "-subject", "-nameopt", "RFC2253")
+    assert subject.strip() == "subject=CN=system:serviceaccount:ops:nl-nodeledger-scheduler"
+    # The CA's key is kept (to sign what is missing on upgrades) but mounted nowhere.
+    ca_secret = find(docs, "Secret", "nl-nodeledger-ca")
+    ca_pem = base64.b64decode(ca_secret["data"]["tls.crt"])
+    assert ca_pem == (tmp_path / "server-ca.crt").read_bytes()
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert "nl-nodeledger-ca" not in json.dumps([d["spec"]["template"] for d in deployments])
+    # Without the chart's scheduler there is no client certificate to issue.
+    alone = render(helm, "scheduler.enabled=false")
+    assert [d["metadata"]["name"] for d in alone if d["kind"] == "Secret"] == [
+        "nl-nodeledger-ca",
+        "nl-nodeledger-tls",
+    ]
+
+
+def test_tls_and_auth_can_be_turned_off(helm: str) -> None:
+    docs = render(helm, "tls.enabled=false", "auth.mode=none")
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_AUTH_MODE"] == "none"
+    assert not [k for k in env if k.startswith("NODELEDGER_AUTH_") and k != "NODELEDGER_AUTH_MODE"]
+    extender = scheduler_extender(docs)
+    assert extender["urlPrefix"] == "http://nl-nodeledger.ops.svc:8080/v1/extender"
+    assert "enableHTTPS" not in extender
+    assert "tlsConfig" not in extender
+    assert not [d for d in docs if d["kind"] in ("Secret", "Certificate")]
+    assert "client-tls" not in volumes_of(docs, "nl-nodeledger-scheduler")
+    probe = pod_spec(docs, "nl-nodeledger")["containers"][0]["readinessProbe"]["httpGet"]
+    assert (probe["port"], probe["scheme"]) == ("http", "HTTP")
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("ClusterRoleBinding", "nl-nodeledger-auth-delegator") not in names
+    assert ("ClusterRole", "nl-nodeledger-scheduler-extender") not in names
+
+
+def test_auth_without_tls_is_refused_while_the_chart_runs_a_scheduler(helm: str) -> None:
+    assert "can only authenticate its bind calls with a TLS client certificate" in fails(
+        helm, "tls.enabled=false"
+    )
+    docs = render(helm, "tls.enabled=false", "scheduler.enabled=false")
+    assert env_of(find(docs, "Deployment", "nl-nodeledger"))["NODELEDGER_AUTH_MODE"] == "kubernetes"
+    assert "needs auth.mode static or kubernetes" in fails(
+        helm, "auth.mode=none", "auth.protectReads=true"
+    )
+
+
+def test_protected_reads_and_the_cache_ttl(helm: str) -> None:
+    docs = render(helm, "auth.protectReads=true", "auth.cacheTTL=2")
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_AUTH_PROTECT_READS"] == "true"
+    assert env["NODELEDGER_AUTH_CACHE_TTL"] == "2"
+
+
+def test_static_mode_mounts_the_token_file(helm: str) -> None:
+    docs = render(helm, "auth.mode=static", "auth.staticTokens.secretName=nl-tokens")
+    deployment = find(docs, "Deployment", "nl-nodeledger")
+    env = env_of(deployment)
+    assert env["NODELEDGER_AUTH_MODE"] == "static"
+    assert env["NODELEDGER_AUTH_TOKEN_FILE"] == "/var/run/secrets/nodeledger/tokens/tokens.json"
+    volume = volumes_of(docs, "nl-nodeledger")["auth-tokens"]["secret"]
+    assert volume == {
+        "secretName": "nl-tokens",
+        "items": [{"key": "tokens.json", "path": "tokens.json"}],
+    }
+    mounts = {
+        m["name"] for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    }
+    assert "auth-tokens" in mounts
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("ClusterRoleBinding", "nl-nodeledger-auth-delegator") not in names
+    assert ("ClusterRole", "nl-nodeledger-scheduler-extender") not in names
+    fails(helm, "auth.mode=static")  # the schema wants the Secret's name
+
+
+def test_tls_from_your_own_secrets(helm: str) -> None:
+    docs = render(
+        helm, "tls.source=secrets", "tls.serverSecret=srv", "tls.schedulerClientSecret=cli"
+    )
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    assert volumes_of(docs, "nl-nodeledger")["tls"]["secret"]["secretName"] == "srv"
+    client = volumes_of(docs, "nl-nodeledger-scheduler")["client-tls"]["secret"]
+    assert client["secretName"] == "cli"
+    fails(helm, "tls.source=secrets", "tls.serverSecret=srv")
+
+
+def test_tls_from_cert_manager(helm: str) -> None:
+    docs = render(
+        helm,
+        "tls.source=certManager",
+        "tls.certManager.issuerRef.name=lab-ca",
+        "tls.certManager.issuerRef.kind=ClusterIssuer",
+    )
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    server = find(docs, "Certificate", "nl-nodeledger-tls")["spec"]
+    assert server["secretName"] == "nl-nodeledger-tls"
+    assert "nl-nodeledger.ops.svc" in server["dnsNames"]
+    assert server["usages"] == ["server auth"]
+    issuer = {"name": "lab-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    assert server["issuerRef"] == issuer
+    client = find(docs, "Certificate", "nl-nodeledger-scheduler-tls")["spec"]
+    assert client["commonName"] == "system:serviceaccount:ops:nl-nodeledger-scheduler"
+    assert client["usages"] == ["client auth"]
+    assert client["issuerRef"] == issuer
+    fails(helm, "tls.source=certManager")  # no issuer
+    long = ["template", "a-rather-long-release-name", str(CHART), "--kube-version", "v1.34.4",
+            "--namespace", "hpc-scheduling-team", "--set", "tls.source=certManager",
+            "--set", "tls.certManager.issuerRef.name=lab-ca"]  # fmt: skip
+    failed = run(helm, *long, check=False)
+    assert failed.returncode != 0
+    assert "longer than the 64 characters of a commonName" in failed.stderr
 
 
 def test_installs_into_a_real_control_plane(helm: str, kube_cluster: KubeCluster) -> None:
@@ -143,6 +375,30 @@ def test_installs_into_a_real_control_plane(helm: str, kube_cluster: KubeCluster
         assert deployment["spec"]["replicas"] == 2
         assert kube_cluster.get("crd", "genericnodes.nodeledger.io") is not None
         assert "kubectl get genericnode" in result.stdout  # NOTES.txt
+        assert "metadata: {name: nodeledger-admit}" in result.stdout
+        assert kube_cluster.get("clusterrolebinding", "nl-nodeledger-auth-delegator") is not None
+
+        def certificates() -> dict[str, Any]:
+            names = ("nl-nodeledger-ca", "nl-nodeledger-tls", "nl-nodeledger-scheduler-tls")
+            return {n: (kube_cluster.get("secret", n, namespace) or {}).get("data") for n in names}
+
+        # An upgrade keeps the generated certificates (the pods read them at start); one
+        # that went missing is signed again by the same CA.
+        first = certificates()
+        assert all(first.values())
+        again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120,
+                               check=False)  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert certificates() == first
+        kube_cluster.kubectl("delete", "secret", "nl-nodeledger-scheduler-tls", "-n", namespace)
+        again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120,
+                               check=False)  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        renewed = certificates()
+        assert renewed["nl-nodeledger-tls"] == first["nl-nodeledger-tls"]
+        client = renewed["nl-nodeledger-scheduler-tls"]
+        assert client["tls.crt"] != first["nl-nodeledger-scheduler-tls"]["tls.crt"]
+        assert client["ca.crt"] == first["nl-nodeledger-tls"]["ca.crt"]
     finally:
         subprocess.run([helm, "uninstall", "nl", "--namespace", namespace], env=env,
                        capture_output=True, timeout=120, check=False)  # fmt: skip

@@ -35,6 +35,37 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (not .Values.database.existingSecret) (not .Values.database.url) -}}true{{- end -}}
 {{- end -}}
 
+{{- /* The user name the scheduler's client certificate carries (CN): its ServiceAccount's,
+so RBAC bindings name the ServiceAccount. */ -}}
+{{- define "nodeledger.schedulerUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "nodeledger.fullname" . }}-scheduler
+{{- end -}}
+
+{{- define "nodeledger.tlsServerSecret" -}}
+{{- if eq .Values.tls.source "secrets" -}}
+{{- .Values.tls.serverSecret -}}
+{{- else -}}
+{{- include "nodeledger.fullname" . }}-tls
+{{- end -}}
+{{- end -}}
+
+{{- define "nodeledger.tlsClientSecret" -}}
+{{- if eq .Values.tls.source "secrets" -}}
+{{- .Values.tls.schedulerClientSecret -}}
+{{- else -}}
+{{- include "nodeledger.fullname" . }}-scheduler-tls
+{{- end -}}
+{{- end -}}
+
+{{- define "nodeledger.portName" -}}
+{{- if .Values.tls.enabled }}https{{ else }}http{{ end -}}
+{{- end -}}
+
+{{- /* Where the scheduler finds its client certificate (tls.crt, tls.key, ca.crt). */ -}}
+{{- define "nodeledger.clientTlsDir" -}}
+/var/run/secrets/nodeledger/client
+{{- end -}}
+
 {{- define "nodeledger.schedulerConfig" -}}
 {{- $name := printf "%s-scheduler" (include "nodeledger.fullname" .) -}}
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -46,7 +77,7 @@ leaderElection:
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
 extenders:
-  - urlPrefix: http://{{ include "nodeledger.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}/v1/extender
+  - urlPrefix: {{ include "nodeledger.portName" . }}://{{ include "nodeledger.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}/v1/extender
     filterVerb: filter
     prioritizeVerb: prioritize
     bindVerb: bind
@@ -54,4 +85,22 @@ extenders:
     nodeCacheCapable: true
     ignorable: false
     httpTimeout: 10s
+    {{- if .Values.tls.enabled }}
+    enableHTTPS: true
+    tlsConfig:
+      insecure: false
+      caFile: {{ include "nodeledger.clientTlsDir" . }}/ca.crt
+      certFile: {{ include "nodeledger.clientTlsDir" . }}/tls.crt
+      keyFile: {{ include "nodeledger.clientTlsDir" . }}/tls.key
+    {{- end }}
+{{- end -}}
+
+{{- /* Refuse combinations that install but cannot work. */ -}}
+{{- define "nodeledger.validate" -}}
+{{- if and .Values.scheduler.enabled (ne .Values.auth.mode "none") (not .Values.tls.enabled) -}}
+{{- fail "auth.mode requires tls.enabled while scheduler.enabled: the chart's scheduler can only authenticate its bind calls with a TLS client certificate" -}}
+{{- end -}}
+{{- if and .Values.auth.protectReads (eq .Values.auth.mode "none") -}}
+{{- fail "auth.protectReads needs auth.mode static or kubernetes" -}}
+{{- end -}}
 {{- end -}}
