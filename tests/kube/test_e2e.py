@@ -98,15 +98,30 @@ def test_kubectl_get_genericnode_shows_both_sides(coloc: Coloc) -> None:
     assert wide[-4:] == ["1", "2", "1", "Admissible"]
 
 
-def test_service_restart_loses_nothing_and_counts_nothing_twice(
-    env: tuple[Coloc, ServiceProcess],
-) -> None:
-    coloc, service = env
+def bind_and_count_two_pods(coloc: Coloc) -> tuple[str, str]:
+    """Pods "kept" (2 CPUs) and "gone" (3 CPUs), bound through the extender and counted."""
     kept = coloc.pod("kept", "2", "1Gi")
     gone = coloc.pod("gone", "3", "1Gi")
     for name in ("kept", "gone"):
         coloc.kube.wait_bound(name, timeout=20)
     wait_until(lambda: {kept, gone} <= set(coloc.pod_holdings()), 10, what="counted")
+    return kept, gone
+
+
+def assert_kubernetes_holds_3_cpus(coloc: Coloc) -> None:
+    """In the ledger and in Slurm's counts: nothing lost, nothing counted twice."""
+    held = sum(n["held_by_kubernetes"]["cpu_millis"] for n in coloc.get("/v1/nodes"))
+    assert held == 3000
+    # The Slurm counts follow the ledger, not what was pushed before.
+    k8s_cpus = 16 * 3 - sum(coloc.gres(s)["k8scpu"] for s in NODES.values())
+    assert k8s_cpus == 3
+
+
+def test_service_restart_loses_nothing_and_counts_nothing_twice(
+    env: tuple[Coloc, ServiceProcess],
+) -> None:
+    coloc, service = env
+    kept, _ = bind_and_count_two_pods(coloc)
     service.process.terminate()
     service.process.wait(15)
     # While the service is down: a pod goes, another is bound by another scheduler.
@@ -114,31 +129,20 @@ def test_service_restart_loses_nothing_and_counts_nothing_twice(
     new = coloc.pod("new", "1", "1Gi", scheduler="default-scheduler", node="kn1")
     with coloc.service("nodeledger-restarted"):
         wait_until(lambda: set(coloc.pod_holdings()) == {kept, new}, 15, what="resync converged")
-        held = sum(n["held_by_kubernetes"]["cpu_millis"] for n in coloc.get("/v1/nodes"))
-        assert held == 3000
-        # The Slurm counts follow the ledger, not what was pushed before the restart.
-        k8s_cpus = 16 * 3 - sum(coloc.gres(s)["k8scpu"] for s in NODES.values())
-        assert k8s_cpus == 3
+        assert_kubernetes_holds_3_cpus(coloc)
 
 
 def test_apiserver_restart_resumes_watches_and_counts_nothing_twice(
     env: tuple[Coloc, ServiceProcess],
 ) -> None:
     coloc, service = env
-    kept = coloc.pod("kept", "2", "1Gi")
-    gone = coloc.pod("gone", "3", "1Gi")
-    for name in ("kept", "gone"):
-        coloc.kube.wait_bound(name, timeout=20)
-    wait_until(lambda: {kept, gone} <= set(coloc.pod_holdings()), 10, what="counted")
+    kept, _ = bind_and_count_two_pods(coloc)
     coloc.kube.restart_apiserver()
     # Changes right after the restart must arrive through the resumed watches.
     coloc.kube.delete_pod("gone")
     new = coloc.pod("new", "1", "1Gi", scheduler="default-scheduler", node="kn1")
     wait_until(lambda: set(coloc.pod_holdings()) == {kept, new}, 30, what="watches resumed")
-    held = sum(n["held_by_kubernetes"]["cpu_millis"] for n in coloc.get("/v1/nodes"))
-    assert held == 3000  # kept 2 + new 1: nothing counted twice
-    k8s_cpus = 16 * 3 - sum(coloc.gres(s)["k8scpu"] for s in NODES.values())
-    assert k8s_cpus == 3
+    assert_kubernetes_holds_3_cpus(coloc)
     assert service.process.poll() is None
 
 

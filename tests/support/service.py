@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -36,8 +37,11 @@ def running_service(
     name: str = "nodeledger",
     ready_timeout: float = 30.0,
     port: int | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[ServiceProcess]:
-    """Start the service (on a free port unless given), wait for /readyz, stop it afterwards."""
+    """Start the service (on a free port unless given), wait for /readyz, stop it afterwards.
+    With ``tls`` (a client context trusting the server's certificate) it serves HTTPS; the
+    certificates come through ``env`` (NODELEDGER_AUTH_TLS_*)."""
     port = port or free_port()
     log_path = log_dir / f"{name}-{port}.log"
     full_env = {
@@ -56,9 +60,10 @@ def running_service(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    service = ServiceProcess(f"http://127.0.0.1:{port}", log_path, process)
+    scheme = "https" if tls is not None else "http"
+    service = ServiceProcess(f"{scheme}://127.0.0.1:{port}", log_path, process)
     try:
-        _wait_ready(service, ready_timeout)
+        _wait_ready(service, ready_timeout, tls)
         yield service
     finally:
         process.terminate()
@@ -69,13 +74,14 @@ def running_service(
             process.wait()
 
 
-def _wait_ready(service: ServiceProcess, timeout: float) -> None:
+def _wait_ready(service: ServiceProcess, timeout: float, tls: ssl.SSLContext | None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if service.process.poll() is not None:
             raise RuntimeError(f"nodeledger exited early:\n{service.log()}")
         try:
-            if httpx.get(f"{service.url}/readyz", timeout=1.0).status_code == 200:
+            ready = httpx.get(f"{service.url}/readyz", timeout=1.0, verify=tls or True)
+            if ready.status_code == 200:
                 return
         except httpx.TransportError:
             pass
