@@ -4,12 +4,13 @@
 # started on loopback with TLS, RBAC and an admin kubeconfig. No kubelet: tests create
 # v1 Node objects through the API and the real kube-scheduler binds pods to them.
 #
-#   cluster.sh build     go build the three binaries (cached, keyed by the pinned versions)
+#   cluster.sh build     go build the three binaries, helm and promtool (cached, keyed by
+#                        the pinned versions)
 #   cluster.sh up        certificates, etcd, apiserver, scheduler; waits until ready
 #   cluster.sh down      stop everything, remove runtime state
 #   cluster.sh status    exit 0 when the API server is ready and the scheduler runs
 #   cluster.sh env       export lines: KUBECONFIG, NODELEDGER_KUBE_BIN, NODELEDGER_KUBE_RUN,
-#                        KUBECTL (built with the servers), HELM
+#                        KUBECTL (built with the servers), HELM, PROMTOOL
 #   cluster.sh scheduler NAME CONFIG_FILE PORT
 #                        start one more kube-scheduler (e.g. a second scheduler with an
 #                        extender) from a KubeSchedulerConfiguration; waits for its healthz
@@ -36,6 +37,8 @@ RECIPE=3   # bump when the build recipe changes: cached binaries without it are 
 BIN="$CACHE_ROOT/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
 HELM_VERSION=$(pinned helm.sh/helm/v3 "$HERE/tools/helm/go.mod")
 HELM="$CACHE_ROOT/helm-$HELM_VERSION/helm"
+PROMTOOL_VERSION=$(pinned github.com/prometheus/prometheus "$HERE/tools/promtool/go.mod")
+PROMTOOL="$CACHE_ROOT/promtool-$PROMTOOL_VERSION/promtool"
 RUN="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/kube"
 PKI="$RUN/pki"
 KUBECTL="${KUBECTL:-$BIN/kubectl}"   # built with the servers: no version skew
@@ -71,8 +74,29 @@ build_helm() {
   mv "$HELM.tmp" "$HELM"
 }
 
+build_promtool() {   # checks and unit-tests the chart's alerting rules
+  [ -x "$PROMTOOL" ] && return 0
+  mkdir -p "$(dirname "$PROMTOOL")"
+  exec 7>"$PROMTOOL.lock"
+  flock 7   # one build at a time
+  [ -x "$PROMTOOL" ] && return 0
+  # Prometheus 3.x.y is module version v0.3xx.y; stamp it so `promtool --version` says so.
+  local started=$SECONDS release=${PROMTOOL_VERSION#v0.} v=github.com/prometheus/common/version
+  release="${release:0:1}.${release:1}"
+  log "building promtool $release ($PROMTOOL_VERSION)"
+  # remove_all_sd: without the service-discovery plugins (cloud SDKs), which checking and
+  # testing rules never uses.
+  (cd "$HERE/tools/promtool" && GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" \
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
+    go build -trimpath -tags remove_all_sd -ldflags="-s -w -X $v.Version=$release" \
+    -o "$PROMTOOL.tmp" github.com/prometheus/prometheus/cmd/promtool)
+  mv "$PROMTOOL.tmp" "$PROMTOOL"
+  log "built promtool in $((SECONDS - started)) s: $PROMTOOL"
+}
+
 build() {
   build_helm
+  build_promtool
   built && return 0
   command -v go >/dev/null || die "go is not installed (scripts/install-system-deps.sh)"
   mkdir -p "$CACHE_ROOT"
@@ -383,7 +407,8 @@ case "${1:-}" in
     echo "export NODELEDGER_KUBE_BIN=$BIN"
     echo "export NODELEDGER_KUBE_RUN=$RUN"
     echo "export KUBECTL=$KUBECTL"
-    echo "export HELM=$HELM" ;;
+    echo "export HELM=$HELM"
+    echo "export PROMTOOL=$PROMTOOL" ;;
   scheduler) shift; extra_scheduler "$@" ;;
   stop-scheduler) shift; stop_scheduler "$@" ;;
   restart-apiserver)
