@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
 from app import __version__
 from app.db import migrate
 from app.db.engine import create_db_engine
+from app.metrics.logs import configure_logging, uvicorn_log_options
 from app.settings import Settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides = {
         key: value
-        for key in ("database_url", "host", "port", "log_level")
+        for key in ("database_url", "host", "port", "log_level", "log_format")
         if (value := getattr(args, key, None)) is not None
     }
     return Settings(**overrides)
@@ -29,9 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     settings = _settings(args)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -41,6 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
         # One line per request costs a tenth of the admission path: only when debugging.
         access_log=settings.log_level == "debug",
         workers=1,
+        **uvicorn_log_options(settings.log_format),  # JSON: uvicorn's lines too
         **uvicorn_options(settings.auth),  # HTTPS and client certificates, when configured
     )
     return 0
@@ -77,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
     common(serve)
     serve.add_argument("--host", help="overrides NODELEDGER_HOST (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="overrides NODELEDGER_PORT (default 8080)")
+    serve.add_argument(
+        "--log-format", choices=["text", "json"], help="overrides NODELEDGER_LOG_FORMAT"
+    )
     serve.set_defaults(run=_serve)
 
     db = commands.add_parser("db", help="database schema")

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 
 from app import __version__
 from app.admission.service import AdmissionGate, Admissions
@@ -21,9 +22,13 @@ from app.kube import routes as kube_routes
 from app.kube.binder import Extender
 from app.kube.wiring import attach_kube
 from app.ledger.service import Clock, Ledger, utcnow
+from app.metrics import http as metrics_http
+from app.metrics.nodes import LedgerCollector
+from app.metrics.registry import Metrics
 from app.settings import Settings
 from app.slurm.sync import SlurmSync
 from app.slurm.wiring import attach_slurm
+from app.web import routes as web_routes
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,7 @@ class Services:
     components: list[Component] = field(default_factory=list)
     slurm: SlurmSync | None = None
     extender: Extender | None = None
+    metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry()))
 
 
 def build_services(
@@ -47,7 +53,12 @@ def build_services(
     if settings.migrate_on_start:
         migrate.upgrade(db.engine)
     ledger = Ledger(db, clock)
-    services = Services(db=db, ledger=ledger, admissions=Admissions(ledger, gate))
+    registry = CollectorRegistry()  # one per app: tests build many apps in one process
+    metrics = Metrics(registry)
+    per_node, cache = settings.metrics.per_node, settings.metrics.cache_seconds
+    registry.register(LedgerCollector(ledger, per_node=per_node, cache_seconds=cache))
+    admissions = Admissions(ledger, gate, metrics=metrics)
+    services = Services(db=db, ledger=ledger, admissions=admissions, metrics=metrics)
     attach_slurm(services, settings)
     attach_kube(services, settings, clock)
     return services
@@ -88,7 +99,8 @@ def create_app(
     app.state.settings = settings
     errors.install(app)
     auth.install(app, guard)
-    for module in (routes_health, routes_nodes, routes_admissions):
+    metrics_http.install(app)
+    for module in (routes_health, routes_nodes, routes_admissions, web_routes):
         app.include_router(module.router)
     # Routers whose reads are guarded here rather than route by route.
     app.include_router(routes_events.router, dependencies=[auth.require_read("list", "events")])

@@ -17,10 +17,13 @@ from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
 
 from app.ledger.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES
 
-# The grammar of resource.Quantity: sign, digits, optional fraction, then one suffix
+# The grammar of resource.Quantity: sign, ASCII digits, optional fraction, then one suffix
 # (binary Ki..Ei, decimal n..E, or an exponent). Checked before parse_quantity, which
-# would accept Python-only spellings such as "1_000" or "Infinity".
-_QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+# would accept Python-only spellings such as "1_000", "Infinity" or other scripts' digits.
+_NUMBER = r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?"
+_QUANTITY = re.compile(rf"^[+-]?{_NUMBER}$")
+# What a quantity string may be (no sign but +), for the OpenAPI document.
+QUANTITY_PATTERN = rf"^\+?{_NUMBER}$"
 _BINARY_SUFFIXES = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
 
 Quantity = str | int | float

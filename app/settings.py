@@ -10,6 +10,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AuthSettings
 from app.kube.settings import KubeSettings
+from app.metrics.logs import LogFormat
+from app.metrics.settings import MetricsSettings
 from app.slurm.settings import SlurmSettings
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
@@ -25,8 +27,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     log_level: LogLevel = "info"
+    log_format: LogFormat = Field(default="text", description="text, or json: one object per line")
     db_pool_size: int = Field(default=10, ge=1, le=200)
     migrate_on_start: bool = Field(default=True, description="Run Alembic upgrade before serving")
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kube: KubeSettings = Field(default_factory=KubeSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)

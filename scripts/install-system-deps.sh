@@ -4,6 +4,9 @@
 set -euo pipefail
 
 PACKAGES=(postgresql debootstrap openssl ca-certificates make gcc valgrind iproute2 util-linux)
+# tests/web: the page in a real headless browser (Playwright drives this Chromium; it never
+# downloads one), with a font that has the page's metrics.
+PACKAGES+=(chromium fonts-liberation)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -18,6 +18,8 @@ from app.ledger.errors import AdmissionRejected, HoldingNotFound
 from app.ledger.records import EventKind, Holder, HolderKind, Holding, HoldingState, NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import Admission, Ledger
+from app.metrics.logs import log_context
+from app.metrics.registry import NO_METRICS, AdmissionPath, Metrics, ReleasePath
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +37,12 @@ class AdmissionGate(Protocol):
 
 
 class Admissions:
-    def __init__(self, ledger: Ledger, gate: AdmissionGate | None = None) -> None:
+    def __init__(
+        self, ledger: Ledger, gate: AdmissionGate | None = None, *, metrics: Metrics = NO_METRICS
+    ) -> None:
         self.ledger = ledger
         self.gate = gate
+        self.metrics = metrics
 
     @property
     def waits_on_network(self) -> bool:
@@ -45,19 +50,29 @@ class Admissions:
         (an SQLite ledger, no gate), each is a sub-millisecond local transaction."""
         return self.gate is not None or not self.ledger.db.is_sqlite
 
-    def admit(self, node: str, holder: Holder, requests: Resources) -> Admission:
-        if self.gate is None:
-            return self.ledger.admit(node, holder, requests)
-        admission = self.ledger.admit(node, holder, requests, state=HoldingState.PENDING)
-        if admission.holding.state is HoldingState.HELD:
-            return admission
-        # A PENDING holding, new or left by an earlier try: the gate decides either way.
-        try:
-            self.gate.confirm(self.ledger.get_node(node), admission.holding)
-        except Exception as exc:
-            self._undo(holder, exc)
-            raise
-        return Admission(self.ledger.confirm(holder.kind, holder.id), admission.created)
+    def admit(
+        self, node: str, holder: Holder, requests: Resources, *, path: AdmissionPath = "rest"
+    ) -> Admission:
+        """``path``: the way in, for the metrics (rest, extender, genericnode)."""
+        with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
+            if self.gate is None:
+                with timer.phase("ledger"):
+                    return self.ledger.admit(node, holder, requests)
+            with timer.phase("ledger"):
+                admission = self.ledger.admit(node, holder, requests, state=HoldingState.PENDING)
+            if admission.holding.state is HoldingState.HELD:
+                return admission
+            # A PENDING holding, new or left by an earlier try: the gate decides either way.
+            try:
+                view = self.ledger.get_node(node)
+                with timer.phase("slurm"):
+                    self.gate.confirm(view, admission.holding)
+            except Exception as exc:
+                self._undo(holder, exc)
+                raise
+            with timer.phase("ledger"):
+                held = self.ledger.confirm(holder.kind, holder.id)
+            return Admission(held, admission.created)
 
     def _undo(self, holder: Holder, cause: Exception) -> None:
         reason = cause.message if isinstance(cause, AdmissionRejected) else f"gate failed: {cause}"
@@ -74,10 +89,18 @@ class Admissions:
         self._gate_changed(holding.node)
 
     def release(
-        self, holder_id: str, kind: HolderKind | None = None, *, reason: str = "released"
+        self,
+        holder_id: str,
+        kind: HolderKind | None = None,
+        *,
+        reason: str = "released",
+        path: ReleasePath = "rest",
     ) -> Holding:
-        holding = self.ledger.release(holder_id, kind, reason=reason)
-        self._gate_changed(holding.node)
+        """``path``: the way in, for the metrics (rest, extender, kubernetes)."""
+        with log_context(holder=holder_id):
+            holding = self.ledger.release(holder_id, kind, reason=reason)
+            self.metrics.released(path)
+            self._gate_changed(holding.node)
         return holding
 
     def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
@@ -92,7 +115,8 @@ class Admissions:
         if self.gate is None:
             return
         try:
-            self.gate.changed(node)
+            with log_context(node=node):
+                self.gate.changed(node)
         except Exception:
             # The ledger is right either way; the periodic sync pushes the counts again.
             log.exception("telling the gate about a change on %s failed", node)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException
 
+from app.api.bodies import RefuseLoneSurrogates
 from app.api.schemas import ErrorOut, ShortfallOut
 from app.ledger import errors
 
@@ -41,10 +44,29 @@ def error_response(exc: errors.LedgerError) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=status_of(exc))
 
 
+def unparsable_body(cause: BaseException) -> JSONResponse:
+    """422 for a body that is not JSON at all, in the shape of every other invalid input."""
+    reason = "not valid UTF-8" if isinstance(cause, UnicodeDecodeError) else "nested too deep"
+    error = {"type": "json_invalid", "loc": ["body"], "msg": "JSON decode error", "input": {}}
+    return JSONResponse({"detail": [{**error, "ctx": {"error": reason}}]}, status_code=422)
+
+
 def install(app: FastAPI) -> None:
+    app.add_middleware(RefuseLoneSurrogates)
+
     @app.exception_handler(errors.LedgerError)
     async def _ledger_error(_request: Request, exc: errors.LedgerError) -> JSONResponse:
         return error_response(exc)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        # FastAPI turns a JSON syntax error into a 422 naming the body, but a body that is not
+        # text (invalid UTF-8) or nests past the parser's recursion limit into a bare 400
+        # raised from the parser's error: answer those like any other invalid JSON.
+        cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, UnicodeDecodeError | RecursionError):
+            return unparsable_body(cause)
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(DBAPIError)
     async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:

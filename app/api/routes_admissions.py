@@ -7,9 +7,10 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from app.admission.service import Admissions
+from app.api import links
 from app.api.deps import AdmissionsDep
-from app.api.schemas import AdmissionIn, ErrorOut, HoldingOut
-from app.auth.guard import AUTH_RESPONSES, body, path, require
+from app.api.schemas import HOLDER_ID_PATTERN, AdmissionIn, ErrorOut, HoldingOut
+from app.auth.guard import body, path, require
 from app.ledger.records import HolderKind
 
 P = ParamSpec("P")
@@ -33,10 +34,14 @@ router = APIRouter(prefix="/v1", tags=["admissions"])
     "/admissions",
     status_code=201,
     responses={
-        200: {"model": HoldingOut, "description": "Already admitted (same holder)"},
+        200: {
+            "model": HoldingOut,
+            "description": "Already admitted (same holder)",
+            "links": links.HOLDING,
+        },
+        201: {"links": links.HOLDING},
         404: {"model": ErrorOut},
         409: {"model": ErrorOut, "description": "Does not fit, or holder conflict"},
-        **AUTH_RESPONSES,
     },
     # Named by the node, so a role may restrict callers to some nodes (resourceNames).
     dependencies=[require("create", "admissions", name=body("node"))],
@@ -45,7 +50,12 @@ async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response
     # async, with at most one worker-thread hop (in _run): a sync endpoint would also hop
     # for response validation.
     admission = await _run(
-        admissions, admissions.admit, body.node, body.holder.holder(), body.requests.resources()
+        admissions,
+        admissions.admit,
+        body.node,
+        body.holder.holder(),
+        body.requests.resources(),
+        path="rest",
     )
     if not admission.created:
         response.status_code = 200
@@ -54,12 +64,16 @@ async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response
 
 @router.delete(
     "/admissions/{holder_uid}",
-    responses={404: {"model": ErrorOut}, **AUTH_RESPONSES},
+    responses={
+        200: {"links": links.RELEASED},
+        404: {"model": ErrorOut},
+        409: {"model": ErrorOut, "description": "Held both as a pod and manually: give kind"},
+    },
     dependencies=[require("delete", "admissions", name=path("holder_uid"))],
 )
 async def release(
-    holder_uid: Annotated[str, Path(min_length=1, max_length=253)],
+    holder_uid: Annotated[str, Path(min_length=1, max_length=253, pattern=HOLDER_ID_PATTERN)],
     admissions: AdmissionsDep,
     kind: Annotated[HolderKind | None, Query(description="pod or manual; default either")] = None,
 ) -> HoldingOut:
-    return HoldingOut.of(await _run(admissions, admissions.release, holder_uid, kind))
+    return HoldingOut.of(await _run(admissions, admissions.release, holder_uid, kind, path="rest"))

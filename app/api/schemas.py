@@ -7,28 +7,71 @@ Responses carry both the Kubernetes-style string and the integers.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable
-from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Self, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 
 from app.ledger.arithmetic import Shortfall
+from app.ledger.paging import HoldingKey, NodeKey, NodeSort
 from app.ledger.records import Holder, HolderKind, Holding, LedgerEvent, NodeSpec, NodeView
-from app.ledger.resources import Resources
+from app.ledger.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES, Resources
 from app.ledger.service import format_amount
-from app.quantities import Quantity, Rounding, cpu_millis, format_cpu, format_memory, gpu_count
+from app.quantities import (
+    QUANTITY_PATTERN,
+    Quantity,
+    Rounding,
+    cpu_millis,
+    format_cpu,
+    format_memory,
+    gpu_count,
+)
 from app.quantities import memory_bytes as to_memory_bytes
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+NO_NUL = r"^[^\x00]*$"  # PostgreSQL refuses NUL in text, even in a comparison
 NodeName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=253, examples=["n1"])]
-HolderId = Annotated[
-    str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.:]*$")
-]
+HOLDER_ID_PATTERN = r"^[A-Za-z0-9][-A-Za-z0-9_.:]*$"
+HolderId = Annotated[str, Field(min_length=1, max_length=253, pattern=HOLDER_ID_PATTERN)]
+# Free text that is stored: no NUL (a 422, not the database's 500).
+LabelKey = Annotated[str, Field(max_length=317, pattern=NO_NUL)]
+LabelValue = Annotated[str, Field(max_length=63, pattern=NO_NUL)]
+Reason = Annotated[str, Field(min_length=1, max_length=1024, pattern=NO_NUL)]
+PodRef = Annotated[str, Field(max_length=253, pattern=NO_NUL)]  # namespace, name
 
-_QUANTITY_SCHEMA = WithJsonSchema(
-    {"anyOf": [{"type": "string"}, {"type": "number"}], "examples": ["1500m", "4Gi", 2]}
-)
+
+def _in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0 in UTC
+        raise ValueError("the time is out of range once converted to UTC") from None
+
+
+# A time with its zone, in UTC: a naive or unrepresentable one is a 422 naming the field.
+UtcTime = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+
+
+def _quantity_schema(number: dict[str, Any], examples: list[Any]) -> WithJsonSchema:
+    """A quantity string (Kubernetes grammar) or a plain number within the ledger's limits."""
+    string = {"type": "string", "pattern": QUANTITY_PATTERN}
+    return WithJsonSchema({"anyOf": [string, {"minimum": 0, **number}], "examples": examples})
+
+
+_CPU = _quantity_schema({"type": "number", "maximum": MAX_CPU_MILLIS // 1000}, ["1500m", 2])
+_MEMORY = _quantity_schema({"type": "number", "maximum": MAX_MEMORY_BYTES}, ["4Gi", "512Mi"])
+_GPUS = _quantity_schema({"type": "integer", "maximum": MAX_GPUS}, [1, "2"])
 
 
 def _converter(convert: Callable[[Quantity], int]) -> Any:
@@ -40,11 +83,11 @@ def _converter(convert: Callable[[Quantity], int]) -> Any:
     return BeforeValidator(run)
 
 
-CpuUp = Annotated[int, _converter(lambda v: cpu_millis(v, Rounding.UP)), _QUANTITY_SCHEMA]
-CpuDown = Annotated[int, _converter(lambda v: cpu_millis(v, Rounding.DOWN)), _QUANTITY_SCHEMA]
-MemUp = Annotated[int, _converter(lambda v: to_memory_bytes(v, Rounding.UP)), _QUANTITY_SCHEMA]
-MemDown = Annotated[int, _converter(lambda v: to_memory_bytes(v, Rounding.DOWN)), _QUANTITY_SCHEMA]
-Gpus = Annotated[int, _converter(gpu_count), _QUANTITY_SCHEMA]
+CpuUp = Annotated[int, _converter(lambda v: cpu_millis(v, Rounding.UP)), _CPU]
+CpuDown = Annotated[int, _converter(lambda v: cpu_millis(v, Rounding.DOWN)), _CPU]
+MemUp = Annotated[int, _converter(lambda v: to_memory_bytes(v, Rounding.UP)), _MEMORY]
+MemDown = Annotated[int, _converter(lambda v: to_memory_bytes(v, Rounding.DOWN)), _MEMORY]
+Gpus = Annotated[int, _converter(gpu_count), _GPUS]
 
 
 class StrictModel(BaseModel):
@@ -96,8 +139,8 @@ class NodeIn(StrictModel):
     capacity: CapacityIn
     reserved: ReservedIn = ReservedIn()
     slurm_name: NodeName | None = Field(default=None, description="Slurm's name when different")
-    labels: dict[Annotated[str, Field(max_length=317)], Annotated[str, Field(max_length=63)]] = {}
-    cordon_reason: Annotated[str, Field(min_length=1, max_length=1024)] | None = Field(
+    labels: dict[LabelKey, LabelValue] = {}
+    cordon_reason: Reason | None = Field(
         default=None, description="Set to stop new admissions on this node; null clears it"
     )
 
@@ -117,12 +160,27 @@ class NodeIn(StrictModel):
         )
 
 
+def _has(field: str) -> dict[str, Any]:
+    return {"required": [field], "properties": {field: {"type": "string"}}}
+
+
 class HolderIn(StrictModel):
+    # What _identified checks, said in the OpenAPI document: a pod by its uid, a manual
+    # holding by its id (or uid).
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {"properties": {"kind": {"const": "pod"}}},
+            "then": _has("uid"),
+            "else": {"anyOf": [_has("id"), _has("uid")]},
+        },
+    )
+
     kind: Literal["pod", "manual"] = Field(description="slurm_job holdings come from Slurm only")
     uid: HolderId | None = Field(default=None, description="Pod uid (kind pod)")
     id: HolderId | None = Field(default=None, description="Given id (kind manual)")
-    namespace: Annotated[str, Field(max_length=253)] | None = None
-    name: Annotated[str, Field(max_length=253)] | None = None
+    namespace: PodRef | None = None
+    name: PodRef | None = None
 
     @model_validator(mode="after")
     def _identified(self) -> Self:
@@ -285,3 +343,66 @@ class EventOut(BaseModel):
 class HealthOut(BaseModel):
     status: Literal["ok", "degraded", "unavailable"]
     checks: dict[str, str] = {}
+
+
+# Pagination. A cursor is opaque to clients: base64url of the JSON key where the previous
+# page ended (app.ledger.paging), checked like any other input when it comes back.
+
+BigInt = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]  # what a BIGINT column compares
+KeyText = Annotated[str, Field(max_length=253, pattern=NO_NUL)]
+
+
+class _NodeCursor(StrictModel):
+    sort: NodeSort
+    name: KeyText
+    free: BigInt | None = None
+
+    @model_validator(mode="after")
+    def _free_iff_sorted_by_free(self) -> Self:
+        if (self.free is None) != (self.sort is NodeSort.NAME):
+            raise ValueError("free goes with a sort by free")
+        return self
+
+
+class _HoldingCursor(StrictModel):
+    node: KeyText
+    kind: HolderKind
+    id: KeyText
+
+
+_Cursor = TypeVar("_Cursor", _NodeCursor, _HoldingCursor)
+
+
+def _encode(cursor: BaseModel) -> str:
+    raw = cursor.model_dump_json(exclude_none=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str, model: type[_Cursor]) -> _Cursor:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        return model.model_validate_json(raw)
+    except (ValueError, binascii.Error):  # pydantic's ValidationError is a ValueError
+        raise ValueError("not a cursor this API gave out (take it from X-Next-Cursor)") from None
+
+
+def node_cursor(key: NodeKey, sort: NodeSort) -> str:
+    return _encode(_NodeCursor(sort=sort, name=key.name, free=key.free))
+
+
+def node_key(cursor: str, sort: NodeSort) -> NodeKey:
+    """The key a node cursor carries; ValueError for anything this API did not give out
+    for ``sort``."""
+    decoded = _decode(cursor, _NodeCursor)
+    if decoded.sort is not sort:
+        raise ValueError(f"this cursor continues a listing with sort={decoded.sort.value}")
+    return NodeKey(decoded.name, decoded.free)
+
+
+def holding_cursor(key: HoldingKey) -> str:
+    return _encode(_HoldingCursor(node=key.node, kind=key.holder_kind, id=key.holder_id))
+
+
+def holding_key(cursor: str) -> HoldingKey:
+    decoded = _decode(cursor, _HoldingCursor)
+    return HoldingKey(decoded.node, decoded.kind, decoded.id)

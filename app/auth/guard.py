@@ -6,6 +6,9 @@ name the permission a route needs, and the 401/403/503 answers.
 The caller is the bearer token of the Authorization header when there is one, else the
 TLS client certificate of the connection (app.auth.tls). The identity is left on
 ``request.state.identity`` for whoever wants to record an actor.
+
+The OpenAPI document lists 401, 403 and 503 on exactly the routes that carry one of these
+dependencies (on the route or its router), so no guarded route can be left undocumented.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, routing
+from fastapi.dependencies.models import Dependant
 from fastapi.responses import JSONResponse
+from pydantic.json_schema import models_json_schema
 
 from app.api.schemas import ErrorOut
 from app.auth.errors import AuthError, Forbidden, Unauthenticated
@@ -24,13 +30,17 @@ from app.auth.tls import client_identity
 
 log = logging.getLogger(__name__)
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="nodeledger"'}
-# For the OpenAPI document of guarded routes.
-AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorOut, "description": "No credential, or one not accepted"},
-    403: {"model": ErrorOut, "description": "The caller lacks the permission"},
-    503: {"model": ErrorOut, "description": "The credential cannot be checked now"},
+# What a guarded route may answer besides its own responses (the OpenAPI document).
+REFUSALS = {
+    "401": "No credential, or one not accepted",
+    "403": "The caller lacks the permission",
+    "503": "The credential cannot be checked now",
 }
+READ_NOTE = " (reads: only with NODELEDGER_AUTH_PROTECT_READS)"
+CHALLENGE_HEADER = {"description": CHALLENGE["WWW-Authenticate"], "schema": {"type": "string"}}
 NameOf = Callable[[Request], Awaitable[str | None]]
+# Every guard dependency made by require()/require_read(): True for a read.
+_GUARDS: WeakKeyDictionary[Callable[..., Any], bool] = WeakKeyDictionary()
 
 
 class Guard:
@@ -114,6 +124,7 @@ def _dependency(verb: str, resource: str, name: NameOf | None, *, read: bool) ->
         named = await name(request) if name is not None else None
         return await auth.check(request, Permission(verb, resource, named))
 
+    _GUARDS[guard] = read
     return Depends(guard)
 
 
@@ -127,9 +138,62 @@ def require_read(verb: str, resource: str, *, name: NameOf | None = None) -> Any
     return _dependency(verb, resource, name, read=True)
 
 
+def _guards(dependant: Dependant) -> list[bool]:
+    """The guards among a route's dependencies, nested ones included: True for a read."""
+    found = []
+    for sub in dependant.dependencies:
+        if sub.call is not None and sub.call in _GUARDS:
+            found.append(_GUARDS[sub.call])
+        found += _guards(sub)
+    return found
+
+
+def _routes(app: FastAPI) -> list[Any]:
+    """The app's routes with their effective dependencies (the router's included): FastAPI
+    0.16x keeps included routers unflattened and resolves them in iter_route_contexts."""
+    iterate = getattr(routing, "iter_route_contexts", None)
+    return list(iterate(app.routes)) if iterate is not None else list(app.routes)
+
+
+def document_refusals(app: FastAPI, document: dict[str, Any]) -> dict[str, Any]:
+    """Add 401/403/503 (ErrorOut) to every guarded operation of the OpenAPI document;
+    idempotent."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    _, definitions = models_json_schema(
+        [(ErrorOut, "serialization")], ref_template="#/components/schemas/{model}"
+    )
+    for model, definition in definitions.get("$defs", {}).items():
+        schemas.setdefault(model, definition)
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+    for route in _routes(app):
+        dependant = getattr(route, "dependant", None)
+        reads = _guards(dependant) if isinstance(dependant, Dependant) else []
+        if not reads:
+            continue
+        note = READ_NOTE if all(reads) else ""
+        operations = document.get("paths", {}).get(route.path_format, {})
+        for method in route.methods:
+            operation = operations.get(method.lower())
+            if operation is None:  # not in the document (include_in_schema=False)
+                continue
+            for status, what in REFUSALS.items():
+                answer: dict[str, Any] = {"description": what + note, "content": content}
+                if status == "401":
+                    answer["headers"] = {"WWW-Authenticate": CHALLENGE_HEADER}
+                operation["responses"].setdefault(status, answer)
+    return document
+
+
 def install(app: FastAPI, guard: Guard) -> None:
-    """Put the guard on the app and answer AuthErrors in the API's error shape."""
+    """Put the guard on the app, answer AuthErrors in the API's error shape and document
+    them on the guarded routes."""
     app.state.auth = guard
+    generate = app.openapi  # cached by FastAPI until the routes change
+
+    def openapi() -> dict[str, Any]:
+        return document_refusals(app, generate())
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(AuthError)
     async def _auth_error(_request: Request, exc: AuthError) -> JSONResponse:

@@ -90,4 +90,4 @@ class PodAccounting:
 
     def _release(self, uid: str, reason: str) -> None:
         with contextlib.suppress(HoldingNotFound):
-            self.admissions.release(uid, HolderKind.POD, reason=reason)
+            self.admissions.release(uid, HolderKind.POD, reason=reason, path="kubernetes")

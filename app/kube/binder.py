@@ -63,7 +63,8 @@ class Extender:
             if (pod.get("metadata") or {}).get("uid") != uid:
                 replaced = f"pod {namespace}/{name} was replaced (uid changed)"
                 return ExtenderBindingResult(Error=replaced)
-            admission = self.admissions.admit(node, holder, pod_requests(pod, self.gpu_resource))
+            requests = pod_requests(pod, self.gpu_resource)
+            admission = self.admissions.admit(node, holder, requests, path="extender")
         except (LedgerError, QuantityError, KubeError) as exc:
             log.info("extender bind %s/%s on %s refused: %s", namespace, name, node, exc)
             return ExtenderBindingResult(Error=str(exc))
@@ -72,6 +73,7 @@ class Extender:
         except KubeError as exc:
             if admission.created:
                 with contextlib.suppress(HoldingNotFound):
-                    self.admissions.release(uid, HolderKind.POD, reason=f"binding failed: {exc}")
+                    reason = f"binding failed: {exc}"
+                    self.admissions.release(uid, HolderKind.POD, reason=reason, path="extender")
             return ExtenderBindingResult(Error=f"binding failed: {exc}")
         return ExtenderBindingResult()

@@ -20,6 +20,7 @@ from app.kube.protocol import AdmissionRequests
 from app.kube.settings import KubeSettings
 from app.kube.watch import ListWatch
 from app.ledger.service import Clock
+from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL = 1.0
@@ -37,8 +38,12 @@ class KubeControllers:
         slurm_sizes: SlurmSizes,
         slurm_health: Callable[[], Health | None],
         clock: Clock,
+        *,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         ledger = admissions.ledger
+        self.metrics = metrics
+        metrics.leader("kube-controllers", False)
         self.discovery = NodeDiscovery(
             ledger,
             client,
@@ -70,11 +75,11 @@ class KubeControllers:
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period
         self.watches = [
-            ListWatch("nodes", client, "/api/v1/nodes", self.discovery,
+            ListWatch("nodes", client, "/api/v1/nodes", self.discovery, metrics=metrics,
                       resync_period=period, labelSelector=settings.node_selector),
-            ListWatch("pods", client, "/api/v1/pods", accounting,
+            ListWatch("pods", client, "/api/v1/pods", accounting, metrics=metrics,
                       resync_period=period, fieldSelector=FIELD_SELECTOR),
-            ListWatch("genericnodes", client, GENERICNODES, protocol,
+            ListWatch("genericnodes", client, GENERICNODES, protocol, metrics=metrics,
                       resync_period=period, labelSelector=managed),
         ]  # fmt: skip
         self.elector = (
@@ -118,6 +123,7 @@ class KubeControllers:
 
     # leadership
     def _lead(self) -> None:
+        self.metrics.leader("kube-controllers", True)
         self._stop = threading.Event()
         stop = self._stop
         # Nodes first: pods and requests are only accounted on managed nodes.
@@ -130,6 +136,7 @@ class KubeControllers:
         self._spawn("housekeeping", lambda: self._housekeeping(stop))
 
     def _follow(self) -> None:
+        self.metrics.leader("kube-controllers", False)
         self._stop.set()
         self._threads = []
 

@@ -99,11 +99,19 @@ class HostPriority(BaseModel):
     Score: int = Field(ge=0, le=10)  # kube-scheduler's MaxExtenderPriority
 
 
+# Kubernetes object names (apimachinery validation): a DNS-1123 subdomain (pods, nodes) or
+# label (namespaces). bind puts them into API paths, so anything else (a "/" or "..")
+# would address another resource; kube-scheduler never sends such names.
+SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+UID = r"^[A-Za-z0-9][-A-Za-z0-9_.:]*$"  # a UUID; the holder id, so as the REST API's ids
+
+
 class ExtenderBindingArgs(_Wire):
-    PodName: str = Field(min_length=1)
-    PodNamespace: str = Field(min_length=1)
-    PodUID: str = Field(min_length=1)
-    Node: str = Field(min_length=1)
+    PodName: str = Field(max_length=253, pattern=SUBDOMAIN)
+    PodNamespace: str = Field(max_length=63, pattern=LABEL)
+    PodUID: str = Field(max_length=253, pattern=UID)
+    Node: str = Field(max_length=253, pattern=SUBDOMAIN)
 
 
 class ExtenderBindingResult(BaseModel):

@@ -65,7 +65,10 @@ class AdmissionRequests:
         name = f"{request.get('namespace', '')}/{request.get('name', '')}".strip("/")
         try:
             self.admissions.admit(
-                node, Holder(HolderKind.POD, uid, name), requested(request, self.gpu_resource)
+                node,
+                Holder(HolderKind.POD, uid, name),
+                requested(request, self.gpu_resource),
+                path="genericnode",
             )
             result, message = ADMITTED, f"admitted on {node}"
         except (LedgerError, QuantityError) as exc:

@@ -14,6 +14,7 @@ import time
 from typing import Any, Protocol
 
 from app.kube.client import KubeClient, KubeError
+from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class ListWatch:
         *,
         resync_period: float = 300.0,
         watch_timeout: int = 30,
+        metrics: Metrics = NO_METRICS,
         **query: str,
     ) -> None:
         self.name = name
@@ -51,6 +53,9 @@ class ListWatch:
         self.query = {k: v for k, v in query.items() if v}
         self.synced = threading.Event()
         self.error: str | None = None
+        self.metrics = metrics
+        self._listed = False
+        metrics.kube_watch(name)
 
     def run(self, stop: threading.Event) -> None:
         backoff = 0.5
@@ -59,8 +64,10 @@ class ListWatch:
                 self._list_and_watch(stop)
                 backoff = 0.5
             except Expired:
+                self.metrics.kube_watch_restarted(self.name)
                 log.info("%s: resourceVersion expired, listing again", self.name)
             except Exception as exc:  # keep watching whatever happened; health says why
+                self.metrics.kube_watch_restarted(self.name)
                 if isinstance(exc, KubeError) and exc.status == 410:
                     log.info("%s: resourceVersion expired, listing again", self.name)
                     continue
@@ -70,6 +77,9 @@ class ListWatch:
                 backoff = min(backoff * 2, 30.0)
 
     def _list_and_watch(self, stop: threading.Event) -> None:
+        if self._listed:
+            self.metrics.kube_relisted(self.name)
+        self._listed = True
         items, version = self.client.list(self.path, **self.query)
         if stop.is_set():
             return  # leadership was lost while listing: another replica acts on it now

@@ -32,7 +32,15 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
         return slurm.health() if slurm is not None else None
 
     services.components.append(
-        KubeControllers(kube, client, services.admissions, slurm_sizes, slurm_health, clock)
+        KubeControllers(
+            kube,
+            client,
+            services.admissions,
+            slurm_sizes,
+            slurm_health,
+            clock,
+            metrics=services.metrics,
+        )
     )
     caps = (
         KubeCaps(settings.slurm.kube_max_cpu_fraction, settings.slurm.kube_max_memory_fraction)

@@ -31,6 +31,7 @@ from app.ledger.errors import (
     NodeInUse,
     NodeNotFound,
 )
+from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
 from app.ledger.records import (
     EventKind,
     Holder,
@@ -135,6 +136,34 @@ class Ledger:
             if node is not None and repo.find_node(node) is None:
                 raise NodeNotFound(node)
             return [holding_record(h, n) for h, n in repo.list_holdings(node, kind)]
+
+    def node_page(
+        self,
+        limit: int,
+        *,
+        after: NodeKey | None = None,
+        name_contains: str | None = None,
+        sort: NodeSort = NodeSort.NAME,
+    ) -> Page[NodeView, NodeKey]:
+        """One keyset page of nodes (app.ledger.paging); ``name_contains`` matches the name
+        or the Slurm alias, ignoring case."""
+        with self.db.read() as session:
+            return LedgerRepository(session).node_views_page(limit, after, name_contains, sort)
+
+    def holdings_page(
+        self,
+        limit: int,
+        *,
+        node: str | None = None,
+        kind: HolderKind | None = None,
+        after: HoldingKey | None = None,
+    ) -> Page[Holding, HoldingKey]:
+        """One keyset page of list_holdings(node, kind); NodeNotFound for an unknown node."""
+        with self.db.read() as session:
+            repo = LedgerRepository(session)
+            if node is not None and repo.find_node(node) is None:
+                raise NodeNotFound(node)
+            return repo.holdings_page(node, kind, limit, after)
 
     def last_event_id(self) -> int:
         """Where to start following the event log from now on."""
@@ -331,6 +360,13 @@ class Ledger:
             )
             held = HoldingState.HELD
             return Admission(Holding(node, holder, requests, held, now, now), True)
+
+    def pending_before(self, cutoff: datetime) -> list[Holding]:
+        """Holdings still PENDING that were last touched before ``cutoff``."""
+        with self.db.read() as session:
+            return [
+                holding_record(h, n) for h, n in LedgerRepository(session).pending_before(cutoff)
+            ]
 
     def confirm(self, kind: HolderKind, holder_id: str) -> Holding:
         """PENDING -> HELD once the external system confirmed the hold."""

@@ -20,6 +20,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm import payloads
 from app.slurm.errors import (
     SlurmAuthError,
@@ -44,8 +45,10 @@ class SlurmClient:
         retries: int = 2,
         api_version: str | None = None,
         transport: httpx.BaseTransport | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.url = url.rstrip("/")
+        self.metrics = metrics
         self.tokens = tokens
         self.user_name = user_name
         self.retries = retries
@@ -144,7 +147,7 @@ class SlurmClient:
             reraise=True,
         )
         for attempt in retrying:
-            with attempt:
+            with attempt, self.metrics.slurm_request(method, path):  # each attempt
                 return self._once(method, path, params, json)
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from app.ledger.records import EventKind
 from app.ledger.service import Ledger
+from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
 from app.slurm.counts import (
     K8sCounts,
@@ -52,9 +53,12 @@ class _Slot:
 
 
 class Pusher:
-    def __init__(self, client: SlurmClient, ledger: Ledger) -> None:
+    def __init__(
+        self, client: SlurmClient, ledger: Ledger, *, metrics: Metrics = NO_METRICS
+    ) -> None:
         self.client = client
         self.ledger = ledger
+        self.metrics = metrics
         self._slots: dict[str, _Slot] = {}
         self._counter_lock = threading.Lock()
 
@@ -65,9 +69,11 @@ class Pusher:
             ticket = slot.requested
         with slot.lock:
             if slot.covered >= ticket and slot.last is not None:
+                self.metrics.slurm_push_coalesced()
                 return slot.last
             with self._counter_lock:
                 start = slot.requested  # this push reads the ledger after all these requests
+            self.metrics.slurm_pushed(reason)
             result = self._push_now(node, reason, slot.pushed)
             slot.covered, slot.last = start, result
             slot.pushed = current_counts(result.node)

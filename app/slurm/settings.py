@@ -28,6 +28,12 @@ class SlurmSettings(BaseSettings):
     timeout: float = Field(default=5.0, gt=0, le=120, description="Seconds per slurmrestd call")
     retries: int = Field(default=2, ge=0, le=10, description="Retries of idempotent calls")
     sync_interval: float = Field(default=1.0, gt=0, le=3600, description="Seconds between syncs")
+    pending_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        le=86400,
+        description="Seconds after which a hold whose admission never finished is released",
+    )
     fail_open: bool = Field(
         default=False, description="Admit when Slurm cannot confirm (default: reject)"
     )

@@ -11,26 +11,32 @@ Each step:
    - Slurm states DOWN, DRAIN, INVALID_REG, NOT_RESPONDING, FAIL make it not admissible;
    - counts that differ from what the ledger withholds (slurmctld restart, reconfigure,
      slurmd re-registration) are pushed again and the drift is recorded.
+3. Holdings still PENDING ``pending_timeout`` seconds after their admission started lost
+   it (their replica was killed, their client went away before the answer): released,
+   and the counts pushed, so Slurm does not withhold them forever.
 With several replicas only the one holding the ``slurm-sync`` leadership (app.db.locks)
-writes step 2; the others keep reading Slurm (step 1: cheap, and their node sizes stay
+writes steps 2 and 3; the others keep reading Slurm (step 1: cheap, and their node sizes stay
 current for node discovery) and stand by.
 The loop is a thin shell around ``step()``, which tests call directly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import timedelta
 
 from app.components import Health
 from app.db.locks import Leadership
-from app.ledger.errors import LedgerError
+from app.ledger.errors import HoldingNotFound, LedgerError
 from app.ledger.records import EventKind, HolderKind, NodeSpec, NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
+from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
 from app.slurm.counts import MIB, current_counts, desired_counts, node_gpus, withheld
 from app.slurm.errors import SlurmError
@@ -96,11 +102,18 @@ class SlurmSync:
         *,
         interval: float = 1.0,
         register_nodes: bool = False,
+        pending_timeout: float = 60.0,
         leadership: Leadership | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.client = client
+        self.metrics = metrics
+        metrics.slurm_sync_attached()
+        metrics.leader("slurm-sync", False)
         self.leadership = leadership
+        self.pending_timeout = pending_timeout
+        self._pending_checked = float("-inf")
         self._standby = False
         self.ledger = ledger
         self.pusher = pusher
@@ -153,7 +166,8 @@ class SlurmSync:
         while not self._stop.is_set():
             started = self.monotonic()
             try:
-                self.step()
+                with self.metrics.slurm_sync_step():
+                    self.step()
             except Exception:  # keep syncing whatever one step hit; health() says why
                 log.exception("Slurm sync step failed")
             self._stop.wait(max(0.0, self.interval - (self.monotonic() - started)))
@@ -166,13 +180,18 @@ class SlurmSync:
         except SlurmError as exc:
             self._error = f"Slurm unreachable: {exc.message}"
             log.warning("Slurm sync: %s", exc)
+            self.metrics.slurm_reached(False)
             return
+        self.metrics.slurm_reached(True)
         leads = self.leadership is None or self.leadership.check()
+        self.metrics.leader("slurm-sync", leads)
         if not leads:
             self._standby, self._ledger_key = True, ()  # a new leader starts with a full pass
+            self.metrics.slurm_drifted_nodes(0)  # the leader compares, not this replica
             self._ok()
             return
         self._standby = False
+        self._release_abandoned()
         views = self.ledger.list_nodes()
         if self.register_nodes:
             views = self._register(views)
@@ -188,15 +207,32 @@ class SlurmSync:
                 for node in {a.node for a in job.allocations}:
                     jobs_by_node[node].append(job)
         failures = []
+        drifted = 0
         for view in views:
             try:
-                self._sync_node(view, jobs_by_node.get(view.slurm_name, []))
+                drifted += self._sync_node(view, jobs_by_node.get(view.slurm_name, []))
             except (SlurmError, LedgerError) as exc:
                 failures.append(f"{view.name}: {exc}")
+        self.metrics.slurm_drifted_nodes(drifted)
         if failures:
             self._error = "sync failed for " + "; ".join(failures[:5])
         else:
             self._ok()
+
+    def _release_abandoned(self) -> None:
+        # A query over every holding: every 10 s at most, not every step.
+        if self.monotonic() - self._pending_checked < min(10.0, self.pending_timeout):
+            return
+        self._pending_checked = self.monotonic()
+        cutoff = self.ledger.clock() - timedelta(seconds=self.pending_timeout)
+        for holding in self.ledger.pending_before(cutoff):
+            holder = holding.holder
+            log.warning("releasing %s on %s: its admission never finished", holder, holding.node)
+            with contextlib.suppress(HoldingNotFound):  # finished or released meanwhile
+                self.ledger.release(
+                    holder.id, holder.kind, reason="abandoned: its admission never finished"
+                )
+            self.pusher.push(holding.node, reason="release")
 
     def _ok(self) -> None:
         self._error = None
@@ -220,19 +256,22 @@ class SlurmSync:
                 self.ledger.upsert_node(node.name, NodeSpec(capacity=capacity))
         return self.ledger.list_nodes() if len(known) < len(self._nodes) else views
 
-    def _sync_node(self, view: NodeView, jobs: list[SlurmJob]) -> None:
+    def _sync_node(self, view: NodeView, jobs: list[SlurmJob]) -> bool:
+        """Whether Slurm's counts differed from what the ledger withholds."""
         node = self._nodes.get(view.slurm_name)
         reason = health_reason(node, view.slurm_name)
         if reason != view.health_reason:
             view = self.ledger.set_health(view.name, reason)
         if node is None:
-            return
+            return False
         snapshot = slurm_snapshot(node, jobs)
         if not _same(view, snapshot):
             self.ledger.replace_holdings(view.name, HolderKind.SLURM_JOB, snapshot)
-        if current_counts(node) != desired_counts(node, withheld(view)):
+        drifted = current_counts(node) != desired_counts(node, withheld(view))
+        if drifted:
             result = self.pusher.push(view.name, reason="drift")
             if result.updated and result.drifted:
+                self.metrics.slurm_drift_corrected()
                 self.ledger.record_event(
                     EventKind.SLURM_DRIFT,
                     view.name,
@@ -240,3 +279,4 @@ class SlurmSync:
                     f"reconfigure?); pushed {result.node.gres} again",
                     {"pushed": result.node.gres},
                 )
+        return drifted

@@ -40,8 +40,9 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         timeout=slurm.timeout,
         retries=slurm.retries,
         api_version=slurm.api_version,
+        metrics=services.metrics,
     )
-    pusher = Pusher(client, services.ledger)
+    pusher = Pusher(client, services.ledger, metrics=services.metrics)
     caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
     services.admissions.gate = SlurmGate(client, pusher, caps, fail_open=slurm.fail_open)
     services.slurm = SlurmSync(
@@ -50,6 +51,8 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         pusher,
         interval=slurm.sync_interval,
         register_nodes=slurm.register_nodes,
+        pending_timeout=slurm.pending_timeout,
         leadership=Leadership(services.db, "slurm-sync"),
+        metrics=services.metrics,
     )
     services.components.append(services.slurm)

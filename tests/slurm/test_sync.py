@@ -8,8 +8,12 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.slurm.helpers import MIB, admit, events, slurm_holdings
+from app.ledger.records import Holder, HolderKind, HoldingState
+from app.ledger.resources import Resources
+from app.main import create_app
+from tests.slurm.helpers import MIB, admit, events, gres, slurm_holdings
 from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -69,3 +73,24 @@ def test_drained_node_is_not_admissible_with_the_state_as_reason(
     slurm.run("scontrol", "update", "nodename=n2", "state=resume")
     wait_until(lambda: slurm_api.get("/v1/nodes/n2").json()["admissible"], 5, what="admissible")
     assert admit(slurm_api, "n2", "p-drained", "1").status_code == 201
+
+
+def test_a_hold_whose_admission_never_finished_is_released(
+    slurm: SlurmCluster, sqlite_url: str
+) -> None:
+    """A replica killed between holding and confirming leaves a PENDING holding that no
+    client will come back for: the sync releases it and Slurm gets the CPUs back."""
+    settings = slurm_settings(slurm, sqlite_url, pending_timeout=1.0)
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api)
+        ledger = api.app.state.services.ledger  # type: ignore[attr-defined]
+        orphan = Holder(HolderKind.POD, "orphan-1", "ns/orphan")
+        ledger.admit("n2", orphan, Resources(3000, 2**30), state=HoldingState.PENDING)
+        api.app.state.services.admissions.gate.changed("n2")  # type: ignore[attr-defined]
+        assert gres(slurm, "n2")["k8scpu"] == 13  # withheld while pending
+        wait_until(lambda: not api.get("/v1/holdings", params={"node": "n2"}).json(), 15,
+                   what="the abandoned hold released")  # fmt: skip
+        wait_until(lambda: gres(slurm, "n2")["k8scpu"] == 16, 5, what="Slurm has them back")
+        assert events(api, "n2", "released")[-1]["message"].endswith(
+            "abandoned: its admission never finished"
+        )

@@ -1,0 +1,84 @@
+"""Log lines as text (the default) or JSON, with the request id, node and holder they were
+written for when known.
+
+The request id, node and holder live in context variables: the request-id middleware
+(app.metrics.http) and the admission service set them, and every line logged meanwhile
+carries them, including from the worker thread an admission runs in (Starlette copies the
+context into it). A record's own ``extra={"node": ...}`` wins over the context. Nothing
+here adds a value that was not already in a log line or a header: no token is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+LogFormat = Literal["text", "json"]
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_request_id: ContextVar[str | None] = ContextVar("nodeledger_request_id", default=None)
+_node: ContextVar[str | None] = ContextVar("nodeledger_log_node", default=None)
+_holder: ContextVar[str | None] = ContextVar("nodeledger_log_holder", default=None)
+CONTEXT = {"node": _node, "holder": _holder, "request_id": _request_id}
+
+
+@contextmanager
+def log_context(
+    *, node: str | None = None, holder: str | None = None, request_id: str | None = None
+) -> Iterator[None]:
+    """Lines logged in the block carry the given values (None: keep the outer one)."""
+    given = ((_node, node), (_holder, holder), (_request_id, request_id))
+    tokens = [(var, var.set(value)) for var, value in given if value is not None]
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+
+def current_request_id() -> str | None:
+    return _request_id.get()
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, RFC 3339), level, logger, message, and node,
+    holder, request_id when known; exception and stack when the record has them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, var in CONTEXT.items():
+            value = getattr(record, key, None) or var.get()
+            if value is not None:
+                line[key] = str(value)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def formatter(log_format: LogFormat) -> logging.Formatter:
+    return JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+
+
+def configure_logging(level: str, log_format: LogFormat) -> None:
+    """The root logger of ``nodeledger serve``: one stderr handler in ``log_format``."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter(log_format))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+
+
+def uvicorn_log_options(log_format: LogFormat) -> dict[str, Any]:
+    """uvicorn's own loggers: its text configuration, or (JSON) none, so that its lines go
+    to the root logger's JSON handler."""
+    return {"log_config": None} if log_format == "json" else {}

@@ -1,0 +1,202 @@
+"""The ledger as gauges, per node and for the cluster, read at scrape time.
+
+A scrape reads the ledger at most once per ``cache_seconds`` (every node with its
+holdings: at 15,000 nodes that read is what costs), whatever the number of scrapers.
+Amounts are in base units: CPU in cores (millicores / 1000), memory in bytes, GPUs as a
+count. ``free`` is capacity - reserved - held and is negative on an overcommitted node;
+``admissible_capacity`` is what a pod could still get: free on an admissible node, else 0.
+Per-node series (``per_node``) cost 6 per node and resource plus one per node; the cluster
+totals are always there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.ledger.records import NodeView, not_admissible_reason
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger
+
+log = logging.getLogger(__name__)
+
+HOLDERS = ("kubernetes", "slurm", "manual")
+
+
+def base_units(resources: Resources) -> dict[str, float]:
+    """cpu in cores, memory in bytes, gpu as a count."""
+    return {
+        "cpu": resources.cpu_millis / 1000,
+        "memory": float(resources.memory_bytes),
+        "gpu": float(resources.gpus),
+    }
+
+
+def held_by_holder(view: NodeView) -> dict[str, Resources]:
+    return {
+        "kubernetes": view.held_by_kubernetes,
+        "slurm": view.held_by_slurm,
+        "manual": view.held_manually,
+    }
+
+
+@dataclass
+class _Families:
+    """Every family the collector exposes, filled from one ledger read."""
+
+    per_node: bool
+    node_capacity: GaugeMetricFamily = field(init=False)
+    node_held: GaugeMetricFamily = field(init=False)
+    node_free: GaugeMetricFamily = field(init=False)
+    node_admissible_capacity: GaugeMetricFamily = field(init=False)
+    node_admissible: GaugeMetricFamily = field(init=False)
+    cluster_capacity: GaugeMetricFamily = field(init=False)
+    cluster_held: GaugeMetricFamily = field(init=False)
+    cluster_free: GaugeMetricFamily = field(init=False)
+    nodes: GaugeMetricFamily = field(init=False)
+    nodes_overcommitted: GaugeMetricFamily = field(init=False)
+
+    def __post_init__(self) -> None:
+        def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"nodeledger_{name}", doc, labels=labels)
+
+        unit = " (cpu: cores, memory: bytes, gpu: count)"
+        self.node_capacity = gauge("node_capacity", "Node capacity" + unit, ["node", "resource"])
+        self.node_held = gauge(
+            "node_held", "Held on the node, by holder" + unit, ["node", "resource", "holder"]
+        )
+        self.node_free = gauge(
+            "node_free",
+            "Capacity - reserved - held; negative when overcommitted" + unit,
+            ["node", "resource"],
+        )
+        self.node_admissible_capacity = gauge(
+            "node_admissible_capacity",
+            "What a pod could still get: free if the node is admissible, else 0" + unit,
+            ["node", "resource"],
+        )
+        self.node_admissible = gauge(
+            "node_admissible", "1 when the node admits new holdings", ["node"]
+        )
+        self.cluster_capacity = gauge("cluster_capacity", "Sum of capacities" + unit, ["resource"])
+        self.cluster_held = gauge(
+            "cluster_held", "Sum held, by holder" + unit, ["resource", "holder"]
+        )
+        self.cluster_free = gauge("cluster_free", "Sum of the nodes' free" + unit, ["resource"])
+        self.nodes = gauge("nodes", "Ledger nodes by admissibility", ["state"])
+        self.nodes_overcommitted = gauge(
+            "nodes_overcommitted", "Nodes whose holdings exceed capacity minus reserved", []
+        )
+
+    def all(self) -> list[Metric]:
+        cluster: list[Metric] = [
+            self.cluster_capacity,
+            self.cluster_held,
+            self.cluster_free,
+            self.nodes,
+            self.nodes_overcommitted,
+        ]
+        if not self.per_node:
+            return cluster
+        nodes: list[Metric] = [
+            self.node_capacity,
+            self.node_held,
+            self.node_free,
+            self.node_admissible_capacity,
+            self.node_admissible,
+        ]
+        return nodes + cluster
+
+    def fill(self, views: Iterable[NodeView]) -> None:
+        capacity = free = Resources.ZERO
+        held = dict.fromkeys(HOLDERS, Resources.ZERO)
+        count = admissible = overcommitted = 0
+        for view in views:
+            count += 1
+            by_holder = held_by_holder(view)
+            view_free = view.allocatable - Resources.total(list(by_holder.values()))
+            is_admissible = (
+                not_admissible_reason(view.cordon_reason, view.health_reason, view_free) is None
+            )
+            capacity += view.spec.capacity
+            free += view_free
+            for holder, resources in by_holder.items():
+                held[holder] += resources
+            admissible += is_admissible
+            overcommitted += not view_free.is_nonnegative()
+            if self.per_node:
+                self._node(view, by_holder, view_free, is_admissible)
+        for resource, amount in base_units(capacity).items():
+            self.cluster_capacity.add_metric([resource], amount)
+        for holder, total in held.items():
+            for resource, amount in base_units(total).items():
+                self.cluster_held.add_metric([resource, holder], amount)
+        for resource, amount in base_units(free).items():
+            self.cluster_free.add_metric([resource], amount)
+        self.nodes.add_metric(["admissible"], admissible)
+        self.nodes.add_metric(["not_admissible"], count - admissible)
+        self.nodes_overcommitted.add_metric([], overcommitted)
+
+    def _node(
+        self, view: NodeView, by_holder: dict[str, Resources], free: Resources, admissible: bool
+    ) -> None:
+        name = view.name
+        for resource, amount in base_units(view.spec.capacity).items():
+            self.node_capacity.add_metric([name, resource], amount)
+        for holder, resources in by_holder.items():
+            for resource, amount in base_units(resources).items():
+                self.node_held.add_metric([name, resource, holder], amount)
+        for resource, amount in base_units(free).items():
+            self.node_free.add_metric([name, resource], amount)
+            self.node_admissible_capacity.add_metric(
+                [name, resource], max(amount, 0.0) if admissible else 0.0
+            )
+        self.node_admissible.add_metric([name], 1.0 if admissible else 0.0)
+
+
+class LedgerCollector:
+    """A prometheus-client collector over ``Ledger.list_nodes()`` with a short cache."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        per_node: bool = True,
+        cache_seconds: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ledger = ledger
+        self.per_node = per_node
+        self.cache_seconds = cache_seconds
+        self.monotonic = monotonic
+        self._lock = threading.Lock()  # concurrent scrapes wait for one read
+        self._cached: list[Metric] | None = None
+        self._read_at = 0.0
+
+    def describe(self) -> Iterable[Metric]:
+        return _Families(self.per_node).all()
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            now = self.monotonic()
+            if self._cached is None or now - self._read_at >= self.cache_seconds:
+                self._cached = self._read()
+                self._read_at = now
+            return self._cached
+
+    def _read(self) -> list[Metric]:
+        try:
+            views = self.ledger.list_nodes()
+        except SQLAlchemyError as exc:
+            # The other metrics still scrape; the ledger's series are absent until it answers.
+            log.warning("metrics: cannot read the ledger: %s", exc)
+            return []
+        families = _Families(self.per_node)
+        families.fill(views)
+        return families.all()

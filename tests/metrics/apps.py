@@ -1,0 +1,63 @@
+"""An application on a real SQLite ledger whose admissions a Slurm gate confirms against a
+fake slurmrestd (the real SlurmGate and Pusher), with the ledger collector's cache off."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi.testclient import TestClient
+
+from app.main import Services, build_services, create_app
+from app.metrics.settings import MetricsSettings
+from app.settings import Settings
+from app.slurm.errors import SlurmUnavailable
+from app.slurm.gate import SlurmGate
+from app.slurm.models import SlurmNode
+from app.slurm.policy import KubeCaps
+from app.slurm.push import Pusher
+from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+
+NODE_N1 = {"capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 0}}
+
+
+class FlakySlurm(FakeSlurm):
+    """The fake slurmrestd, which can be switched off (every call: unreachable)."""
+
+    def __init__(self, node: SlurmNode) -> None:
+        super().__init__(node, latency=0)
+        self.down = False
+
+    def get_node(self, name: str) -> SlurmNode:
+        if self.down:
+            raise SlurmUnavailable(f"slurmrestd GET node/{name}: slurmrestd unreachable")
+        return super().get_node(name)
+
+
+@dataclass
+class App:
+    api: TestClient
+    services: Services
+    slurm: FlakySlurm
+
+
+MakeApp = Callable[..., App]
+
+
+def start_app(
+    sqlite_url: str, *, gated: bool = True, caps: KubeCaps | None = None, per_node: bool = True
+) -> App:
+    """A started app (the caller exits ``api``) with node n1 (16 CPUs, 32000 MiB)."""
+    settings = Settings(
+        database_url=sqlite_url,
+        migrate_on_start=False,
+        metrics=MetricsSettings(per_node=per_node, cache_seconds=0),
+    )
+    services = build_services(settings)
+    slurm = FlakySlurm(slurm_node())
+    if gated:
+        pusher = Pusher(slurm, services.ledger, metrics=services.metrics)  # type: ignore[arg-type]
+        services.admissions.gate = SlurmGate(slurm, pusher, caps or KubeCaps())  # type: ignore[arg-type]
+    api = TestClient(create_app(settings, services)).__enter__()
+    api.put("/v1/nodes/n1", json=NODE_N1).raise_for_status()
+    return App(api, services, slurm)
