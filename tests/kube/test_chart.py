@@ -68,6 +68,18 @@ def test_defaults_run_the_controllers_with_the_token_as_a_file(helm: str) -> Non
     assert volumes["slurm-token"]["secret"]["secretName"] == "slurm-jwt"
 
 
+def test_the_service_selects_only_the_servers_pods(helm: str) -> None:
+    """The scheduler's pods carry the same name and instance labels: the Service must not
+    pick them as endpoints."""
+    docs = render(helm)
+    selector = find(docs, "Service", "nl-nodeledger")["spec"]["selector"]
+    server = find(docs, "Deployment", "nl-nodeledger")["spec"]["template"]["metadata"]["labels"]
+    scheduler = find(docs, "Deployment", "nl-nodeledger-scheduler")
+    scheduler_labels = scheduler["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= server.items()
+    assert not selector.items() <= scheduler_labels.items()
+
+
 def test_more_replicas_need_a_shared_database(helm: str) -> None:
     args = ["template", "nl", str(CHART), "--kube-version", "v1.34.4", "--set", "replicaCount=2"]
     failed = run(helm, *args, check=False)
