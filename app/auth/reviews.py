@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import MutableMapping
 from typing import Any, Protocol
 
 from fastapi.concurrency import run_in_threadpool
 
-from app.auth.cache import TTLCache
 from app.auth.errors import AuthUnavailable, Unauthenticated
 from app.auth.model import GROUP, Decision, Identity, Permission
 from app.kube.client import KubeClient, KubeError
@@ -85,7 +85,7 @@ def _unavailable(what: str, error: ReviewError) -> AuthUnavailable:
 class TokenReviewer:
     """Authenticator: bearer token -> Kubernetes user."""
 
-    def __init__(self, reviews: Reviews, cache: TTLCache[bytes, Identity | str]) -> None:
+    def __init__(self, reviews: Reviews, cache: MutableMapping[bytes, Identity | str]) -> None:
         self.reviews = reviews
         # sha256(token) -> the identity, or the reason it was not accepted
         self.cache = cache
@@ -100,7 +100,7 @@ class TokenReviewer:
                 log.warning("TokenReview failed: %s", exc)
                 raise _unavailable("check the bearer token", exc) from None
             cached = self._outcome(status, token)
-            self.cache.put(key, cached)
+            self.cache[key] = cached
         if isinstance(cached, str):
             raise Unauthenticated(cached)
         return cached
@@ -124,7 +124,7 @@ class AccessReviewer:
     """Authorizer: (identity, permission) -> SubjectAccessReview's answer."""
 
     def __init__(
-        self, reviews: Reviews, cache: TTLCache[tuple[Identity, Permission], Decision]
+        self, reviews: Reviews, cache: MutableMapping[tuple[Identity, Permission], Decision]
     ) -> None:
         self.reviews = reviews
         self.cache = cache
@@ -143,7 +143,7 @@ class AccessReviewer:
             allowed = bool(status.get("allowed")) and not status.get("denied")
             reason = str(status.get("reason") or status.get("evaluationError") or "")
             decision = Decision(allowed, reason)
-            self.cache.put(key, decision)
+            self.cache[key] = decision
         return decision
 
 

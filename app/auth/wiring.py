@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from app.auth.cache import TTLCache
+from cachetools import TTLCache
+
 from app.auth.guard import Guard
 from app.auth.reviews import AccessReviewer, KubeReviews, Reviews, TokenReviewer
 from app.auth.static import StaticTokens
@@ -34,7 +35,8 @@ def build_guard(settings: Settings, *, reviews: Reviews | None = None) -> Guard:
         reviews = KubeReviews(KubeClient(settings.kube.kubeconfig, timeout=auth.review_timeout))
     log.info("authentication: Kubernetes TokenReview and SubjectAccessReview; %s", reads)
     return Guard(
-        TokenReviewer(reviews, TTLCache(auth.cache_ttl, auth.cache_size)),
-        AccessReviewer(reviews, TTLCache(auth.cache_ttl, auth.cache_size)),
+        # Bounded, expiring; used from the event loop only, so no lock.
+        TokenReviewer(reviews, TTLCache(maxsize=auth.cache_size, ttl=auth.cache_ttl)),
+        AccessReviewer(reviews, TTLCache(maxsize=auth.cache_size, ttl=auth.cache_ttl)),
         protect_reads=auth.protect_reads,
     )

@@ -21,9 +21,9 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from cachetools import TTLCache
 from fastapi.testclient import TestClient
 
-from app.auth.cache import TTLCache
 from app.auth.model import Identity, Permission
 from app.auth.reviews import AccessReviewer, KubeReviews
 from app.auth.settings import AuthSettings
@@ -249,7 +249,9 @@ async def test_a_certificate_user_named_after_a_service_account_is_authorized_by
     ServiceAccount's user name, and RBAC matches a ServiceAccount subject by that name."""
     scheduler = objects.service_account("scheduler")
     user = f"system:serviceaccount:{NS}:{scheduler}"
-    access = AccessReviewer(KubeReviews(KubeClient(objects.kube.kubeconfig)), TTLCache(0, 1))
+    access = AccessReviewer(
+        KubeReviews(KubeClient(objects.kube.kubeconfig)), TTLCache(maxsize=1, ttl=0)
+    )
     bind = Permission("create", "bindings", "kn1")
     identity = Identity.of(user, via="certificate")
     assert not (await access.authorize(identity, bind)).allowed
