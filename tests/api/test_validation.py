@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.api.test_rest import NODE, pod
+from tests.support.strategies import json_values
 
 
 def field_errors(response: Any) -> list[str]:
@@ -79,24 +80,14 @@ def test_malformed_json_and_paths(api: TestClient) -> None:
     assert api.get("/v1/holdings?holder_kind=robot").status_code == 422
 
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-quantities = st.one_of(json_values, st.from_regex(r"\A[+-]?[0-9.eE]{0,6}[a-zA-Z]{0,2}\Z"))
+any_json = json_values(text_size=12, width=3, leaves=8)
+quantities = st.one_of(any_json, st.from_regex(r"\A[+-]?[0-9.eE]{0,6}[a-zA-Z]{0,2}\Z"))
 
 
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(cpu=quantities, memory=quantities, gpu=quantities, extra=json_values)
+@given(cpu=quantities, memory=quantities, gpu=quantities, extra=any_json)
 def test_fuzzed_admissions_never_500(
     api: TestClient, cpu: Any, memory: Any, gpu: Any, extra: Any
 ) -> None:

@@ -17,6 +17,7 @@ from app.kube.binder import Extender
 from app.kube.client import KubeClient, KubeError
 from app.main import create_app
 from app.settings import Settings
+from tests.support.strategies import json_values
 
 POD_UID = "0f4c-uid"
 
@@ -159,17 +160,7 @@ def test_bad_quantities_are_the_schedulers_error_not_a_crash(client: TestClient)
     assert "invalid pod requests" in answer.json()["Error"]
 
 
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+JSON = json_values(text_size=8, width=4, leaves=20)
 # Bodies shaped like the scheduler's with any values inside, and bodies of any shape.
 SHAPED = st.fixed_dictionaries(
     {},
