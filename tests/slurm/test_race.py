@@ -52,15 +52,22 @@ def check_invariant(api: TestClient, slurm: SlurmCluster) -> None:
     )
     assert used_cpus + -(-pods_millis // 1000) <= 16, state
     assert used_mb + pods_mb <= 32000, state
-    # Once the sync has caught up, the ledger's own sums are within capacity too.
-    wait_until(
-        lambda: (
-            api.get(f"/v1/nodes/{NODE}").json()["held_by_slurm"]["cpu_millis"]
-            == slurm_use(slurm)[0] * 1000
-        ),
-        5,
-        what="ledger caught up with Slurm",
-    )
+    # Once the sync has caught up, the ledger's own sums are within capacity too. Jobs that
+    # pended behind this round's keep starting and ending for a few seconds, and each change
+    # reaches the ledger one sync later: wait for a quiet moment, not a fixed few seconds.
+    seen: list[str] = []
+
+    def caught_up() -> bool:
+        ledger = api.get(f"/v1/nodes/{NODE}").json()["held_by_slurm"]["cpu_millis"]
+        used = slurm_use(slurm)[0] * 1000
+        seen.append(f"ledger {ledger}m, Slurm {used}m")
+        return bool(ledger == used)
+
+    try:
+        wait_until(caught_up, 30, interval=0.2, what="ledger caught up with Slurm")
+    except AssertionError as exc:
+        queue = slurm.run("squeue", "-h", "-w", NODE, "-o", "%i %T %C")
+        raise AssertionError(f"{exc}; last seen {seen[-3:]}; queue {queue!r}") from exc
     assert api.get(f"/v1/nodes/{NODE}").json()["free"]["cpu_millis"] >= 0
 
 
