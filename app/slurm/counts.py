@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from app.ledger.records import HolderKind, NodeView
 from app.ledger.resources import Resources
 from app.slurm.gres import gres_count, parse_gres, with_counts
-from app.slurm.models import SlurmJob, SlurmNode
+from app.slurm.models import SlurmNode
 
 MIB = 1024 * 1024
 EXTRA_TOKEN = "nodeledger="
@@ -97,18 +97,16 @@ def withheld(view: NodeView) -> SlurmUnits:
     return SlurmUnits.of(view.held_by(HolderKind.POD, HolderKind.MANUAL))
 
 
-def slurm_usage(node: SlurmNode, jobs: tuple[SlurmJob, ...]) -> SlurmUnits:
-    """What Slurm uses on ``node``: the running jobs' allocations there, or the node's own
-    figures when higher. The jobs are the authority: after a slurmctld restart the node's
-    alloc_cpus/alloc_memory stay 0 while jobs run (measured on 24.11), and gres_used lags
-    a job's start by tens of milliseconds."""
-    here = [
-        a for job in jobs if job.holds_resources for a in job.allocations if a.node == node.name
-    ]
+def gres_usage(node: SlurmNode) -> SlurmUnits:
+    """What Slurm's jobs use on ``node``, from its GRES accounting: every job asks for
+    k8scpu/k8smemory/k8sgpu equal to its allocation (job_submit/k8s_resource_completion), and
+    slurmctld counts them when the job starts, under the same lock as a node update
+    (app.slurm.gate has the whole argument). GPUs: the larger of gpu and k8sgpu in use."""
+    used = node.gres_used
     return SlurmUnits(
-        max(node.alloc_cpus, sum(a.cpus for a in here)),
-        max(node.alloc_memory_mb, sum(a.memory_mb for a in here)),
-        max(gres_count(node.gres_used, "gpu"), sum(a.gpus for a in here)),
+        gres_count(used, "k8scpu"),
+        gres_count(used, "k8smemory"),
+        max(gres_count(used, "gpu"), gres_count(used, "k8sgpu")),
     )
 
 

@@ -1,6 +1,13 @@
 """Ledger -> Slurm: keep each node's k8scpu/k8smemory/k8sgpu counts (and the ``extra``
 token the node_features plugin reads) equal to what the ledger withholds from Slurm.
 
+One push is two slurmrestd calls: the update, computed from the node as this process last
+read it back (CPUs, memory and the rest of the GRES string change only by reconfiguration),
+and a read-back of that one node, which the gate's safety check needs anyway
+(app.slurm.gate). When the read-back shows other counts (slurmctld restarted, another
+replica pushed, the node was resized) the push goes again from what it read; when the
+counts are already right it is one read.
+
 Concurrency contract: a push is read-ledger -> update -> read-back while holding the
 node against every replica (``Ledger.exclusive``, app.db.locks), so at most one push to a
 node is in flight anywhere and each computes from the ledger as it is once it holds the
@@ -30,9 +37,12 @@ from app.slurm.counts import (
     gres_update,
     withheld,
 )
+from app.slurm.errors import SlurmRequestError
 from app.slurm.models import SlurmNode
 
 log = logging.getLogger(__name__)
+
+MAX_ROUNDS = 3  # update + read back, again if the read shows other counts (a reset meanwhile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,34 +84,55 @@ class Pusher:
             with self._counter_lock:
                 start = slot.requested  # this push reads the ledger after all these requests
             self.metrics.slurm_pushed(reason)
-            result = self._push_now(node, reason, slot.pushed)
+            result = self._push_now(node, reason, slot)
             slot.covered, slot.last = start, result
             slot.pushed = current_counts(result.node)
             return result
 
-    def _push_now(self, name: str, reason: str, pushed: K8sCounts | None) -> PushResult:
+    def _push_now(self, name: str, reason: str, slot: _Slot) -> PushResult:
+        pushed: list[str] = []
+        drifted = False
         with self.ledger.exclusive(name) as view:
             held = withheld(view)
-            before = self.client.get_node(view.slurm_name)
-            counts = desired_counts(before, held)
-            extra = extra_with_holdings(before.extra, held)
-            drifted = pushed is not None and current_counts(before) != pushed
-            if current_counts(before) == counts and before.extra == extra:
-                return PushResult(before, held, updated=False, drifted=drifted)
-            gres = gres_update(before, counts)
-            self.client.update_node(
-                view.slurm_name, gres=gres, extra=extra if extra != before.extra else None
+            # The node as last read back: CPUs, memory, the GRES string and ``extra`` change
+            # only by reconfiguration, and the read-back below catches that case too.
+            node = slot.last.node if slot.last is not None else None
+            for _ in range(MAX_ROUNDS):
+                if node is not None and not _in_place(node, held):
+                    gres = gres_update(node, desired_counts(node, held))
+                    extra = extra_with_holdings(node.extra, held)
+                    self.client.update_node(
+                        view.slurm_name, gres=gres, extra=extra if extra != node.extra else None
+                    )
+                    pushed.append(gres)
+                # Read after the update: what the gate's safety check needs (app.slurm.gate).
+                node = self.client.get_node(view.slurm_name)
+                if not pushed and slot.pushed is not None:
+                    drifted = drifted or current_counts(node) != slot.pushed
+                if _in_place(node, held):
+                    break
+            else:
+                raise SlurmRequestError(
+                    f"Slurm node {view.slurm_name} did not keep the counts pushed to it "
+                    f"({', '.join(pushed)}) after {MAX_ROUNDS} tries"
+                )
+        if pushed:
+            # Outside the lock: a push holds one database connection, never waits for another.
+            self.ledger.record_event(
+                EventKind.SLURM_PUSHED,
+                name,
+                f"pushed {pushed[-1]} to Slurm node {view.slurm_name} ({reason})",
+                {"gres": pushed[-1], "withheld": _units(held)},
             )
-            after = self.client.get_node(view.slurm_name)
-        # Outside the lock: a push holds one database connection, never waits for another.
-        self.ledger.record_event(
-            EventKind.SLURM_PUSHED,
-            name,
-            f"pushed {gres} to Slurm node {view.slurm_name} ({reason})",
-            {"gres": gres, "before": before.gres, "withheld": _units(held)},
-        )
-        log.debug("pushed %s to %s (%s)", gres, view.slurm_name, reason)
-        return PushResult(after, held, updated=True, drifted=drifted)
+            log.debug("pushed %s to %s (%s)", pushed[-1], view.slurm_name, reason)
+        return PushResult(node, held, updated=bool(pushed), drifted=drifted)
+
+
+def _in_place(node: SlurmNode, held: SlurmUnits) -> bool:
+    """Whether Slurm already withholds ``held`` on ``node`` (counts and the ``extra`` token)."""
+    return current_counts(node) == desired_counts(node, held) and node.extra == (
+        extra_with_holdings(node.extra, held)
+    )
 
 
 def _units(held: SlurmUnits) -> dict[str, int]:

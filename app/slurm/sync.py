@@ -84,6 +84,15 @@ def slurm_snapshot(node: SlurmNode, jobs: list[SlurmJob]) -> dict[str, SnapshotE
     return snapshot
 
 
+def _by_node(jobs: tuple[SlurmJob, ...]) -> dict[str, list[SlurmJob]]:
+    by_node: dict[str, list[SlurmJob]] = defaultdict(list)
+    for job in jobs:
+        if job.holds_resources:
+            for node in {a.node for a in job.allocations}:
+                by_node[node].append(job)
+    return dict(by_node)
+
+
 def _same(view: NodeView, snapshot: dict[str, SnapshotEntry]) -> bool:
     current = {
         h.holder.id: h.resources for h in view.holdings if h.holder.kind is HolderKind.SLURM_JOB
@@ -121,7 +130,7 @@ class SlurmSync:
         self.register_nodes = register_nodes
         self.monotonic = monotonic
         self._nodes: dict[str, SlurmNode] = {}
-        self._jobs: tuple[SlurmJob, ...] = ()
+        self._jobs_by_node: dict[str, list[SlurmJob]] = {}
         self._nodes_time = 0
         self._jobs_time = 0
         self._ledger_key: tuple[tuple[str, str], ...] = ()
@@ -151,6 +160,10 @@ class SlurmSync:
         if node is None:
             return None
         return Resources(node.cpus * 1000, node.usable_memory_mb * MIB, node_gpus(node))
+
+    def jobs_on(self, slurm_name: str) -> list[SlurmJob]:
+        """The jobs holding resources on a Slurm node, as last read."""
+        return self._jobs_by_node.get(slurm_name, [])
 
     def health(self) -> Health:
         if self._error is not None:
@@ -201,11 +214,7 @@ class SlurmSync:
             self._ok()
             return
         self._ledger_key = key
-        jobs_by_node: dict[str, list[SlurmJob]] = defaultdict(list)
-        for job in self._jobs:
-            if job.holds_resources:
-                for node in {a.node for a in job.allocations}:
-                    jobs_by_node[node].append(job)
+        jobs_by_node = self._jobs_by_node
         failures = []
         drifted = 0
         for view in views:
@@ -245,7 +254,7 @@ class SlurmSync:
             self._nodes = {n.name: n for n in nodes.items}
             self._nodes_time = nodes.last_update
         if jobs is not None:
-            self._jobs = jobs.items
+            self._jobs_by_node = _by_node(jobs.items)
             self._jobs_time = jobs.last_update
         return nodes is not None or jobs is not None
 

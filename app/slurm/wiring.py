@@ -44,7 +44,6 @@ def attach_slurm(services: Services, settings: Settings) -> None:
     )
     pusher = Pusher(client, services.ledger, metrics=services.metrics)
     caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
-    services.admissions.gate = SlurmGate(client, pusher, caps, fail_open=slurm.fail_open)
     services.slurm = SlurmSync(
         client,
         services.ledger,
@@ -54,5 +53,8 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         pending_timeout=slurm.pending_timeout,
         leadership=Leadership(services.db, "slurm-sync"),
         metrics=services.metrics,
+    )
+    services.admissions.gate = SlurmGate(
+        pusher, caps, fail_open=slurm.fail_open, jobs_on=services.slurm.jobs_on
     )
     services.components.append(services.slurm)

@@ -22,6 +22,8 @@
 # 26.05 (compiled from the release tarballs in NODELEDGER_SLURM_SRC_DIR, default
 # ../shared/slurm-src beside the repository). Every version has its own cache, ports and
 # runtime link, so clusters of different versions run side by side.
+# NODELEDGER_SLURM_SCALE_NODES=N adds N nodes s1..sN (partition "scale") that have no slurmd
+# and never register, and room for 50,000 jobs: the scale bench's cluster (bench/scale).
 # Daemons run in a private mount namespace (only /proc is mounted, the host sees nothing);
 # client commands enter that namespace. Set NODELEDGER_SLURM_PLUGINS=off to run without
 # the C plugins from slurm-plugins/ (default: build, install and load them).
@@ -51,6 +53,7 @@ ROOT="$CACHE_ROOT/slurm-$VERSION-trixie-r$RECIPE"
 RUNLINK="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/slurm-$VERSION"
 MIRROR="${NODELEDGER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PLUGINS="${NODELEDGER_SLURM_PLUGINS:-on}"
+SCALE_NODES="${NODELEDGER_SLURM_SCALE_NODES:-0}"
 
 # Non-default ports. A second cluster of the same version (own NODELEDGER_CACHE and
 # NODELEDGER_RUNDIR) can run beside the first with another NODELEDGER_SLURM_PORT_BASE.
@@ -304,6 +307,12 @@ KillWait=2
 MinJobAge=30
 $plugin_lines
 EOF
+  if [ "$SCALE_NODES" -gt 0 ]; then
+    # Nodes nobody answers for (their port is closed): slurmctld keeps them DOWN.
+    echo "MaxJobCount=50000" >>"$etc/slurm.conf"
+    echo "NodeName=s[1-$SCALE_NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT_BASE + 99)) CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000 State=UNKNOWN" >>"$etc/slurm.conf"
+    echo "PartitionName=scale Nodes=s[1-$SCALE_NODES] MaxTime=INFINITE State=UP" >>"$etc/slurm.conf"
+  fi
   local i node gres
   for i in "${!NODES[@]}"; do
     node=${NODES[$i]}
@@ -413,7 +422,7 @@ restd_ok() {
   local token
   token=$(cat "$ROOT$TOKEN_FILE" 2>/dev/null) || return 1
   curl -fsS -o /dev/null -m 2 -H "X-SLURM-USER-NAME: slurm" -H "X-SLURM-USER-TOKEN: $token" \
-    "http://127.0.0.1:$RESTD_PORT/slurm/$REST_API/nodes/"
+    "http://127.0.0.1:$RESTD_PORT/slurm/$REST_API/ping/"
 }
 
 nodes_ok() {

@@ -33,6 +33,11 @@ class FlakySlurm(FakeSlurm):
             raise SlurmUnavailable(f"slurmrestd GET node/{name}: slurmrestd unreachable")
         return super().get_node(name)
 
+    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+        if self.down:
+            raise SlurmUnavailable(f"slurmrestd POST node/{name}: slurmrestd unreachable")
+        super().update_node(name, gres=gres, extra=extra)
+
 
 @dataclass
 class App:
@@ -57,7 +62,7 @@ def start_app(
     slurm = FlakySlurm(slurm_node())
     if gated:
         pusher = Pusher(slurm, services.ledger, metrics=services.metrics)  # type: ignore[arg-type]
-        services.admissions.gate = SlurmGate(slurm, pusher, caps or KubeCaps())  # type: ignore[arg-type]
+        services.admissions.gate = SlurmGate(pusher, caps or KubeCaps())
     api = TestClient(create_app(settings, services)).__enter__()
     api.put("/v1/nodes/n1", json=NODE_N1).raise_for_status()
     return App(api, services, slurm)

@@ -4,6 +4,7 @@ ledger's gauges are in base units."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,6 @@ from app.kube.protocol import AdmissionRequests
 from app.main import create_app
 from app.metrics.settings import MetricsSettings
 from app.settings import Settings
-from app.slurm.models import JobAllocation, SlurmJob
 from app.slurm.policy import KubeCaps
 from tests.auth.fakes import READER_TOKEN, STATIC_ENTRIES, bearer, write_tokens
 from tests.kube.test_controllers_unit import FakeStatusClient
@@ -80,12 +80,11 @@ def test_each_admission_result_moves_its_counter(make_app: MakeApp) -> None:
     assert admit(app.api, "n1", "too-big", "100").status_code == 409  # does not fit
     assert admit(app.api, "nowhere", "lost", "1").status_code == 404  # unknown node
     assert admit(app.api, "n1", "over-cap", "9").status_code == 409  # over Kubernetes' half
-    app.slurm.jobs = (
-        SlurmJob("41", "sim", "bob", frozenset({"RUNNING"}), (JobAllocation("n1", 14, 100, 0),)),
-    )
+    # A job Slurm started meanwhile: its GRES is counted on the node.
+    app.slurm.node = replace(app.slurm.node, gres_used="k8scpu:14,k8smemory:100")
     overlap = admit(app.api, "n1", "overlap", "4")
     assert "Slurm already holds it" in overlap.json()["detail"]
-    app.slurm.jobs = ()
+    app.slurm.node = replace(app.slurm.node, gres_used="")
     app.slurm.down = True
     down = admit(app.api, "n1", "down", "1")
     assert "Slurm cannot confirm" in down.json()["detail"]

@@ -13,10 +13,10 @@ from app.slurm.counts import (
     current_counts,
     desired_counts,
     extra_with_holdings,
+    gres_usage,
     slurm_overlap,
-    slurm_usage,
 )
-from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
+from app.slurm.models import SlurmNode
 
 GIB = 1024**3
 
@@ -93,11 +93,13 @@ def test_extra_token_is_ours_alone() -> None:
     )
 
 
-def test_usage_trusts_jobs_over_stale_node_figures() -> None:
-    stale = node(alloc_cpus=0, alloc_memory=0, gres="gpu:4", gres_used="gpu:1")
-    job = SlurmJob("9", "j", "u", frozenset({"RUNNING"}), (JobAllocation("n1", 6, 3000, 0),))
-    ended = SlurmJob("8", "j", "u", frozenset({"COMPLETED"}), (JobAllocation("n1", 8, 1, 0),))
-    assert slurm_usage(stale, (job, ended)) == SlurmUnits(6, 3000, 1)
+def test_usage_is_slurms_gres_accounting_not_the_stale_node_figures() -> None:
+    used = "k8scpu:6,k8smemory:3000,gpu:1"
+    stale = node(alloc_cpus=0, alloc_memory=0, gres="gpu:4", gres_used=used)
+    assert gres_usage(stale) == SlurmUnits(6, 3000, 1)
+    # Cancelled job: single-node reads keep alloc_cpus, gres_used is already 0.
+    assert gres_usage(node(alloc_cpus=4, gres_used="k8scpu:0,k8smemory:0")) == SlurmUnits(0, 0, 0)
+    assert gres_usage(node(gres="gpu:4", gres_used="k8sgpu:2,gpu:1")).gpus == 2
 
 
 def test_overlap_names_each_resource_slurm_already_uses() -> None:

@@ -16,7 +16,7 @@ from app.ledger.records import Holder, HolderKind, NodeSpec
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
 from app.slurm.gate import SlurmGate
-from app.slurm.models import JobAllocation, Listing, SlurmJob, SlurmNode
+from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
 from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 from app.slurm.sync import health_reason, slurm_snapshot
@@ -31,7 +31,6 @@ class FakeSlurm:
         self.node = node
         self.latency = latency
         self.updates: list[str] = []
-        self.jobs: tuple[SlurmJob, ...] = ()
         self._lock = threading.Lock()
 
     def get_node(self, name: str) -> SlurmNode:
@@ -47,9 +46,6 @@ class FakeSlurm:
             if extra is not None:
                 self.node = replace(self.node, extra=extra)
 
-    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob]:
-        return Listing(self.jobs, 1)
-
 
 def slurm_node(**changes: object) -> SlurmNode:
     node = SlurmNode(
@@ -61,7 +57,7 @@ def slurm_node(**changes: object) -> SlurmNode:
 def test_a_burst_of_admissions_costs_few_pushes_and_ends_exact(ledger: Ledger) -> None:
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     fake = FakeSlurm(slurm_node())
-    admissions = Admissions(ledger, SlurmGate(fake, Pusher(fake, ledger), KubeCaps()))  # type: ignore[arg-type]
+    admissions = Admissions(ledger, SlurmGate(Pusher(fake, ledger), KubeCaps()))  # type: ignore[arg-type]
 
     def admit(i: int) -> None:
         holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
@@ -78,12 +74,12 @@ def test_overlap_with_a_job_that_started_meanwhile_is_rejected_and_undone(
     ledger: Ledger,
 ) -> None:
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
-    fake = FakeSlurm(slurm_node())
-    # A job the ledger has not seen yet; the node's own alloc_cpus is stale (0).
-    fake.jobs = (
-        SlurmJob("41", "sim", "bob", frozenset({"RUNNING"}), (JobAllocation("n1", 14, 100, 0),)),
-    )
-    admissions = Admissions(ledger, SlurmGate(fake, Pusher(fake, ledger), KubeCaps()))  # type: ignore[arg-type]
+    # A job the ledger has not seen yet: Slurm counted its GRES, the node's own alloc_cpus
+    # is stale (0).
+    fake = FakeSlurm(slurm_node(gres_used="k8scpu:14,k8smemory:100"))
+    job = SlurmJob("41", "sim", "bob", frozenset({"RUNNING"}), (JobAllocation("n1", 14, 100, 0),))
+    gate = SlurmGate(Pusher(fake, ledger), KubeCaps(), jobs_on=lambda node: [job])  # type: ignore[arg-type]
+    admissions = Admissions(ledger, gate)
     with pytest.raises(
         AdmissionRejected, match=r"Slurm already holds it.*14 of 16 CPUs.*jobs 41 \(sim\)"
     ):

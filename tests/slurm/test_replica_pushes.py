@@ -61,7 +61,7 @@ def test_pushes_to_a_node_never_overlap_across_replicas_and_end_exact(
     replica_ledgers[0].upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     slurm = OverlapWatch()
     admissions = [
-        Admissions(ledger, SlurmGate(slurm, Pusher(slurm, ledger), KubeCaps()))  # type: ignore[arg-type]
+        Admissions(ledger, SlurmGate(Pusher(slurm, ledger), KubeCaps()))  # type: ignore[arg-type]
         for ledger in replica_ledgers
     ]
 
