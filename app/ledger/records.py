@@ -36,6 +36,7 @@ class EventKind(StrEnum):
     NODE_DELETED = "node_deleted"
     ADMISSIBILITY_CHANGED = "admissibility_changed"
     ADMITTED = "admitted"
+    CONFIRMED = "confirmed"
     REJECTED = "rejected"
     RELEASED = "released"
     HOLDINGS_REPLACED = "holdings_replaced"
