@@ -17,6 +17,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal_column,
     or_,
     select,
     tuple_,
@@ -52,13 +53,20 @@ _HELD_ON = select(
     func.coalesce(func.sum(HOLDINGS.c.memory_bytes), 0),
     func.coalesce(func.sum(HOLDINGS.c.gpus), 0),
 ).where(HOLDINGS.c.node_id == bindparam("node_id"))
-_SINGLE_NODE_HOLDINGS = (
+_HOLDER_HOLDINGS = (
     select(HOLDINGS, NODES.c.name.label("node_name"))
     .join(NODES, HOLDINGS.c.node_id == NODES.c.id)
     .where(
         HOLDINGS.c.holder_id == bindparam("holder_id"),
         HOLDINGS.c.holder_kind.in_(bindparam("kinds", expanding=True)),
     )
+)
+# Pods and manual holders are found through the partial unique index on (holder_kind,
+# holder_id), which SQLite uses only when the query repeats the index's condition word for
+# word (not as a bound parameter); without it, every admission and release scanned every
+# holding (5.5 / 8.8 ms at 50,000 holdings instead of 1 ms).
+_SINGLE_NODE_HOLDINGS = _HOLDER_HOLDINGS.where(
+    HOLDINGS.c.holder_kind != literal_column(f"'{HolderKind.SLURM_JOB.value}'")
 )
 _INSERT_HOLDING = insert(HOLDINGS)
 _INSERT_EVENT = insert(EVENTS)
@@ -171,7 +179,10 @@ class LedgerStatements:
         """A pod's or manual holder's holding rows with their node's name."""
         kinds = SINGLE_NODE_KINDS if kind is None else (kind.value,)
         params = {"holder_id": holder_id, "kinds": list(kinds)}
-        return list(self.session.execute(_SINGLE_NODE_HOLDINGS, params))
+        single = kind is None or kind.value in SINGLE_NODE_KINDS
+        return list(
+            self.session.execute(_SINGLE_NODE_HOLDINGS if single else _HOLDER_HOLDINGS, params)
+        )
 
     def insert_holding(self, values: dict[str, Any]) -> None:
         self.session.execute(_INSERT_HOLDING, values)
