@@ -14,7 +14,7 @@ changes, from any replica, only that way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -131,6 +131,11 @@ class Ledger:
     def list_nodes(self) -> list[NodeView]:
         with self.db.read() as session:
             return LedgerRepository(session).all_views()
+
+    def views_named(self, names: Collection[str]) -> list[NodeView]:
+        """Those of the nodes called ``names`` that exist, by name."""
+        with self.db.read() as session:
+            return LedgerRepository(session).views_named(names)
 
     def list_holdings(
         self, node: str | None = None, kind: HolderKind | None = None

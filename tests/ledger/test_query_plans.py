@@ -1,6 +1,6 @@
-"""What one admission, confirmation, release or single-node read costs does not grow with
-the number of nodes: none of their statements reads a whole table (each one's plan, asked
-of the database itself, finds its rows through an index)."""
+"""What one admission, confirmation, release, single-node read or snapshot refresh costs
+does not grow with the number of nodes: none of their statements reads a whole table
+(each one's plan, asked of the database itself, finds its rows through an index)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,7 @@ OPERATIONS: dict[str, Callable[[Ledger], object]] = {
     "confirm": lambda ledger: ledger.confirm(HolderKind.POD, POD.id),
     "rejected": _reject,
     "get node": lambda ledger: ledger.get_node("a"),
+    "views named (a snapshot's refresh)": lambda ledger: ledger.views_named(["a", "b"]),
     "release": lambda ledger: ledger.release(POD.id, HolderKind.POD),
     "admit manual": lambda ledger: ledger.admit("a", MANUAL, CPU),
     "release either kind": lambda ledger: ledger.release(MANUAL.id),
