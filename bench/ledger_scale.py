@@ -1,7 +1,7 @@
 """The ledger at 100 / 1,000 / 15,000 nodes: what grows with the number of nodes.
 
 For each size N, a fresh database gets N nodes with 10 pod holdings each (and an event per
-row, as a real log would have), written in bulk straight through SQLAlchemy. Then:
+row, as a real log would have), written in bulk (tests/support/bulk.py). Then:
 - in-process: ``Extender.filter`` over 1,000 candidates (or all N when fewer), exactly
   what the HTTP route calls; the time to load every node view (``Ledger.list_nodes`` and,
   where it exists, the snapshot's full load);
@@ -27,32 +27,25 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
-from sqlalchemy import Table, insert, select
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.kube.extender_wire import ExtenderArgs  # noqa: E402
 from app.ledger.service import Ledger  # noqa: E402
-from app.ledger.tables import EventRow, HoldingRow, NodeRow  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
+from tests.support.bulk import fill, node_name  # noqa: E402
 from tests.support.databases import migrated, postgres_database  # noqa: E402
 from tests.support.service import running_service  # noqa: E402
 
 PODS_PER_NODE = 10
 CANDIDATES = 1000
-GIB = 2**30
-BATCH = 5000
-NODES = cast(Table, NodeRow.__table__)
-HOLDINGS = cast(Table, HoldingRow.__table__)
-EVENTS = cast(Table, EventRow.__table__)
 # An API server nobody listens on: the controllers retry in the background, the extender's
 # filter and prioritize never call it.
 KUBECONFIG = """apiVersion: v1
@@ -88,78 +81,9 @@ def timed(call: Callable[[], Any], samples: int, budget: float) -> list[float]:
     return times
 
 
-def node_name(i: int) -> str:
-    return f"node-{i:05d}"
-
-
-def fill(database_url: str, n: int) -> float:
-    """N nodes, 10 pods each (1-6 cores, so an 8-core pod fits most but not all nodes), one
-    node in 50 drained; returns the seconds it took."""
-    from app.db.engine import create_db_engine
-
+def fill_timed(database_url: str, n: int) -> float:
     started = time.monotonic()
-    now = datetime.now(UTC)
-    engine = create_db_engine(database_url)
-    with engine.begin() as connection:
-        nodes = [
-            {
-                "name": node_name(i),
-                "slurm_name": None,
-                "cpu_millis": 64_000,
-                "memory_bytes": 256 * GIB,
-                "gpus": 8,
-                "reserved_cpu_millis": 0,
-                "reserved_memory_bytes": 0,
-                "reserved_gpus": 0,
-                "labels": {"rack": f"r{i // 40}"},
-                "cordon_reason": None,
-                "health_reason": "Slurm node is DRAIN" if i % 50 == 49 else None,
-                "created_at": now,
-                "updated_at": now,
-            }
-            for i in range(n)
-        ]
-        for start in range(0, n, BATCH):
-            connection.execute(insert(NODES), nodes[start : start + BATCH])
-        ids: dict[str, int] = dict(connection.execute(select(NODES.c.name, NODES.c.id)).all())
-        holdings: list[dict[str, Any]] = []
-        events: list[dict[str, Any]] = []
-        for i in range(n):
-            for j in range(PODS_PER_NODE):
-                uid = f"{i:05d}-{j:02d}-bench-pod"
-                cpu = 1000 * (1 + i % 6)  # 10-60 cores per node
-                holdings.append(
-                    {
-                        "node_id": ids[node_name(i)],
-                        "holder_kind": "pod",
-                        "holder_id": uid,
-                        "display_name": f"bench/p-{i}-{j}",
-                        "cpu_millis": cpu,
-                        "memory_bytes": 4 * GIB,
-                        "gpus": 0,
-                        "state": "held",
-                        "created_at": now,
-                        "updated_at": now,
-                    }
-                )
-                events.append(
-                    {
-                        "at": now,
-                        "kind": "admitted",
-                        "node": node_name(i),
-                        "holder_kind": "pod",
-                        "holder_id": uid,
-                        "cpu_millis": cpu,
-                        "memory_bytes": 4 * GIB,
-                        "gpus": 0,
-                        "message": f"admitted bench/p-{i}-{j}",
-                        "details": {"state": "held"},
-                    }
-                )
-        for rows, table in ((holdings, HOLDINGS), (events, EVENTS)):
-            for start in range(0, len(rows), BATCH):
-                connection.execute(insert(table), rows[start : start + BATCH])
-    engine.dispose()
+    fill(database_url, n, PODS_PER_NODE)
     return time.monotonic() - started
 
 
@@ -322,7 +246,7 @@ def main() -> None:
         kubeconfig.write_text(KUBECONFIG)
         for n in (int(s) for s in args.sizes.split(",")):
             with database(args.database_url, directory, n) as url:
-                case: dict[str, Any] = {"fill_s": round(fill(url, n), 1)}
+                case: dict[str, Any] = {"fill_s": round(fill_timed(url, n), 1)}
                 case["in_process"] = in_process(url, n, kubeconfig, args)
                 case["http"] = over_http(url, n, kubeconfig, directory, args)
                 results["sizes"][str(n)] = case
