@@ -54,5 +54,6 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         pending_timeout=slurm.pending_timeout,
         leadership=Leadership(services.db, "slurm-sync"),
         metrics=services.metrics,
+        views=services.snapshot,
     )
     services.components.append(services.slurm)
