@@ -22,6 +22,7 @@ from app.kube import routes as kube_routes
 from app.kube.binder import Extender
 from app.kube.wiring import attach_kube
 from app.ledger.service import Clock, Ledger, utcnow
+from app.ledger.snapshot import NodeSnapshot
 from app.metrics import http as metrics_http
 from app.metrics.nodes import LedgerCollector
 from app.metrics.registry import Metrics
@@ -40,6 +41,7 @@ class Services:
     db: Database
     ledger: Ledger
     admissions: Admissions
+    snapshot: NodeSnapshot  # every node view, for those that read many (app.ledger.snapshot)
     components: list[Component] = field(default_factory=list)
     slurm: SlurmSync | None = None
     extender: Extender | None = None
@@ -58,7 +60,11 @@ def build_services(
     per_node, cache = settings.metrics.per_node, settings.metrics.cache_seconds
     registry.register(LedgerCollector(ledger, per_node=per_node, cache_seconds=cache))
     admissions = Admissions(ledger, gate, metrics=metrics)
-    services = Services(db=db, ledger=ledger, admissions=admissions, metrics=metrics)
+    snapshot = NodeSnapshot(ledger)
+    services = Services(db, ledger, admissions, snapshot, metrics=metrics)
+    if settings.slurm.enabled or settings.kube.enabled:
+        # Their readers' first component: started before them, stopped after them.
+        services.components.append(snapshot)
     attach_slurm(services, settings)
     attach_kube(services, settings, clock)
     return services

@@ -1,6 +1,6 @@
-"""The kube-scheduler extender: filter and prioritize over a ledger snapshot, and bind
-through the one admission path (Slurm-confirmed), then create the Binding. The wire types
-are in app.kube.extender_wire."""
+"""The kube-scheduler extender: filter and prioritize over the node snapshot (in memory,
+app.ledger.snapshot), and bind through the one admission path (Slurm-confirmed), then
+create the Binding. The wire types are in app.kube.extender_wire."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from app.kube.extender_wire import (
 from app.kube.pods import pod_requests
 from app.ledger.errors import HoldingNotFound, LedgerError
 from app.ledger.records import Holder, HolderKind
+from app.ledger.snapshot import NodeSnapshot
 from app.quantities import QuantityError
 from app.slurm.policy import KubeCaps
 
@@ -34,26 +35,29 @@ class Extender:
         caps: KubeCaps | None,
         *,
         gpu_resource: str,
+        snapshot: NodeSnapshot,
     ) -> None:
         self.admissions = admissions
         self.client = client
         self.caps = caps
         self.gpu_resource = gpu_resource
+        self.snapshot = snapshot
 
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         try:
             requests = pod_requests(args.Pod.as_api_object(), self.gpu_resource)
         except QuantityError as exc:
             return ExtenderFilterResult(Error=f"invalid pod requests: {exc}")
-        views = {v.name: v for v in self.admissions.ledger.list_nodes()}
-        fits, failed = filter_nodes(requests, args.candidates, views, self.caps)
+        # Every change committed before this call, by any replica (app.ledger.snapshot);
+        # only the candidates are looked at.
+        fits, failed = filter_nodes(requests, args.candidates, self.snapshot.views(), self.caps)
         # A scheduler without nodeCacheCapable sends Node objects and reads them back.
         nodes = args.Nodes.named(fits) if args.Nodes is not None else None
         return ExtenderFilterResult(Nodes=nodes, NodeNames=fits, FailedNodes=failed)
 
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
-        views = {v.name: v for v in self.admissions.ledger.list_nodes()}
-        return [HostPriority(Host=h, Score=s) for h, s in prioritize(args.candidates, views)]
+        scores = prioritize(args.candidates, self.snapshot.views())
+        return [HostPriority(Host=h, Score=s) for h, s in scores]
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         name, namespace, uid, node = args.PodName, args.PodNamespace, args.PodUID, args.Node

@@ -20,6 +20,7 @@ from app.kube.protocol import AdmissionRequests
 from app.kube.settings import KubeSettings
 from app.kube.watch import ListWatch
 from app.ledger.service import Clock
+from app.ledger.snapshot import NodeViews
 from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class KubeControllers:
         clock: Clock,
         *,
         metrics: Metrics = NO_METRICS,
+        views: NodeViews | None = None,
     ) -> None:
         ledger = admissions.ledger
         self.metrics = metrics
@@ -51,6 +53,7 @@ class KubeControllers:
             slurm_node_label=settings.slurm_node_label,
             cluster_name=settings.cluster_name,
             gpu_resource=settings.gpu_resource,
+            views=views,
         )
         self.accounting = accounting = PodAccounting(
             admissions,
@@ -71,6 +74,7 @@ class KubeControllers:
             resync_period=settings.resync_period,
             gpu_resource=settings.gpu_resource,
             clock=clock,
+            views=views,
         )
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period

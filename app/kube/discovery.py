@@ -19,6 +19,7 @@ from app.ledger.errors import LedgerError, NodeInUse, NodeNotFound
 from app.ledger.records import NodeSpec, NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
+from app.ledger.snapshot import NodeViews
 from app.quantities import Rounding, cpu_millis, gpu_count, memory_bytes
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,10 @@ class NodeDiscovery:
         slurm_node_label: str,
         cluster_name: str,
         gpu_resource: str,
+        views: NodeViews | None = None,
     ) -> None:
         self.ledger = ledger
+        self.node_views: NodeViews = views or ledger  # every node, at each resync
         self.client = client
         self.slurm_sizes = slurm_sizes
         self.slurm_node_label = slurm_node_label
@@ -164,7 +167,7 @@ class NodeDiscovery:
     def _remove_gone(self) -> None:
         with self._lock:
             present = set(self._nodes)
-        for view in self.ledger.list_nodes():
+        for view in self.node_views.list_nodes():
             if view.spec.labels.get(DISCOVERED) == "true" and view.name not in present:
                 self._remove(view.name)
         for name in self._genericnodes - present:

@@ -9,10 +9,9 @@ free CPU, on kube-scheduler's 0..10 scale.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 from app.ledger.arithmetic import shortfalls
-from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeView
+from app.ledger.records import NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import describe_shortfalls
 from app.slurm.policy import KubeCaps
@@ -37,24 +36,11 @@ def filter_nodes(
             failed[name] = reason
         elif short := shortfalls(requests, view.free):
             failed[name] = describe_shortfalls(name, short)
-        elif caps is not None and (violation := caps.violation(with_pod(view, requests))):
+        elif caps is not None and (violation := caps.violation(view, adding=requests)):
             failed[name] = violation
         else:
             fits.append(name)
     return fits, failed
-
-
-def with_pod(view: NodeView, requests: Resources) -> NodeView:
-    """The node as it would be with one more pod of ``requests`` (for the cap check)."""
-    probe = Holding(
-        view.name,
-        Holder(HolderKind.POD, "probe"),
-        requests,
-        HoldingState.PENDING,
-        view.updated_at,
-        view.updated_at,
-    )
-    return replace(view, holdings=(*view.holdings, probe))
 
 
 def prioritize(candidates: list[str], views: Mapping[str, NodeView]) -> list[tuple[str, int]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from kubernetes import client as k8s
@@ -59,6 +60,9 @@ class LeaderElector:
                 leaderelection.LeaderElection(config).run()
             except Exception:  # the election loop must survive API hiccups
                 log.exception("leader election")
+                # A connection error escapes the client's loop, which pauses only after
+                # API errors: without a pause here, an unreachable API server spun a core.
+                time.sleep(config.retry_period)
 
     def _started(self) -> None:
         log.info("%s leads (lease %s/%s)", self.identity, self.namespace, self.name)

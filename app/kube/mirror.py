@@ -22,6 +22,7 @@ from app.kube.genericnode import same_status, status_of
 from app.ledger.errors import NodeNotFound
 from app.ledger.follow import EventFollower
 from app.ledger.service import Clock, Ledger
+from app.ledger.snapshot import NodeViews
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,10 @@ class StatusMirror:
         resync_period: float,
         gpu_resource: str,
         clock: Clock,
+        views: NodeViews | None = None,
     ) -> None:
         self.ledger = ledger
+        self.node_views: NodeViews = views or ledger  # every node's name, at resyncs
         self.client = client
         self.slurm_health = slurm_health
         self.bucket = TokenBucket(qps, burst)
@@ -78,7 +81,7 @@ class StatusMirror:
         while not stop.is_set():
             try:
                 if time.monotonic() - resynced > self.resync_period:
-                    self._resyncing = {v.name for v in self.ledger.list_nodes()}
+                    self._resyncing = {v.name for v in self.node_views.list_nodes()}
                     self._dirty |= self._resyncing
                     resynced = time.monotonic()
                 self._follow_events()
@@ -93,7 +96,7 @@ class StatusMirror:
         ok = None if health is None else health.status == "ok"
         if ok != self._slurm_ok:  # SlurmSynced changes on every node
             self._slurm_ok = ok
-            self._dirty.update(v.name for v in self.ledger.list_nodes())
+            self._dirty.update(v.name for v in self.node_views.list_nodes())
 
     def flush(self, stop: threading.Event) -> None:
         while self._dirty and not stop.is_set():

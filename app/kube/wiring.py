@@ -40,6 +40,7 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
             slurm_health,
             clock,
             metrics=services.metrics,
+            views=services.snapshot,
         )
     )
     caps = (
@@ -47,4 +48,10 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
         if settings.slurm.enabled
         else None
     )
-    services.extender = Extender(services.admissions, client, caps, gpu_resource=kube.gpu_resource)
+    services.extender = Extender(
+        services.admissions,
+        client,
+        caps,
+        gpu_resource=kube.gpu_resource,
+        snapshot=services.snapshot,
+    )

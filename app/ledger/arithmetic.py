@@ -24,6 +24,8 @@ class Shortfall:
 
 def shortfalls(requested: Resources, free: Resources) -> tuple[Shortfall, ...]:
     """Every resource where ``requested`` exceeds ``free`` (free may be negative)."""
+    if requested.fits_within(free):
+        return ()  # the common case, a thousand times per extender call
     return tuple(
         Shortfall(name, requested.amount(name), free.amount(name))
         for name in Resources.NAMES

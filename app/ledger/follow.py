@@ -18,6 +18,8 @@ from app.ledger.service import Ledger
 
 BATCH = 500
 MAX_GAPS = 10_000  # the oldest are given up first
+# How far back start() looks for ids not committed yet: more than can be in flight at once.
+START_WINDOW = 1000
 
 
 class EventFollower:
@@ -32,11 +34,23 @@ class EventFollower:
         self.patience = patience
         self.monotonic = monotonic
         self.last_id: int | None = None
+        self.given_up = 0  # gaps dropped unfilled: changes this follower may have missed
         self._gaps: dict[int, float] = {}  # event id -> when it was first missed
 
     @property
     def open_gaps(self) -> int:
         return len(self._gaps)
+
+    def start(self) -> None:
+        """Start at the end of the log, as the first poll would, but also look for the ids
+        below it that are not committed yet: what a reader of the ledger could not see
+        when this was called can still show up later, and poll() returns it then."""
+        last = self.ledger.last_event_id()
+        first = max(1, last - START_WINDOW + 1)
+        committed = {e.id for e in self.ledger.events(after_id=first - 1, limit=START_WINDOW)}
+        now = self.monotonic()
+        self._gaps = {i: now for i in range(first, last + 1) if i not in committed}
+        self.last_id = last
 
     def poll(self) -> list[LedgerEvent]:
         """Events committed since the last poll (the first poll starts at the log's end)."""
@@ -55,6 +69,7 @@ class EventFollower:
                 break
         while len(self._gaps) > MAX_GAPS:
             del self._gaps[next(iter(self._gaps))]
+            self.given_up += 1
         return found
 
     def _filled_gaps(self, now: float) -> list[LedgerEvent]:
@@ -66,4 +81,5 @@ class EventFollower:
         for missing, since in list(self._gaps.items()):
             if now - since > self.patience:
                 del self._gaps[missing]
+                self.given_up += 1
         return filled

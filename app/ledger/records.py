@@ -36,6 +36,7 @@ class EventKind(StrEnum):
     NODE_DELETED = "node_deleted"
     ADMISSIBILITY_CHANGED = "admissibility_changed"
     ADMITTED = "admitted"
+    CONFIRMED = "confirmed"
     REJECTED = "rejected"
     RELEASED = "released"
     HOLDINGS_REPLACED = "holdings_replaced"
@@ -84,6 +85,18 @@ class NodeView:
     holdings: tuple[Holding, ...]
     created_at: datetime
     updated_at: datetime
+    # Sums per holder kind, and free, computed once: a view never changes, and the
+    # extender reads them for a thousand nodes per call.
+    _held_by_kind: dict[HolderKind, Resources] = field(init=False, repr=False, compare=False)
+    _free: Resources = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_kind: dict[HolderKind, list[Resources]] = {}
+        for holding in self.holdings:
+            by_kind.setdefault(holding.holder.kind, []).append(holding.resources)
+        held_by_kind = {kind: Resources.total(amounts) for kind, amounts in by_kind.items()}
+        object.__setattr__(self, "_held_by_kind", held_by_kind)
+        object.__setattr__(self, "_free", self.allocatable - Resources.total(held_by_kind.values()))
 
     @property
     def slurm_name(self) -> str:
@@ -95,7 +108,7 @@ class NodeView:
         return self.spec.capacity - self.spec.reserved
 
     def held_by(self, *kinds: HolderKind) -> Resources:
-        return Resources.total([h.resources for h in self.holdings if h.holder.kind in kinds])
+        return Resources.total([self._held_by_kind[k] for k in kinds if k in self._held_by_kind])
 
     @property
     def held_by_kubernetes(self) -> Resources:
@@ -111,12 +124,12 @@ class NodeView:
 
     @property
     def held(self) -> Resources:
-        return Resources.total([h.resources for h in self.holdings])
+        return Resources.total(self._held_by_kind.values())
 
     @property
     def free(self) -> Resources:
         """May be negative when Slurm or a forced capacity change overcommitted the node."""
-        return self.allocatable - self.held
+        return self._free
 
     @property
     def not_admissible_reason(self) -> str | None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -17,6 +17,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal_column,
     or_,
     select,
     tuple_,
@@ -39,6 +40,7 @@ from app.ledger.records import (
 from app.ledger.resources import Resources
 from app.ledger.tables import EventRow, HoldingRow, NodeRow
 
+T = TypeVar("T")
 SINGLE_NODE_KINDS = (HolderKind.POD.value, HolderKind.MANUAL.value)
 NODES = cast(Table, NodeRow.__table__)
 HOLDINGS = cast(Table, HoldingRow.__table__)
@@ -52,7 +54,7 @@ _HELD_ON = select(
     func.coalesce(func.sum(HOLDINGS.c.memory_bytes), 0),
     func.coalesce(func.sum(HOLDINGS.c.gpus), 0),
 ).where(HOLDINGS.c.node_id == bindparam("node_id"))
-_SINGLE_NODE_HOLDINGS = (
+_HOLDER_HOLDINGS = (
     select(HOLDINGS, NODES.c.name.label("node_name"))
     .join(NODES, HOLDINGS.c.node_id == NODES.c.id)
     .where(
@@ -60,11 +62,41 @@ _SINGLE_NODE_HOLDINGS = (
         HOLDINGS.c.holder_kind.in_(bindparam("kinds", expanding=True)),
     )
 )
+# Pods and manual holders are found through the partial unique index on (holder_kind,
+# holder_id), which SQLite uses only when the query repeats the index's condition word for
+# word (not as a bound parameter); without it, every admission and release scanned every
+# holding (5.5 / 8.8 ms at 50,000 holdings instead of 1 ms).
+_SINGLE_NODE_HOLDINGS = _HOLDER_HOLDINGS.where(
+    HOLDINGS.c.holder_kind != literal_column(f"'{HolderKind.SLURM_JOB.value}'")
+)
 _INSERT_HOLDING = insert(HOLDINGS)
 _INSERT_EVENT = insert(EVENTS)
 _DELETE_HOLDING = (
     delete(HOLDINGS).where(HOLDINGS.c.id == bindparam("holding_id")).returning(*HOLDINGS.c)
 )
+
+# Reading many nodes: a chunk of names or ids per IN list, well below any driver's limit.
+IN_CHUNK = 500
+_NODES_NAMED = select(NODES).where(NODES.c.name.in_(bindparam("names", expanding=True)))
+_HOLDINGS_OF_NODES = select(HOLDINGS).where(
+    HOLDINGS.c.node_id.in_(bindparam("node_ids", expanding=True))
+)
+
+
+def _chunks(items: Sequence[T], size: int = IN_CHUNK) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Row[Any]]) -> list[NodeView]:
+    """Node rows with their holding rows, in the nodes' order (holdings of other nodes,
+    created after the nodes were read, are left out)."""
+    by_node: dict[int, list[Row[Any]]] = {n.id: [] for n in nodes}
+    for holding in holdings:
+        on_node = by_node.get(holding.node_id)
+        if on_node is not None:
+            on_node.append(holding)
+    return [node_record(n, by_node[n.id]) for n in nodes]
 
 
 # Sorting by a free amount: (capacity, reserved, holding) columns of that resource, and the
@@ -92,18 +124,24 @@ def _free_column(sort: NodeSort) -> ColumnElement[int]:
     return (capacity - reserved - func.coalesce(held, 0)).label("free")
 
 
+# Enum members by value: a dict lookup costs a tenth of calling the enum, which counts
+# when loading 150,000 holdings.
+_HOLDER_KINDS = {k.value: k for k in HolderKind}
+_HOLDING_STATES = {s.value: s for s in HoldingState}
+
+
 def holding_record(row: HoldingRow | Row[Any], node_name: str) -> Holding:
     return Holding(
         node=node_name,
-        holder=Holder(HolderKind(row.holder_kind), row.holder_id, row.display_name),
+        holder=Holder(_HOLDER_KINDS[row.holder_kind], row.holder_id, row.display_name),
         resources=Resources(row.cpu_millis, row.memory_bytes, row.gpus),
-        state=HoldingState(row.state),
+        state=_HOLDING_STATES[row.state],
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
-def node_record(row: NodeRow, holdings: Sequence[HoldingRow]) -> NodeView:
+def node_record(row: NodeRow | Row[Any], holdings: Sequence[HoldingRow | Row[Any]]) -> NodeView:
     return NodeView(
         name=row.name,
         spec=NodeSpec(
@@ -171,7 +209,10 @@ class LedgerStatements:
         """A pod's or manual holder's holding rows with their node's name."""
         kinds = SINGLE_NODE_KINDS if kind is None else (kind.value,)
         params = {"holder_id": holder_id, "kinds": list(kinds)}
-        return list(self.session.execute(_SINGLE_NODE_HOLDINGS, params))
+        single = kind is None or kind.value in SINGLE_NODE_KINDS
+        return list(
+            self.session.execute(_SINGLE_NODE_HOLDINGS if single else _HOLDER_HOLDINGS, params)
+        )
 
     def insert_holding(self, values: dict[str, Any]) -> None:
         self.session.execute(_INSERT_HOLDING, values)
@@ -237,11 +278,21 @@ class LedgerRepository(LedgerStatements):
         return node_record(row, self.holdings_on(row.id))
 
     def all_views(self) -> list[NodeView]:
-        nodes = self.session.scalars(select(NodeRow).order_by(NodeRow.name)).all()
-        by_node: dict[int, list[HoldingRow]] = {n.id: [] for n in nodes}
-        for holding in self.session.scalars(select(HoldingRow)):
-            by_node.setdefault(holding.node_id, []).append(holding)
-        return [node_record(n, by_node[n.id]) for n in nodes]
+        """Every node with its holdings, by name: two queries, Core rows (ORM objects
+        cost three times as much at 15,000 nodes)."""
+        nodes = list(self.session.execute(select(NODES).order_by(NODES.c.name)))
+        return _views(nodes, self.session.execute(select(HOLDINGS)))
+
+    def views_named(self, names: Collection[str]) -> list[NodeView]:
+        """Those of the nodes called ``names`` that exist, with their holdings, by name: two
+        queries per chunk of names, whatever the number of nodes in the ledger."""
+        nodes: list[Row[Any]] = []
+        for chunk in _chunks(sorted(names)):
+            nodes.extend(self.session.execute(_NODES_NAMED, {"names": chunk}))
+        holdings: list[Row[Any]] = []
+        for chunk in _chunks([n.id for n in nodes]):
+            holdings.extend(self.session.execute(_HOLDINGS_OF_NODES, {"node_ids": chunk}))
+        return _views(nodes, holdings)
 
     def node_views_page(
         self, limit: int, after: NodeKey | None, name_contains: str | None, sort: NodeSort

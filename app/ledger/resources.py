@@ -7,7 +7,8 @@ app.slurm).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 ResourceName = Literal["cpu", "memory", "gpu"]
@@ -58,7 +59,7 @@ class Resources:
         return self == Resources.ZERO
 
     def is_nonnegative(self) -> bool:
-        return all(getattr(self, f.name) >= 0 for f in fields(self))
+        return self.cpu_millis >= 0 and self.memory_bytes >= 0 and self.gpus >= 0
 
     def fits_within(self, limit: Resources) -> bool:
         """True when every amount is at most the same amount of ``limit``."""
@@ -69,11 +70,13 @@ class Resources:
         )
 
     @staticmethod
-    def total(items: list[Resources] | tuple[Resources, ...]) -> Resources:
-        result = Resources.ZERO
+    def total(items: Iterable[Resources]) -> Resources:
+        cpu = memory = gpus = 0
         for item in items:
-            result = result + item
-        return result
+            cpu += item.cpu_millis
+            memory += item.memory_bytes
+            gpus += item.gpus
+        return Resources(cpu, memory, gpus)
 
 
 Resources.ZERO = Resources()

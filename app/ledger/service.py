@@ -6,11 +6,15 @@ lock, so concurrent callers, in one process or many, serialize per node. Admissi
 leaves holdings above capacity - reserved. Snapshots from Slurm and forced capacity changes
 record the truth even when it overcommits a node; such a node admits nothing until it is
 back within capacity.
+
+Every change to a node or its holdings appends an event naming the node in the same
+transaction: followers of the log (app.ledger.snapshot, the GenericNode mirror) learn of
+changes, from any replica, only that way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -128,6 +132,11 @@ class Ledger:
         with self.db.read() as session:
             return LedgerRepository(session).all_views()
 
+    def views_named(self, names: Collection[str]) -> list[NodeView]:
+        """Those of the nodes called ``names`` that exist, by name."""
+        with self.db.read() as session:
+            return LedgerRepository(session).views_named(names)
+
     def list_holdings(
         self, node: str | None = None, kind: HolderKind | None = None
     ) -> list[Holding]:
@@ -222,6 +231,9 @@ class Ledger:
                         "release holdings first or pass force=true"
                     )
             before = None if created else repo.view(row).spec
+            cordon_before = row.cordon_reason
+            if not created and before == spec and cordon_before == cordon_reason:
+                return repo.view(row), False  # nothing changes, nothing to record
             _apply_spec(row, spec)
             row.cordon_reason = cordon_reason
             row.updated_at = now
@@ -243,6 +255,14 @@ class Ledger:
                     "node spec changed",
                     resources=spec.capacity,
                     details={"before": _spec_details(before), "after": _spec_details(spec)},
+                )
+            if not created and cordon_before != cordon_reason:
+                repo.append_event(
+                    now,
+                    EventKind.ADMISSIBILITY_CHANGED,
+                    name,
+                    f"cordoned: {cordon_reason}" if cordon_reason else "cordon cleared",
+                    details={"cordon_before": cordon_before, "cordon_after": cordon_reason},
                 )
             session.flush()
             return repo.view(row), created
@@ -348,6 +368,15 @@ class Ledger:
                 if existing.node_name == node and holding.resources == requests:
                     return Admission(holding, False)
                 repo.delete_holding_returning(existing.id)
+                if existing.node_name != node:  # the event below names only the new node
+                    repo.append_event(
+                        now,
+                        EventKind.RELEASED,
+                        existing.node_name,
+                        f"moved to node {node!r}: {reason}",
+                        holder=holding.holder,
+                        resources=holding.resources,
+                    )
             repo.insert_holding(_holding_values(row.id, holder, requests, HoldingState.HELD, now))
             repo.append_event(
                 now,
@@ -377,7 +406,17 @@ class Ledger:
             row.state = HoldingState.HELD.value
             row.updated_at = self.clock()
             session.flush()
-            return holding_record(row, found.node_name)
+            holding = holding_record(row, found.node_name)
+            # Followers of the log (app.ledger.snapshot) learn of every change from it.
+            repo.append_event(
+                row.updated_at,
+                EventKind.CONFIRMED,
+                holding.node,
+                f"confirmed {holding.holder.display_name or holding.holder.id}",
+                holder=holding.holder,
+                resources=holding.resources,
+            )
+            return holding
 
     def release(
         self, holder_id: str, kind: HolderKind | None = None, *, reason: str = "released"

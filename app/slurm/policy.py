@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.ledger.records import HolderKind, NodeView
+from app.ledger.resources import Resources
 from app.quantities import (
     QuantityError,
     Rounding,
@@ -32,9 +33,10 @@ class KubeCaps:
     cpu_fraction: float = 1.0
     memory_fraction: float = 1.0
 
-    def violation(self, node: NodeView) -> str | None:
-        """Why what Kubernetes holds on ``node`` is above its cap; None when within."""
-        held = node.held_by(HolderKind.POD)
+    def violation(self, node: NodeView, adding: Resources = Resources.ZERO) -> str | None:
+        """Why what Kubernetes holds on ``node`` (plus a pod of ``adding``) is above its
+        cap; None when within."""
+        held = node.held_by(HolderKind.POD) + adding
         allocatable = node.allocatable
         try:
             cpu_cap = _cap(

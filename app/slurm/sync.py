@@ -36,6 +36,7 @@ from app.ledger.errors import HoldingNotFound, LedgerError
 from app.ledger.records import EventKind, HolderKind, NodeSpec, NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
+from app.ledger.snapshot import NodeViews
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
 from app.slurm.counts import MIB, current_counts, desired_counts, node_gpus, withheld
@@ -115,8 +116,11 @@ class SlurmSync:
         leadership: Leadership | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: Metrics = NO_METRICS,
+        views: NodeViews | None = None,
     ) -> None:
         self.client = client
+        # Every node each step: from memory (app.ledger.snapshot) in the service.
+        self.node_views: NodeViews = views or ledger
         self.metrics = metrics
         metrics.slurm_sync_attached()
         metrics.leader("slurm-sync", False)
@@ -205,7 +209,7 @@ class SlurmSync:
             return
         self._standby = False
         self._release_abandoned()
-        views = self.ledger.list_nodes()
+        views = self.node_views.list_nodes()
         if self.register_nodes:
             views = self._register(views)
         key = tuple(sorted((v.name, v.slurm_name) for v in views))
@@ -263,7 +267,7 @@ class SlurmSync:
         for node in self._nodes.values():
             if node.name not in known and (capacity := self.node_size(node.name)):
                 self.ledger.upsert_node(node.name, NodeSpec(capacity=capacity))
-        return self.ledger.list_nodes() if len(known) < len(self._nodes) else views
+        return self.node_views.list_nodes() if len(known) < len(self._nodes) else views
 
     def _sync_node(self, view: NodeView, jobs: list[SlurmJob]) -> bool:
         """Whether Slurm's counts differed from what the ledger withholds."""

@@ -53,6 +53,7 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         pending_timeout=slurm.pending_timeout,
         leadership=Leadership(services.db, "slurm-sync"),
         metrics=services.metrics,
+        views=services.snapshot,
     )
     services.admissions.gate = SlurmGate(
         pusher, caps, fail_open=slurm.fail_open, jobs_on=services.slurm.jobs_on

@@ -56,7 +56,11 @@ def client(api: TestClient) -> TestClient:
     services = api.app.state.services  # type: ignore[attr-defined]
     # The extender routes answer; no case here gets as far as the Kubernetes API.
     services.extender = Extender(
-        services.admissions, cast(KubeClient, None), None, gpu_resource="nvidia.com/gpu"
+        services.admissions,
+        cast(KubeClient, None),
+        None,
+        gpu_resource="nvidia.com/gpu",
+        snapshot=services.snapshot,
     )
     assert api.put("/v1/nodes/n1", json=NODE).status_code == 201
     return api

@@ -4,10 +4,15 @@ status, rate limiting, and the list-watch loop's recovery from expired watches."
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from app.components import Health
+from app.kube import leader
 from app.kube.extender import filter_nodes, prioritize
 from app.kube.genericnode import same_status, status_of
 from app.kube.mirror import StatusMirror, TokenBucket
@@ -164,3 +169,40 @@ def test_a_resync_rewrites_status_but_keeps_transition_times(ledger: Ledger) -> 
         thread.join(5)
     ready = [{c["type"]: c for c in w["conditions"]}["Ready"] for w in client.writes]
     assert {r["lastTransitionTime"] for r in ready} == {"2026-01-01T00:00:00Z"}
+
+
+class UnreachableElection:
+    """LeaderElection against an API server that is not there: a connection error escapes
+    run() at once (the client pauses only after API errors)."""
+
+    runs = 0
+    finished = False
+
+    def __init__(self, config: Any) -> None:
+        pass
+
+    def run(self) -> None:
+        if UnreachableElection.finished:
+            raise SystemExit  # ends the elector's thread
+        UnreachableElection.runs += 1
+        raise ConnectionRefusedError("nothing listens there")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the end
+def test_an_unreachable_api_server_is_retried_at_the_election_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(leader.leaderelection, "LeaderElection", UnreachableElection)
+    client = SimpleNamespace(api_client=None)
+    elector = leader.LeaderElector(
+        client, name="l", namespace="default", identity="me",  # type: ignore[arg-type]
+        lease_duration=5, on_start=lambda: None, on_stop=lambda: None,
+    )  # fmt: skip
+    elector.start()
+    try:
+        time.sleep(1.5)  # the retry period is 1 s
+        assert 1 <= UnreachableElection.runs <= 3
+    finally:
+        UnreachableElection.finished = True
+        assert elector._thread is not None
+        elector._thread.join(5)

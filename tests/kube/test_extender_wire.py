@@ -65,7 +65,11 @@ def client(sqlite_url: str, kube: FakeKube) -> Iterator[TestClient]:
     app = create_app(Settings(database_url=sqlite_url, migrate_on_start=False))
     services = app.state.services
     services.extender = Extender(
-        services.admissions, cast(KubeClient, kube), None, gpu_resource="nvidia.com/gpu"
+        services.admissions,
+        cast(KubeClient, kube),
+        None,
+        gpu_resource="nvidia.com/gpu",
+        snapshot=services.snapshot,
     )
     with TestClient(app) as api:
         for name, cpu in (("kn1", "4"), ("kn2", "1")):

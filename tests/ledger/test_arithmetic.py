@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -67,7 +68,11 @@ def test_free_is_capacity_minus_reserved_minus_holdings() -> None:
     assert view.held_by_kubernetes == Resources(1500, 2 * GiB, 1)
     assert view.held_by_slurm == Resources(2000, 4 * GiB, 0)
     assert view.held_manually == Resources(500, 0, 0)
+    assert view.held == Resources(4000, 6 * GiB, 1)
     assert view.admissible
+    emptied = replace(view, holdings=())  # the sums, computed once, follow the holdings
+    assert (emptied.held, emptied.free) == (Resources.ZERO, Resources(7000, 15 * GiB, 2))
+    assert emptied == node(Resources(8000, 16 * GiB, 2), reserved=Resources(1000, GiB, 0))
 
 
 ADMISSIBILITY = [

@@ -29,6 +29,36 @@ def test_follows_in_order_from_the_end_of_the_log(ledger: Ledger) -> None:
     assert follower.poll() == []
 
 
+def test_start_begins_at_the_end_of_the_log(ledger: Ledger) -> None:
+    ledger.record_event(EventKind.SLURM_PUSHED, "before", "not seen: it predates the start")
+    follower = EventFollower(ledger)
+    follower.start()
+    assert follower.poll() == []
+    ledger.record_event(EventKind.SLURM_PUSHED, "after", "pushed")
+    assert nodes_of(follower.poll()) == ["after"]
+
+
+@pytest.mark.postgres
+def test_start_still_sees_an_event_that_commits_after_it(postgres_url: str) -> None:
+    db = Database.from_url(postgres_url)
+    try:
+        ledger = Ledger(db)
+        slow = db.engine.connect()
+        slow.begin()
+        LedgerStatements(slow).append_event(  # takes the lower id, commits last
+            datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late"
+        )
+        ledger.record_event(EventKind.SLURM_PUSHED, "fast", "committed before the start")
+        follower = EventFollower(ledger)
+        follower.start()
+        assert follower.poll() == []
+        slow.commit()
+        slow.close()
+        assert nodes_of(follower.poll()) == ["slow"]
+    finally:
+        db.dispose()
+
+
 @pytest.mark.postgres
 def test_an_event_committed_after_a_later_one_is_still_seen(postgres_url: str) -> None:
     db = Database.from_url(postgres_url)
@@ -70,5 +100,6 @@ def test_a_rolled_back_event_leaves_a_gap_that_is_given_up(postgres_url: str) ->
         clock[0] = 31.0
         assert follower.poll() == []
         assert follower.open_gaps == 0
+        assert follower.given_up == 1  # what app.ledger.snapshot reloads everything for
     finally:
         db.dispose()

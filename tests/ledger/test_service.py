@@ -89,7 +89,7 @@ def test_cordoned_or_unhealthy_node_admits_nothing(ledger: Ledger, n1: str) -> N
     ledger.set_health(n1, None)
     assert ledger.admit(n1, POD, cpus(1)).created
     kinds = [e.kind for e in ledger.events(node=n1)]
-    assert kinds.count(EventKind.ADMISSIBILITY_CHANGED) == 2
+    assert kinds.count(EventKind.ADMISSIBILITY_CHANGED) == 4  # cordon and health, each twice
 
 
 def test_capacity_cannot_shrink_below_holdings_unless_forced(ledger: Ledger, n1: str) -> None:

@@ -17,6 +17,7 @@ from app.kube.binder import Extender
 from app.kube.client import KubeError
 from app.kube.extender_wire import ExtenderBindingArgs
 from app.kube.protocol import AdmissionRequests
+from app.ledger.snapshot import NodeSnapshot
 from app.main import create_app
 from app.metrics.settings import MetricsSettings
 from app.settings import Settings
@@ -136,7 +137,13 @@ def test_extender_and_genericnode_admissions_count_under_their_path(make_app: Ma
                 raise self.bind_error
 
     kube = FakeKube()
-    extender = Extender(admissions, kube, None, gpu_resource="nvidia.com/gpu")  # type: ignore[arg-type]
+    extender = Extender(
+        admissions,
+        kube,  # type: ignore[arg-type]
+        None,
+        gpu_resource="nvidia.com/gpu",
+        snapshot=NodeSnapshot(admissions.ledger),
+    )
 
     def bind(name: str) -> str:
         args = ExtenderBindingArgs(PodName=name, PodNamespace="ns", PodUID=f"uid-{name}", Node="n1")

@@ -1,0 +1,207 @@
+"""Every node view in memory, kept current from the ledger's event log.
+
+Why: the extender's filter and prioritize (a thousand candidates a call), the Slurm sync,
+node discovery and the GenericNode mirror read many nodes, often; reading every view from
+the database costs seconds at 15,000 nodes and 150,000 holdings. Here every view is read
+once, and then only the nodes that changed.
+
+How: a full load starts an EventFollower (app.ledger.follow) at the end of the log, then
+reads every node and every holding (two queries). A refresh polls the follower and reads
+again only the nodes its events name (two queries per 500 names); a node that is no longer
+in the database leaves the snapshot. Every ledger change records an event naming its node
+in the same transaction (app.ledger.service), on whichever replica made it.
+
+Contract:
+- Freshness: ``views(max_age)`` answers from a refresh that started at most ``max_age``
+  seconds before the call, refreshing first when the last one is older. With 0 (what the
+  extender, the Slurm sync and the Kubernetes controllers ask for) a caller sees every
+  change committed before its call, on any replica, like a read of the ledger would; that
+  costs one indexed read of the event log when nothing changed. Refreshes run one at a
+  time, and a caller that waited for one that started after it asked takes its result.
+- Readers get an immutable mapping that a refresh replaces whole: never a half-applied
+  refresh, and a reader never holds up the next refresh.
+- Bounded error: PostgreSQL commits events out of id order, and the follower looks for a
+  late one for 30 s (its patience). If it gives up on an id that commits later still, or
+  if anything changed a node without an event, a full reload repairs the views: soon after
+  a give-up, and every ``full_reload_every`` seconds (300) regardless. It runs in the
+  background and is swapped in when done; refreshes go on meanwhile.
+- A refresh that fails (database down) raises to its caller, and the next one loads
+  everything again: the events the failed one consumed are not lost.
+- The extender only advises the scheduler (bind admits through the ledger, atomically):
+  a stale view costs a failed bind at worst, never an oversubscribed node.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Protocol
+
+from app.components import Health
+from app.ledger.follow import EventFollower
+from app.ledger.records import EventKind, NodeView
+from app.ledger.service import Ledger
+
+log = logging.getLogger(__name__)
+
+# Events that record something about a node without changing it.
+UNCHANGING = frozenset({EventKind.REJECTED, EventKind.SLURM_PUSHED, EventKind.SLURM_DRIFT})
+
+
+class NodeViews(Protocol):
+    """Every node view, by name: the Ledger reads them, the NodeSnapshot has them."""
+
+    def list_nodes(self) -> list[NodeView]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    views: Mapping[str, NodeView]
+    follower: EventFollower
+    started: float  # when the full load started (monotonic)
+
+
+class NodeSnapshot:
+    """The component: loads at start, then refreshes every ``interval`` seconds in the
+    background (so that callers' own refreshes find little to do) and reloads fully when
+    due. Reads work without start() too: the first one loads."""
+
+    name = "snapshot"
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        interval: float = 1.0,
+        full_reload_every: float = 300.0,
+        patience: float = 30.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ledger = ledger
+        self.interval = interval
+        self.full_reload_every = full_reload_every
+        self.patience = patience
+        self.monotonic = monotonic
+        self._loaded: _Loaded | None = None
+        self._refreshed = -math.inf  # when the refresh behind the current views started
+        self._refreshing = threading.Lock()
+        self._reloading = threading.Lock()  # one full load at a time
+        self._error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # reads
+
+    def views(self, max_age: float = 0.0) -> Mapping[str, NodeView]:
+        """Every node's view by name, from a refresh that started at most ``max_age``
+        seconds ago."""
+        asked = self.monotonic()
+        if self._loaded is None or self._refreshed < asked - max_age:
+            with self._refreshing:
+                if self._loaded is None or self._refreshed < asked - max_age:
+                    self._refresh()
+        loaded = self._loaded
+        assert loaded is not None
+        return loaded.views
+
+    def list_nodes(self) -> list[NodeView]:
+        """NodeViews: every view, fresh, by name (as Ledger.list_nodes)."""
+        return sorted(self.views().values(), key=lambda v: v.name)
+
+    # updates
+
+    def refresh(self) -> None:
+        with self._refreshing:
+            self._refresh()
+
+    def reload(self) -> None:
+        """Read every node again, and swap the result in once it is complete."""
+        with self._reloading:
+            loaded = self._load()
+            with self._refreshing:
+                self._loaded = loaded
+                # Older than the refresh before, maybe: the new views are as of their start.
+                self._refreshed = loaded.started
+
+    def _load(self) -> _Loaded:
+        started = self.monotonic()
+        # Follower first: whatever commits while the views are read shows up in its events.
+        follower = EventFollower(self.ledger, patience=self.patience, monotonic=self.monotonic)
+        follower.start()
+        views = MappingProxyType({v.name: v for v in self.ledger.list_nodes()})
+        return _Loaded(views, follower, started)
+
+    def _refresh(self) -> None:
+        """Apply what changed since the last refresh; the caller holds ``_refreshing``."""
+        started = self.monotonic()
+        loaded = self._loaded
+        try:
+            if loaded is None:
+                self._loaded = loaded = self._load()
+            else:
+                events = loaded.follower.poll()
+                names = {e.node for e in events if e.node is not None and e.kind not in UNCHANGING}
+                if names:
+                    self._loaded = self._with_nodes(loaded, names)
+        except Exception as exc:
+            self._loaded = None  # the polled events are gone: load everything next time
+            self._error = f"refreshing the node snapshot failed: {exc}"
+            raise
+        self._refreshed = started
+        self._error = None
+
+    def _with_nodes(self, loaded: _Loaded, names: set[str]) -> _Loaded:
+        fresh = {v.name: v for v in self.ledger.views_named(names)}
+        views = dict(loaded.views)
+        for name in names:
+            if name in fresh:
+                views[name] = fresh[name]
+            else:
+                views.pop(name, None)  # deleted
+        return replace(loaded, views=MappingProxyType(views))
+
+    # Component
+
+    def start(self) -> None:
+        try:
+            self.reload()
+        except Exception:  # the database may come later; the first read loads then
+            log.exception("loading the node snapshot")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="node-snapshot", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def health(self) -> Health:
+        if self._error is not None:
+            return Health("degraded", self._error)
+        loaded = self._loaded
+        if loaded is None:
+            return Health("degraded", "not loaded yet")
+        age = self.monotonic() - self._refreshed
+        return Health("ok", f"{len(loaded.views)} nodes, refreshed {age:.1f}s ago")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                loaded = self._loaded
+                if (
+                    loaded is None
+                    or loaded.follower.given_up
+                    or self.monotonic() - loaded.started > self.full_reload_every
+                ):
+                    self.reload()
+                else:
+                    self.views(max_age=self.interval)
+            except Exception as exc:  # the next round tries again; health() says why
+                self._error = f"refreshing the node snapshot failed: {exc}"
+                log.exception("node snapshot")

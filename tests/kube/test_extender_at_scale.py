@@ -1,0 +1,108 @@
+"""1,000 nodes with 10 pods each: the extender's filter and prioritize over HTTP, answered
+from the node snapshot, say exactly what the pure decisions say on a fresh read of the
+ledger, also right after admissions, releases and changes by another replica. Behaviour,
+not timing (bench/ledger_scale.py measures). The Kubernetes API is a fake: filter and
+prioritize never call it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.db.engine import Database
+from app.kube.binder import Extender
+from app.kube.client import KubeClient
+from app.kube.extender import filter_nodes, prioritize
+from app.ledger.records import Holder, HolderKind
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger
+from app.main import create_app
+from app.settings import Settings
+from app.slurm.policy import KubeCaps
+from tests.support.bulk import fill, node_name
+
+NODES = 1000
+POD_CPU = 8000
+CAPS = KubeCaps(cpu_fraction=0.9, memory_fraction=0.9)
+POD = {
+    "metadata": {"name": "web", "namespace": "default", "uid": "scale-uid"},
+    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "8"}}}]},
+}
+CANDIDATES = [node_name(i) for i in range(NODES)] + ["not-in-the-ledger"]
+
+
+@pytest.fixture
+def api(database_url: str) -> Iterator[TestClient]:
+    fill(database_url, NODES)
+    app = create_app(Settings(database_url=database_url, migrate_on_start=False))
+    services = app.state.services
+    services.extender = Extender(
+        services.admissions,
+        cast(KubeClient, None),
+        CAPS,
+        gpu_resource="nvidia.com/gpu",
+        snapshot=services.snapshot,
+    )
+    services.components.insert(0, services.snapshot)  # as with Kubernetes on: it starts first
+    with TestClient(app) as client:
+        yield client
+
+
+def expected(ledger: Ledger) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    views = {v.name: v for v in ledger.list_nodes()}
+    fits, failed = filter_nodes(Resources(POD_CPU), CANDIDATES, views, CAPS)
+    scores = prioritize(CANDIDATES, views)
+    return (
+        {"NodeNames": fits, "FailedNodes": failed},
+        [{"Host": h, "Score": s} for h, s in scores],
+    )
+
+
+def answered(api: TestClient) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    body = {"Pod": POD, "NodeNames": CANDIDATES}
+    filtered = api.post("/v1/extender/filter", json=body)
+    scored = api.post("/v1/extender/prioritize", json=body)
+    assert filtered.status_code == scored.status_code == 200
+    result = filtered.json()
+    return {"NodeNames": result["NodeNames"], "FailedNodes": result["FailedNodes"]}, scored.json()
+
+
+def admit(api: TestClient, node: str, uid: str, cpu: str) -> None:
+    body = {"node": node, "holder": {"kind": "pod", "uid": uid}, "requests": {"cpu": cpu}}
+    assert api.post("/v1/admissions", json=body).status_code == 201
+
+
+def test_the_snapshot_decides_like_a_fresh_read(api: TestClient, database_url: str) -> None:
+    ledger: Ledger = api.app.state.services.ledger  # type: ignore[attr-defined]
+    before, scores = answered(api)
+    assert (before, scores) == expected(ledger)
+    assert len(before["NodeNames"]) > 500  # fits, failures of every kind
+    reasons = "".join(before["FailedNodes"].values())
+    for reason in ("insufficient", "DRAIN", "not managed", "Kubernetes share"):
+        assert reason in reasons
+
+    # Fill some fitting nodes, free some full ones (i % 6 == 5 holds 60 of 64 cores)
+    for i in range(0, 60, 6):
+        admit(api, node_name(i), f"fill-{i}", "50")
+    for i in range(5, 60, 6):
+        assert api.delete(f"/v1/admissions/{i:05d}-00-bulk-pod").status_code == 200
+    after, scores = answered(api)
+    assert (after, scores) == expected(ledger)
+    assert after != before
+
+    # Another replica drains and cordons nodes and admits on them
+    other_db = Database.from_url(database_url)
+    try:
+        other = Ledger(other_db)
+        other.set_health(node_name(1), "Slurm node node-00001 is DOWN")
+        other.upsert_node(node_name(2), other.get_node(node_name(2)).spec, cordon_reason="fw")
+        other.admit(node_name(3), Holder(HolderKind.POD, "elsewhere"), Resources(20_000))
+    finally:
+        other_db.dispose()
+    changed, scores = answered(api)
+    assert (changed, scores) == expected(ledger)
+    for i in (1, 2, 3):
+        assert node_name(i) in changed["FailedNodes"]
