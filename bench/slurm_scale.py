@@ -1,0 +1,210 @@
+"""The Slurm side at a real site's size: a real 26.05 slurmctld + slurmrestd whose slurm.conf
+defines 15,000 nodes (three with a slurmd, the rest never register) and holds 20,000 jobs
+(held, plus a few running on the live nodes).
+
+Prints one JSON object:
+- raw_node_update_ms / node_read_ms: one POST / GET /node/{name} (the floor);
+- admission_ms: POST /v1/admissions through `nodeledger serve` (hold, push, read the node
+  back, confirm), next to the raw update of the same run, and their p50 ratio;
+- cluster_wide_reads: bytes and seconds of GET nodes/, jobs/state/ and jobs/ (what a
+  full sync pass, or the old gate per admission, paid);
+- staleness_s: from a job being RUNNING to the ledger showing it.
+
+    python -m bench.slurm_scale [--nodes 15000] [--jobs 20000] [--samples 100]
+
+The cluster gets its own cache (a copy of the 26.05 test cluster's chroot), run directory and
+ports, so it never disturbs the test clusters; it is taken down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.slurm_admission import admissions, raw_updates, summary, timed  # noqa: E402
+from tests.support.databases import migrated  # noqa: E402
+from tests.support.service import running_service  # noqa: E402
+from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
+
+VERSION = "26.05"
+API = "v0.0.45"
+CACHE = Path.home() / ".cache" / "nodeledger-scale"
+
+
+def scale_environment(nodes: int) -> None:
+    """Point testenv/slurm/cluster.sh (and so cluster_sh) at the scale cluster."""
+    os.environ.update(
+        NODELEDGER_CACHE=str(CACHE),
+        NODELEDGER_RUNDIR="/tmp/nodeledger-scale",
+        NODELEDGER_SLURM_PORT_BASE="17400",
+        NODELEDGER_SLURM_SCALE_NODES=str(nodes),
+    )
+
+
+def seed_cache() -> None:
+    """Copy the test cluster's built chroot instead of building Slurm a second time."""
+    main = Path(os.environ.get("NODELEDGER_CACHE_MAIN", Path.home() / ".cache" / "nodeledger"))
+    for built in main.glob(f"slurm-{VERSION}-trixie-r*"):
+        target = CACHE / built.name
+        if built.is_dir() and not target.exists():
+            CACHE.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-a", str(built), str(target)], check=True)
+            shutil.rmtree(target / "srv" / "run", ignore_errors=True)
+
+
+def submit_held(slurm: SlurmCluster, count: int) -> float:
+    """``count`` held jobs in the scale partition; returns jobs per second."""
+    body = {
+        "job": {
+            "name": "scale",
+            "partition": "scale",
+            "hold": True,
+            "cpus_per_task": 2,
+            "memory_per_node": {"set": True, "number": 1000},
+            "current_working_directory": "/tmp",
+            "environment": ["PATH=/usr/bin:/bin"],
+            "script": "#!/bin/sh\nsleep 600\n",
+        }
+    }
+    headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
+    limits = httpx.Limits(max_connections=16)
+    with httpx.Client(base_url=slurm.url, headers=headers, timeout=60, limits=limits) as client:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(
+                pool.map(
+                    lambda _: client.post(f"/slurm/{API}/job/submit", json=body).raise_for_status(),
+                    range(count),
+                )
+            )
+        return count / (time.perf_counter() - t0)
+
+
+def cluster_wide_reads(slurm: SlurmCluster) -> dict[str, Any]:
+    headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
+    figures: dict[str, Any] = {}
+    with httpx.Client(base_url=slurm.url, headers=headers, timeout=600) as client:
+        for path in ("node/n1", "job/1", "jobs/state/", "nodes/", "jobs/"):
+            t0 = time.perf_counter()
+            response = client.get(f"/slurm/{API}/{path}")
+            seconds = time.perf_counter() - t0
+            figures[path] = {
+                "seconds": round(seconds, 3),
+                "mb": round(len(response.content) / 1e6, 2),
+            }
+    return figures
+
+
+def wait_registered(url: str, names: list[str], timeout: float) -> bool:
+    """Whether the sync registered these Slurm nodes in the ledger within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    with httpx.Client(base_url=url, timeout=60) as client:
+        while time.monotonic() < deadline:
+            if all(client.get(f"/v1/nodes/{n}").status_code == 200 for n in names):
+                return True
+            time.sleep(1)
+    return False
+
+
+def bounded_staleness(url: str, slurm: SlurmCluster, jobs: int, limit: float) -> dict[str, Any]:
+    """Seconds from RUNNING in Slurm to the ledger's holding, each given up after ``limit``."""
+    seconds: list[float] = []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for _ in range(jobs):
+            job = slurm.sbatch("-w", "n3", "-c", "2", "--mem=100", "--wrap", "sleep 600")
+            while slurm.job_state(job) != "RUNNING":
+                time.sleep(0.05)
+            running = time.monotonic()
+            while time.monotonic() - running < limit:
+                rows = client.get(
+                    "/v1/holdings", params={"node": "n3", "holder_kind": "slurm_job"}
+                ).json()
+                if any(r["holder"]["id"] == job for r in rows):
+                    seconds.append(time.monotonic() - running)
+                    break
+                time.sleep(0.1)
+            else:
+                seconds.append(float("inf"))
+            slurm.scancel(job)
+    return {"max": round(max(seconds), 3), "values": [round(s, 3) for s in seconds]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=15000)
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--staleness-jobs", type=int, default=3)
+    args = parser.parse_args()
+    scale_environment(args.nodes)
+    seed_cache()
+    cluster_sh(VERSION, "up", timeout=1800)
+    try:
+        slurm = SlurmCluster.from_env(VERSION)
+        result: dict[str, Any] = {
+            "slurm": f"{slurm.release} (real slurmctld + slurmrestd {API}, JWT)",
+            "nodes": args.nodes + len(slurm.nodes),
+            "jobs_submitted_per_s": round(submit_held(slurm, args.jobs), 1),
+        }
+        running = [
+            slurm.sbatch("-w", n, "-c", "2", "--mem=500", "--wrap", "sleep 3600")
+            for n in ("n1", "n2")
+        ]
+        result["jobs"] = args.jobs + len(running)
+        raw = raw_updates(slurm, args.samples)
+        result["raw_node_update_ms"] = summary(raw)
+        with httpx.Client(base_url=slurm.url, timeout=30) as client:
+            headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
+            reads = [
+                timed(
+                    lambda: client.get(f"/slurm/{API}/node/n2", headers=headers).raise_for_status()
+                )
+                for _ in range(args.samples)
+            ]
+        result["node_read_ms"] = summary(reads)
+        env = {
+            "NODELEDGER_SLURM_ENABLED": "true",
+            "NODELEDGER_SLURM_URL": slurm.url,
+            "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+            "NODELEDGER_SLURM_REGISTER_NODES": "true",  # every Slurm node into the ledger
+            "NODELEDGER_SLURM_TIMEOUT": "120",  # a full listing at this size takes long
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            database = migrated(f"sqlite:///{tmp}/bench.db")
+            t0 = time.monotonic()
+            with running_service(database, Path(tmp), env=env, ready_timeout=900) as service:
+                names = ["n1", "n2", "n3", f"s{args.nodes}"]
+                result["nodes_registered"] = wait_registered(service.url, names, 900)
+                result["startup_to_all_nodes_registered_s"] = round(time.monotonic() - t0, 1)
+                admit_ms, release_ms, rate = admissions(service.url, args.samples)
+                result["admission_ms"] = summary(admit_ms)
+                result["release_ms"] = summary(release_ms)
+                result["admission_to_raw_update_p50"] = round(
+                    result["admission_ms"]["p50"] / result["raw_node_update_ms"]["p50"], 2
+                )
+                result["admissions_per_s"] = round(rate, 1)
+                result["staleness_s"] = bounded_staleness(
+                    service.url, slurm, args.staleness_jobs, 300
+                )
+        result["cluster_wide_reads"] = cluster_wide_reads(slurm)
+    finally:
+        cluster_sh(VERSION, "down", timeout=300, check=False)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
