@@ -35,7 +35,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.slurm_admission import admissions, raw_updates, summary, timed  # noqa: E402
+from bench.slurm_admission import admissions, raw_updates, staleness, summary, timed  # noqa: E402
 from tests.support.databases import migrated  # noqa: E402
 from tests.support.service import running_service  # noqa: E402
 from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
@@ -120,29 +120,6 @@ def wait_registered(url: str, names: list[str], timeout: float) -> bool:
     return False
 
 
-def bounded_staleness(url: str, slurm: SlurmCluster, jobs: int, limit: float) -> dict[str, Any]:
-    """Seconds from RUNNING in Slurm to the ledger's holding, each given up after ``limit``."""
-    seconds: list[float] = []
-    with httpx.Client(base_url=url, timeout=60) as client:
-        for _ in range(jobs):
-            job = slurm.sbatch("-w", "n3", "-c", "2", "--mem=100", "--wrap", "sleep 600")
-            while slurm.job_state(job) != "RUNNING":
-                time.sleep(0.05)
-            running = time.monotonic()
-            while time.monotonic() - running < limit:
-                rows = client.get(
-                    "/v1/holdings", params={"node": "n3", "holder_kind": "slurm_job"}
-                ).json()
-                if any(r["holder"]["id"] == job for r in rows):
-                    seconds.append(time.monotonic() - running)
-                    break
-                time.sleep(0.1)
-            else:
-                seconds.append(float("inf"))
-            slurm.scancel(job)
-    return {"max": round(max(seconds), 3), "values": [round(s, 3) for s in seconds]}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=15000)
@@ -197,9 +174,11 @@ def main() -> None:
                     result["admission_ms"]["p50"] / result["raw_node_update_ms"]["p50"], 2
                 )
                 result["admissions_per_s"] = round(rate, 1)
-                result["staleness_s"] = bounded_staleness(
-                    service.url, slurm, args.staleness_jobs, 300
-                )
+                stale = staleness(service.url, slurm, args.staleness_jobs, limit=300, runtime=600)
+                result["staleness_s"] = {
+                    "max": round(max(stale), 3),
+                    "values": [round(s, 3) for s in stale],
+                }
         result["cluster_wide_reads"] = cluster_wide_reads(slurm)
     finally:
         cluster_sh(VERSION, "down", timeout=300, check=False)
