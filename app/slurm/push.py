@@ -29,7 +29,6 @@ from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
 from app.slurm.counts import (
-    K8sCounts,
     SlurmUnits,
     current_counts,
     desired_counts,
@@ -59,7 +58,6 @@ class _Slot:
     requested: int = 0
     covered: int = 0  # every request numbered up to this is covered by a finished push
     last: PushResult | None = None
-    pushed: K8sCounts | None = None  # what this process last pushed
 
 
 class Pusher:
@@ -86,7 +84,6 @@ class Pusher:
             self.metrics.slurm_pushed(reason)
             result = self._push_now(node, reason, slot)
             slot.covered, slot.last = start, result
-            slot.pushed = current_counts(result.node)
             return result
 
     def _push_now(self, name: str, reason: str, slot: _Slot) -> PushResult:
@@ -96,7 +93,8 @@ class Pusher:
             held = withheld(view)
             # The node as last read back: CPUs, memory, the GRES string and ``extra`` change
             # only by reconfiguration, and the read-back below catches that case too.
-            node = slot.last.node if slot.last is not None else None
+            known = slot.last.node if slot.last is not None else None  # as this process left it
+            node = known
             for _ in range(MAX_ROUNDS):
                 if node is not None and not _in_place(node, held):
                     gres = gres_update(node, desired_counts(node, held))
@@ -107,8 +105,8 @@ class Pusher:
                     pushed.append(gres)
                 # Read after the update: what the gate's safety check needs (app.slurm.gate).
                 node = self.client.get_node(view.slurm_name)
-                if not pushed and slot.pushed is not None:
-                    drifted = drifted or current_counts(node) != slot.pushed
+                if not pushed and known is not None:
+                    drifted = drifted or current_counts(node) != current_counts(known)
                 if _in_place(node, held):
                     break
             else:
