@@ -34,7 +34,7 @@ AdmissionPath = Literal["rest", "extender", "genericnode"]
 ReleasePath = Literal["rest", "extender", "kubernetes"]
 AdmissionResult = Literal["admitted", "rejected_ledger", "rejected_slurm", "failed_closed"]
 Phase = Literal["ledger", "slurm"]
-PushReason = Literal["admission", "release", "drift", "other"]
+PushReason = Literal["admission", "release", "drift", "retry", "other"]
 SlurmOutcome = Literal["ok", "error", "unavailable", "auth"]
 LeaderRole = Literal["kube-controllers", "slurm-sync"]
 
@@ -81,8 +81,8 @@ def push_reason(reason: str) -> PushReason:
     """The bounded label for a push's free-text reason."""
     if reason.startswith("admitting"):
         return "admission"
-    if reason == "drift":
-        return "drift"
+    if reason in ("drift", "retry"):
+        return reason
     # The admission service's changes without a confirmation: releases, the undo of a
     # refused hold, a pod another scheduler bound.
     if reason == "holdings changed" or reason.startswith("releas"):

@@ -16,6 +16,10 @@ another. Within a replica pushes to a node are also coalesced: a caller whose le
 change was committed before it called ``push`` returns as soon as any push that read the
 ledger after that call has finished, so a burst of admissions on one node costs a few
 updates, not one each.
+
+A push that fails (Slurm unreachable, an admission let through by ``fail_open``) leaves the
+node *owed*: the sync pushes owed nodes on its next step that reaches Slurm, so counts
+that changed only in the ledger are not left waiting for Slurm itself to change.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from app.slurm.counts import (
     gres_update,
     withheld,
 )
-from app.slurm.errors import SlurmRequestError
+from app.slurm.errors import SlurmError, SlurmRequestError
 from app.slurm.models import SlurmNode
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,12 @@ class Pusher:
         self.metrics = metrics
         self._slots: dict[str, _Slot] = {}
         self._counter_lock = threading.Lock()
+        self._owed: set[str] = set()  # nodes whose last push failed
+
+    def owed(self) -> list[str]:
+        """Nodes whose last push failed: Slurm may not withhold what the ledger does."""
+        with self._counter_lock:
+            return sorted(self._owed)
 
     def push(self, node: str, *, reason: str = "ledger changed") -> PushResult:
         with self._counter_lock:
@@ -82,7 +92,14 @@ class Pusher:
             with self._counter_lock:
                 start = slot.requested  # this push reads the ledger after all these requests
             self.metrics.slurm_pushed(reason)
-            result = self._push_now(node, reason, slot)
+            try:
+                result = self._push_now(node, reason, slot)
+            except SlurmError:
+                with self._counter_lock:
+                    self._owed.add(node)
+                raise
+            with self._counter_lock:
+                self._owed.discard(node)
             slot.covered, slot.last = start, result
             return result
 

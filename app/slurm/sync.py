@@ -209,13 +209,14 @@ class SlurmSync:
             return
         self._standby = False
         self._release_abandoned()
+        owed = self._push_owed()
         views = self.node_views.list_nodes()
         if self.register_nodes:
             views = self._register(views)
         key = tuple(sorted((v.name, v.slurm_name) for v in views))
         self._steps += 1
         if not changed and key == self._ledger_key and self._steps % FULL_PASS_EVERY:
-            self._ok()
+            self._report(owed)
             return
         self._ledger_key = key
         jobs_by_node = self._jobs_by_node
@@ -227,6 +228,20 @@ class SlurmSync:
             except (SlurmError, LedgerError) as exc:
                 failures.append(f"{view.name}: {exc}")
         self.metrics.slurm_drifted_nodes(drifted)
+        self._report(owed + failures)
+
+    def _push_owed(self) -> list[str]:
+        """Push the nodes whose last push failed (admitted while Slurm was unreachable, with
+        ``fail_open``): Slurm did not change, so nothing else here would look at them."""
+        failures = []
+        for name in self.pusher.owed():
+            try:
+                self.pusher.push(name, reason="retry")
+            except (SlurmError, LedgerError) as exc:
+                failures.append(f"{name}: {exc}")
+        return failures
+
+    def _report(self, failures: list[str]) -> None:
         if failures:
             self._error = "sync failed for " + "; ".join(failures[:5])
         else:

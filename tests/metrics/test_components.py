@@ -98,6 +98,7 @@ def test_slurm_endpoints_never_name_the_node(method: str, path: str, endpoint: s
         ("holdings changed", "release"),
         ("released", "release"),
         ("drift", "drift"),
+        ("retry", "retry"),
         ("ledger changed", "other"),
         ("something new", "other"),
     ],

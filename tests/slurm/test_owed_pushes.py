@@ -1,0 +1,58 @@
+"""A push that failed leaves its node owed, and the sync pushes it once Slurm answers again,
+even though nothing changed in Slurm (its listings answer 304). A fake slurmrestd, a real
+SQLite ledger; tests/slurm/test_failures.py proves the same against the real cluster."""
+
+from __future__ import annotations
+
+from app.admission.service import Admissions
+from app.ledger.records import Holder, HolderKind, NodeSpec
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger
+from app.slurm.errors import SlurmUnavailable
+from app.slurm.gate import SlurmGate
+from app.slurm.models import Listing, SlurmJob, SlurmNode
+from app.slurm.policy import KubeCaps
+from app.slurm.push import Pusher
+from app.slurm.sync import SlurmSync
+from tests.metrics.apps import FlakySlurm
+from tests.slurm.test_push_coalescing import slurm_node
+
+GIB = 1024**3
+
+
+class UnchangedSlurm(FlakySlurm):
+    """Listings answer "unchanged since update_time" (None, HTTP 304) after the first."""
+
+    def get_nodes(self, update_time: int | None = None) -> Listing[SlurmNode] | None:
+        if self.down:
+            raise SlurmUnavailable("slurmrestd GET nodes/: unreachable")
+        return None if update_time else Listing((self.get_node("n1"),), 1)
+
+    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob] | None:
+        if self.down:
+            raise SlurmUnavailable("slurmrestd GET jobs/: unreachable")
+        return None if update_time else Listing((), 1)
+
+
+def test_a_fail_open_admission_is_pushed_by_the_next_sync_step_that_reaches_slurm(
+    ledger: Ledger,
+) -> None:
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    slurm = UnchangedSlurm(slurm_node())
+    pusher = Pusher(slurm, ledger)  # type: ignore[arg-type]
+    sync = SlurmSync(slurm, ledger, pusher)  # type: ignore[arg-type]
+    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps(), fail_open=True))
+    sync.step()  # the first, full pass
+
+    slurm.down = True
+    admissions.admit("n1", Holder(HolderKind.POD, "u1"), Resources(2000, GIB))
+    assert pusher.owed() == ["n1"]
+    sync.step()  # unreachable: still owed
+    assert pusher.owed() == ["n1"]
+    assert sync.health().status == "degraded"
+
+    slurm.down = False
+    sync.step()  # Slurm answers 304 for both listings: only the owed node is pushed
+    assert slurm.node.gres == "k8scpu:14,k8smemory:30976"  # 32000 MiB - 1 GiB
+    assert pusher.owed() == []
+    assert sync.health().status == "ok"
