@@ -81,8 +81,10 @@ def push_reason(reason: str) -> PushReason:
     """The bounded label for a push's free-text reason."""
     if reason.startswith("admitting"):
         return "admission"
-    if reason in ("drift", "retry"):
-        return reason
+    if reason == "drift":
+        return "drift"
+    if reason == "retry":
+        return "retry"
     # The admission service's changes without a confirmation: releases, the undo of a
     # refused hold, a pod another scheduler bound.
     if reason == "holdings changed" or reason.startswith("releas"):
