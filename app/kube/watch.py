@@ -27,6 +27,9 @@ class WatchHandler(Protocol):
         """ADDED, MODIFIED or DELETED."""
 
 
+MAX_BACKOFF = 5.0  # seconds between attempts while the API server does not answer
+
+
 class Expired(Exception):
     pass
 
@@ -74,7 +77,9 @@ class ListWatch:
                 self.error = f"{self.name}: {exc}"
                 log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
                 stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                # Capped low: a few watches per replica cost the API server nothing, and
+                # a watch must resume within seconds of the API server's return.
+                backoff = min(backoff * 2, MAX_BACKOFF)
 
     def _list_and_watch(self, stop: threading.Event) -> None:
         if self._listed:

@@ -72,6 +72,8 @@ def running_service(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        # pytest shows a failed test's captured output: the service's last words with it.
+        print(f"--- {log_path.name} (last 60 lines)", *service.log().splitlines()[-60:], sep="\n")
 
 
 def _wait_ready(service: ServiceProcess, timeout: float, tls: ssl.SSLContext | None) -> None:
