@@ -88,6 +88,7 @@ class NodeView:
     # Sums per holder kind, and free, computed once: a view never changes, and the
     # extender reads them for a thousand nodes per call.
     _held_by_kind: dict[HolderKind, Resources] = field(init=False, repr=False, compare=False)
+    _allocatable: Resources = field(init=False, repr=False, compare=False)
     _free: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -95,8 +96,10 @@ class NodeView:
         for holding in self.holdings:
             by_kind.setdefault(holding.holder.kind, []).append(holding.resources)
         held_by_kind = {kind: Resources.total(amounts) for kind, amounts in by_kind.items()}
+        allocatable = self.spec.capacity - self.spec.reserved
         object.__setattr__(self, "_held_by_kind", held_by_kind)
-        object.__setattr__(self, "_free", self.allocatable - Resources.total(held_by_kind.values()))
+        object.__setattr__(self, "_allocatable", allocatable)
+        object.__setattr__(self, "_free", allocatable - Resources.total(held_by_kind.values()))
 
     @property
     def slurm_name(self) -> str:
@@ -105,9 +108,11 @@ class NodeView:
 
     @property
     def allocatable(self) -> Resources:
-        return self.spec.capacity - self.spec.reserved
+        return self._allocatable
 
     def held_by(self, *kinds: HolderKind) -> Resources:
+        if len(kinds) == 1:
+            return self._held_by_kind.get(kinds[0], Resources.ZERO)
         return Resources.total([self._held_by_kind[k] for k in kinds if k in self._held_by_kind])
 
     @property
