@@ -98,6 +98,12 @@ class Database:
         with self._reader() as session:
             yield session
 
+    @contextmanager
+    def read_statements(self) -> Iterator[Connection]:
+        """A read on a bare Core connection, for reads made on every call of a hot path."""
+        with self.engine.connect() as connection:
+            yield connection
+
     def ping(self) -> None:
         with self.engine.connect() as connection:
             connection.exec_driver_sql("SELECT 1")

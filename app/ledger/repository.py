@@ -74,6 +74,12 @@ _INSERT_EVENT = insert(EVENTS)
 _DELETE_HOLDING = (
     delete(HOLDINGS).where(HOLDINGS.c.id == bindparam("holding_id")).returning(*HOLDINGS.c)
 )
+_EVENTS_AFTER = (
+    select(EVENTS)
+    .where(EVENTS.c.id > bindparam("after_id"))
+    .order_by(EVENTS.c.id)
+    .limit(bindparam("limit"))
+)
 
 # Reading many nodes: a chunk of names or ids per IN list, well below any driver's limit.
 IN_CHUNK = 500
@@ -163,7 +169,7 @@ def node_record(row: NodeRow | Row[Any], holdings: Sequence[HoldingRow | Row[Any
     )
 
 
-def event_record(row: EventRow) -> LedgerEvent:
+def event_record(row: EventRow | Row[Any]) -> LedgerEvent:
     resources = (
         None
         if row.cpu_millis is None
@@ -213,6 +219,10 @@ class LedgerStatements:
         return list(
             self.session.execute(_SINGLE_NODE_HOLDINGS if single else _HOLDER_HOLDINGS, params)
         )
+
+    def events_after(self, after_id: int, limit: int) -> list[LedgerEvent]:
+        rows = self.session.execute(_EVENTS_AFTER, {"after_id": after_id, "limit": limit})
+        return [event_record(r) for r in rows]
 
     def insert_holding(self, values: dict[str, Any]) -> None:
         self.session.execute(_INSERT_HOLDING, values)

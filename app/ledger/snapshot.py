@@ -19,7 +19,9 @@ Contract:
   costs one indexed read of the event log when nothing changed. Refreshes run one at a
   time, and a caller that waited for one that started after it asked takes its result.
 - Readers get an immutable mapping that a refresh replaces whole: never a half-applied
-  refresh, and a reader never holds up the next refresh.
+  refresh, and a reader never holds up the next refresh. (The mapping is the views of the
+  last full load plus the nodes changed since, so that a refresh copies what changed
+  since the load, not every view.)
 - Bounded error: PostgreSQL commits events out of id order, and the follower looks for a
   late one for 30 s (its patience). If it gives up on an id that commits later still, or
   if anything changed a node without an event, a full reload repairs the views: soon after
@@ -37,9 +39,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from typing import Protocol
 
 from app.components import Health
@@ -49,6 +50,7 @@ from app.ledger.service import Ledger
 
 log = logging.getLogger(__name__)
 
+COMPACT_AFTER = 256  # changed views kept beside the base at least (at most an eighth of it)
 # Events that record something about a node without changing it.
 UNCHANGING = frozenset({EventKind.REJECTED, EventKind.SLURM_PUSHED, EventKind.SLURM_DRIFT})
 
@@ -59,9 +61,48 @@ class NodeViews(Protocol):
     def list_nodes(self) -> list[NodeView]: ...
 
 
+class Views(Mapping[str, NodeView]):
+    """Immutable: a full load's views (``base``) with the nodes changed since (None: gone)."""
+
+    __slots__ = ("_base", "_changed", "_len")
+
+    def __init__(
+        self, base: dict[str, NodeView], changed: dict[str, NodeView | None] | None = None
+    ) -> None:
+        self._base = base
+        self._changed = changed or {}
+        added = sum(1 for n, v in self._changed.items() if v is not None and n not in base)
+        gone = sum(1 for n, v in self._changed.items() if v is None and n in base)
+        self._len = len(base) + added - gone
+
+    def __getitem__(self, name: str) -> NodeView:
+        if name in self._changed:
+            view = self._changed[name]
+            if view is None:
+                raise KeyError(name)
+            return view
+        return self._base[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (n for n in self._base if n not in self._changed)
+        yield from (n for n, v in self._changed.items() if v is not None)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def with_changes(self, changes: Mapping[str, NodeView | None]) -> Views:
+        changed = {**self._changed, **changes}
+        if len(changed) <= max(COMPACT_AFTER, len(self._base) // 8):
+            return Views(self._base, changed)
+        # Folded into a new base once in a while: lookups stay two dict reads at most.
+        base = {n: v for n, v in self._base.items() if n not in changed}
+        base.update((n, v) for n, v in changed.items() if v is not None)
+        return Views(base)
+
+
 @dataclass(frozen=True, slots=True)
 class _Loaded:
-    views: Mapping[str, NodeView]
+    views: Views
     follower: EventFollower
     started: float  # when the full load started (monotonic)
 
@@ -133,7 +174,7 @@ class NodeSnapshot:
         # Follower first: whatever commits while the views are read shows up in its events.
         follower = EventFollower(self.ledger, patience=self.patience, monotonic=self.monotonic)
         follower.start()
-        views = MappingProxyType({v.name: v for v in self.ledger.list_nodes()})
+        views = Views({v.name: v for v in self.ledger.list_nodes()})
         return _Loaded(views, follower, started)
 
     def _refresh(self) -> None:
@@ -157,13 +198,9 @@ class NodeSnapshot:
 
     def _with_nodes(self, loaded: _Loaded, names: set[str]) -> _Loaded:
         fresh = {v.name: v for v in self.ledger.views_named(names)}
-        views = dict(loaded.views)
-        for name in names:
-            if name in fresh:
-                views[name] = fresh[name]
-            else:
-                views.pop(name, None)  # deleted
-        return replace(loaded, views=MappingProxyType(views))
+        # A node no longer in the database was deleted: None takes it out.
+        changes = {name: fresh.get(name) for name in names}
+        return replace(loaded, views=loaded.views.with_changes(changes))
 
     # Component
 

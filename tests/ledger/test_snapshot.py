@@ -15,7 +15,7 @@ from app.ledger.records import EventKind, Holder, HolderKind, HoldingState, Node
 from app.ledger.repository import HOLDINGS, LedgerStatements
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
-from app.ledger.snapshot import NodeSnapshot
+from app.ledger.snapshot import COMPACT_AFTER, NodeSnapshot, Views
 from app.ledger.tables import NodeRow
 
 GIB = 2**30
@@ -252,3 +252,21 @@ def test_a_change_in_flight_during_the_full_load_is_not_missed(
     commit()
     assert snapshot.views()["a"].held == CPU
     assert snapshot.views() == as_read(ledger)
+
+
+def test_views_are_a_base_with_changes_folded_in_once_in_a_while() -> None:
+    def node(name: str, cpu: int = 8000) -> NodeView:
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        return NodeView(name, NodeSpec(Resources(cpu, GIB)), None, None, (), now, now)
+
+    base = Views({n: node(n) for n in ("a", "b", "c")})
+    changed = base.with_changes({"a": node("a", 4000), "b": None, "d": node("d")})
+    assert dict(changed) == {"a": node("a", 4000), "c": node("c"), "d": node("d")}
+    assert (len(changed), "b" in changed, changed.get("b")) == (3, False, None)
+    assert dict(base) == {n: node(n) for n in ("a", "b", "c")}  # untouched
+    again = changed.with_changes({"b": node("b", 2000), "d": None})
+    assert dict(again) == {"a": node("a", 4000), "b": node("b", 2000), "c": node("c")}
+    many = base.with_changes({f"n{i}": node(f"n{i}") for i in range(COMPACT_AFTER + 1)})
+    assert many._changed == {}  # folded into the base
+    assert len(many) == 3 + COMPACT_AFTER + 1
+    assert many == {**dict(base), **{f"n{i}": node(f"n{i}") for i in range(COMPACT_AFTER + 1)}}
