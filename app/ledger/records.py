@@ -90,6 +90,7 @@ class NodeView:
     _held_by_kind: dict[HolderKind, Resources] = field(init=False, repr=False, compare=False)
     _allocatable: Resources = field(init=False, repr=False, compare=False)
     _free: Resources = field(init=False, repr=False, compare=False)
+    _not_admissible_reason: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_kind: dict[HolderKind, list[Resources]] = {}
@@ -99,7 +100,10 @@ class NodeView:
         allocatable = self.spec.capacity - self.spec.reserved
         object.__setattr__(self, "_held_by_kind", held_by_kind)
         object.__setattr__(self, "_allocatable", allocatable)
-        object.__setattr__(self, "_free", allocatable - Resources.total(held_by_kind.values()))
+        free = allocatable - Resources.total(held_by_kind.values())
+        object.__setattr__(self, "_free", free)
+        reason = not_admissible_reason(self.cordon_reason, self.health_reason, free)
+        object.__setattr__(self, "_not_admissible_reason", reason)
 
     @property
     def slurm_name(self) -> str:
@@ -139,7 +143,7 @@ class NodeView:
     @property
     def not_admissible_reason(self) -> str | None:
         """Why no new holding is admitted here, or None when the node is admissible."""
-        return not_admissible_reason(self.cordon_reason, self.health_reason, self.free)
+        return self._not_admissible_reason
 
     @property
     def admissible(self) -> bool:
