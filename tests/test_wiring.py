@@ -34,7 +34,7 @@ def test_both_integrations_share_one_snapshot_that_starts_first(
         database_url=sqlite_url,
         migrate_on_start=False,
         slurm=SlurmSettings(enabled=True, token_file=token),
-        kube=KubeSettings(enabled=True, kubeconfig=kubeconfig),
+        kube=KubeSettings(enabled=True, kubeconfig=kubeconfig, extender_max_staleness=0.05),
     )
     services = build_services(settings)
     try:
@@ -42,6 +42,7 @@ def test_both_integrations_share_one_snapshot_that_starts_first(
         assert services.components[0] is snapshot
         assert services.extender is not None
         assert services.extender.snapshot is snapshot
+        assert services.extender.max_staleness == 0.05
         assert services.slurm is not None
         assert services.slurm.node_views is snapshot
         [controllers] = [c for c in services.components if isinstance(c, KubeControllers)]

@@ -13,11 +13,14 @@ in the same transaction (app.ledger.service), on whichever replica made it.
 
 Contract:
 - Freshness: ``views(max_age)`` answers from a refresh that started at most ``max_age``
-  seconds before the call, refreshing first when the last one is older. With 0 (what the
-  extender, the Slurm sync and the Kubernetes controllers ask for) a caller sees every
-  change committed before its call, on any replica, like a read of the ledger would; that
-  costs one indexed read of the event log when nothing changed. Refreshes run one at a
-  time, and a caller that waited for one that started after it asked takes its result.
+  seconds before the call, refreshing first when the last one is older, or when this
+  process committed a write since (its own writes are always seen). With 0 (the default
+  of the extender, and what the Slurm sync and the Kubernetes controllers ask for) a
+  caller sees every change committed before its call, on any replica, like a read of the
+  ledger would; that costs one indexed read of the event log when nothing changed (on
+  PostgreSQL a round trip: the extender's ``max_staleness`` trades it for up to that many
+  seconds of other replicas' changes). Refreshes run one at a time, and a caller that
+  waited for one that started after it asked takes its result.
 - Readers get an immutable mapping that a refresh replaces whole: never a half-applied
   refresh, and a reader never holds up the next refresh. (The mapping is the views of the
   last full load plus the nodes changed since, so that a refresh copies what changed
@@ -148,8 +151,10 @@ class NodeSnapshot:
         self._refreshing = threading.Lock()
         self._reloading = threading.Lock()  # one full load at a time
         self._error: str | None = None
+        self._written = False  # this process committed a write since the last refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        ledger.db.on_commit(self._on_commit)
 
     # reads
 
@@ -157,9 +162,9 @@ class NodeSnapshot:
         """Every node's view by name, from a refresh that started at most ``max_age``
         seconds ago."""
         asked = self.monotonic()
-        if self._loaded is None or self._refreshed < asked - max_age:
+        if self._stale(asked, max_age):
             with self._refreshing:
-                if self._loaded is None or self._refreshed < asked - max_age:
+                if self._stale(asked, max_age):
                     self._refresh()
         loaded = self._loaded
         assert loaded is not None
@@ -169,7 +174,13 @@ class NodeSnapshot:
         """NodeViews: every view, fresh, by name (as Ledger.list_nodes)."""
         return sorted(self.views().values(), key=lambda v: v.name)
 
+    def _stale(self, asked: float, max_age: float) -> bool:
+        return self._loaded is None or self._written or self._refreshed < asked - max_age
+
     # updates
+
+    def _on_commit(self) -> None:
+        self._written = True
 
     def refresh(self) -> None:
         with self._refreshing:
@@ -195,6 +206,7 @@ class NodeSnapshot:
     def _refresh(self) -> None:
         """Apply what changed since the last refresh; the caller holds ``_refreshing``."""
         started = self.monotonic()
+        self._written = False  # before reading: a commit from now on is read next time
         loaded = self._loaded
         try:
             if loaded is None:

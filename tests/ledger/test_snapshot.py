@@ -112,14 +112,27 @@ def test_nothing_changed_reads_no_node(counting: CountingLedger) -> None:
     assert counting.reads == []
 
 
-def test_max_age_answers_from_memory(counting: CountingLedger) -> None:
+def test_max_age_answers_from_memory_but_always_sees_this_process_writes(
+    database_url: str, counting: CountingLedger
+) -> None:
     now = [0.0]
     snapshot = NodeSnapshot(counting, monotonic=lambda: now[0])
     snapshot.views()
-    counting.admit("a", pod("p1"), CPU)
-    now[0] = 0.05
-    assert snapshot.views(max_age=0.1)["a"].held == Resources.ZERO  # not older than asked
-    assert snapshot.views(max_age=0.0)["a"].held == CPU
+    other_db = Database.from_url(database_url)  # another replica
+    try:
+        Ledger(other_db).admit("a", pod("elsewhere"), CPU)
+        now[0] = 0.05
+        assert snapshot.views(max_age=0.1)["a"].held == Resources.ZERO  # not older than asked
+        now[0] = 0.2
+        assert snapshot.views(max_age=0.1)["a"].held == CPU
+        counting.admit("b", pod("here"), CPU)  # this process: seen at once
+        assert snapshot.views(max_age=60)["b"].held == CPU
+        Ledger(other_db).admit("c", pod("elsewhere-2"), CPU)
+        assert snapshot.views(max_age=60)["c"].held == Resources.ZERO
+        now[0] = 0.3
+        assert snapshot.views(max_age=0)["c"].held == CPU
+    finally:
+        other_db.dispose()
 
 
 def test_a_change_without_an_event_lasts_until_the_next_full_reload(
