@@ -14,6 +14,7 @@ Prints one JSON object. Not run in CI.
 
     python -m bench.ledger_scale [--sizes 100,1000,15000] [--samples 200] [--budget 30]
         [--database-url postgresql://user@host/db]  # a server: a new database per size
+        [--max-staleness 0.1]  # the extender's, in seconds (default 0: exact)
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ def candidates(n: int, rng: random.Random) -> list[str]:
     return [node_name(i) for i in rng.sample(range(n), min(n, CANDIDATES))]
 
 
-def kube_settings(database_url: str, kubeconfig: Path) -> dict[str, str]:
+def kube_settings(database_url: str, kubeconfig: Path, max_staleness: float) -> dict[str, str]:
     return {
+        "NODELEDGER_KUBE_EXTENDER_MAX_STALENESS": str(max_staleness),
         "NODELEDGER_KUBE_ENABLED": "true",
         "NODELEDGER_KUBE_KUBECONFIG": str(kubeconfig),
         "NODELEDGER_KUBE_LEASE_DURATION": "60",  # few retries against the missing server
@@ -116,7 +118,7 @@ def kube_settings(database_url: str, kubeconfig: Path) -> dict[str, str]:
 
 def in_process(database_url: str, n: int, kubeconfig: Path, args: argparse.Namespace) -> Any:
     rng = random.Random(n)
-    environment = kube_settings(database_url, kubeconfig)
+    environment = kube_settings(database_url, kubeconfig, args.max_staleness)
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
     try:
@@ -210,7 +212,10 @@ def over_http(
     database_url: str, n: int, kubeconfig: Path, log_dir: Path, args: argparse.Namespace
 ) -> Any:
     rng = random.Random(n + 1)
-    env = {**kube_settings(database_url, kubeconfig), "NODELEDGER_LOG_LEVEL": "error"}
+    env = {
+        **kube_settings(database_url, kubeconfig, args.max_staleness),
+        "NODELEDGER_LOG_LEVEL": "error",
+    }
     result: dict[str, Any] = {}
     with (
         running_service(database_url, log_dir, env=env, name=f"scale{n}", ready_timeout=300) as s,
@@ -285,12 +290,16 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--budget", type=float, default=30.0, help="seconds per measurement")
     parser.add_argument("--database-url", help="a PostgreSQL server; default: SQLite files")
+    parser.add_argument(
+        "--max-staleness", type=float, default=0.0, help="NODELEDGER_KUBE_EXTENDER_MAX_STALENESS"
+    )
     args = parser.parse_args()
 
     backend = "sqlite" if args.database_url is None else "postgresql"
     results: dict[str, Any] = {
         "cpus": os.cpu_count(),
         "database": backend,
+        "extender_max_staleness": args.max_staleness,
         "pods_per_node": PODS_PER_NODE,
         "sizes": {},
     }
