@@ -192,8 +192,10 @@ class NodeSnapshot:
             loaded = self._load()
             with self._refreshing:
                 self._loaded = loaded
-                # Older than the refresh before, maybe: the new views are as of their start.
+                # Older than the refresh before, maybe: the new views are as of their start,
+                # so the next read polls their follower (this process's commits included).
                 self._refreshed = loaded.started
+                self._written = True
 
     def _load(self) -> _Loaded:
         started = self.monotonic()

@@ -283,3 +283,21 @@ def test_views_are_a_base_with_changes_folded_in_once_in_a_while() -> None:
     assert many._changed == {}  # folded into the base
     assert len(many) == 3 + COMPACT_AFTER + 1
     assert many == {**dict(base), **{f"n{i}": node(f"n{i}") for i in range(COMPACT_AFTER + 1)}}
+
+
+def test_own_writes_during_a_full_reload_are_seen_after_it(counting: CountingLedger) -> None:
+    now = [0.0]
+    snapshot = NodeSnapshot(counting, monotonic=lambda: now[0])
+    snapshot.views()
+    loading = counting.list_nodes
+
+    def list_then_admit() -> list[NodeView]:
+        views = loading()
+        counting.admit("a", pod("during"), CPU)  # committed after the load read "a"
+        snapshot.views(max_age=60)  # a refresh of the old views takes the commit flag
+        return views
+
+    counting.list_nodes = list_then_admit  # type: ignore[method-assign]
+    snapshot.reload()
+    counting.list_nodes = loading  # type: ignore[method-assign]
+    assert snapshot.views(max_age=60)["a"].held == CPU
