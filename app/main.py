@@ -55,15 +55,19 @@ def build_services(
     if settings.migrate_on_start:
         migrate.upgrade(db.engine)
     ledger = Ledger(db, clock)
+    snapshot = NodeSnapshot(ledger)
+    # With an integration on, the snapshot runs for its readers: scrapes read it too.
+    integrated = settings.slurm.enabled or settings.kube.enabled
     registry = CollectorRegistry()  # one per app: tests build many apps in one process
     metrics = Metrics(registry)
     per_node, cache = settings.metrics.per_node, settings.metrics.cache_seconds
-    registry.register(LedgerCollector(ledger, per_node=per_node, cache_seconds=cache))
+    registry.register(
+        LedgerCollector(snapshot if integrated else ledger, per_node=per_node, cache_seconds=cache)
+    )
     admissions = Admissions(ledger, gate, metrics=metrics)
-    snapshot = NodeSnapshot(ledger)
     services = Services(db, ledger, admissions, snapshot, metrics=metrics)
-    if settings.slurm.enabled or settings.kube.enabled:
-        # Their readers' first component: started before them, stopped after them.
+    if integrated:
+        # Its readers' first component: started before them, stopped after them.
         services.components.append(snapshot)
     attach_slurm(services, settings)
     attach_kube(services, settings, clock)

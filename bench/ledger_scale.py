@@ -3,8 +3,9 @@
 For each size N, a fresh database gets N nodes with 10 pod holdings each (and an event per
 row, as a real log would have), written in bulk (tests/support/bulk.py). Then:
 - in-process: ``Extender.filter`` over 1,000 candidates (or all N when fewer), exactly
-  what the HTTP route calls; the time to load every node view (``Ledger.list_nodes`` and,
-  where it exists, the snapshot's full load);
+  what the HTTP route calls: alone, right after an admission, and while full reloads of
+  the snapshot run; the time to load every node view (``Ledger.list_nodes`` and, where
+  it exists, the snapshot's full load);
 - over HTTP against a real ``nodeledger serve`` with the Kubernetes integration on (its
   API server unreachable: the extender's filter never calls it): filter and prioritize,
   admission and release, ``GET /v1/nodes/{name}``, one request at a time, and the
@@ -13,17 +14,20 @@ Prints one JSON object. Not run in CI.
 
     python -m bench.ledger_scale [--sizes 100,1000,15000] [--samples 200] [--budget 30]
         [--database-url postgresql://user@host/db]  # a server: a new database per size
+        [--max-staleness 0.1]  # the extender's, in seconds (default 0: exact)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +41,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.kube.extender_wire import ExtenderArgs  # noqa: E402
+from app.ledger.errors import AdmissionRejected, HoldingNotFound  # noqa: E402
+from app.ledger.records import Holder, HolderKind  # noqa: E402
+from app.ledger.resources import Resources  # noqa: E402
 from app.ledger.service import Ledger  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
@@ -98,8 +105,9 @@ def candidates(n: int, rng: random.Random) -> list[str]:
     return [node_name(i) for i in rng.sample(range(n), min(n, CANDIDATES))]
 
 
-def kube_settings(database_url: str, kubeconfig: Path) -> dict[str, str]:
+def kube_settings(database_url: str, kubeconfig: Path, max_staleness: float) -> dict[str, str]:
     return {
+        "NODELEDGER_KUBE_EXTENDER_MAX_STALENESS": str(max_staleness),
         "NODELEDGER_KUBE_ENABLED": "true",
         "NODELEDGER_KUBE_KUBECONFIG": str(kubeconfig),
         "NODELEDGER_KUBE_LEASE_DURATION": "60",  # few retries against the missing server
@@ -110,7 +118,7 @@ def kube_settings(database_url: str, kubeconfig: Path) -> dict[str, str]:
 
 def in_process(database_url: str, n: int, kubeconfig: Path, args: argparse.Namespace) -> Any:
     rng = random.Random(n)
-    environment = kube_settings(database_url, kubeconfig)
+    environment = kube_settings(database_url, kubeconfig, args.max_staleness)
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
     try:
@@ -142,7 +150,55 @@ def in_process(database_url: str, n: int, kubeconfig: Path, args: argparse.Names
             "candidates": len(names),
             "fit": fits,
         }
+        if snapshot is not None:
+            result["filter_after_an_admission"] = after_admissions(
+                services, lambda: extender.filter(extender_args), n, args
+            )
+            result["filter_during_full_reloads"] = during_reloads(
+                snapshot, lambda: extender.filter(extender_args), args
+            )
     return result
+
+
+def after_admissions(
+    services: Any, call: Callable[[], Any], n: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """``call`` right after an admission somewhere (untimed), as a scheduler's next filter
+    comes right after its last bind: the snapshot reads the changed node first."""
+    rng, times = random.Random(n + 2), []
+    deadline = time.monotonic() + args.budget
+    for k in range(args.samples):
+        holder = Holder(HolderKind.POD, f"bench-next-{k}")
+        node = node_name(rng.randrange(n))
+        with contextlib.suppress(AdmissionRejected):  # a drained node
+            services.admissions.admit(node, holder, Resources(10, 2**24))
+        times.extend(timed(call, 1, args.budget))
+        with contextlib.suppress(HoldingNotFound):
+            services.admissions.release(holder.id, HolderKind.POD)
+        if time.monotonic() > deadline:
+            break
+    return summary(times)
+
+
+def during_reloads(snapshot: Any, call: Callable[[], Any], args: argparse.Namespace) -> Any:
+    """``call`` while full reloads run back to back in the background (one runs every
+    5 minutes): what they cost the callers, who share the interpreter with them."""
+    stop = threading.Event()
+    reloads = [0]
+
+    def reload() -> None:
+        while not stop.is_set():
+            snapshot.reload()
+            reloads[0] += 1
+
+    thread = threading.Thread(target=reload, daemon=True)
+    thread.start()
+    try:
+        times = timed(call, args.samples, args.budget)
+    finally:
+        stop.set()
+        thread.join()
+    return {**summary(times), "reloads": reloads[0]}
 
 
 def rss_mib(pid: int) -> float:
@@ -156,7 +212,10 @@ def over_http(
     database_url: str, n: int, kubeconfig: Path, log_dir: Path, args: argparse.Namespace
 ) -> Any:
     rng = random.Random(n + 1)
-    env = {**kube_settings(database_url, kubeconfig), "NODELEDGER_LOG_LEVEL": "error"}
+    env = {
+        **kube_settings(database_url, kubeconfig, args.max_staleness),
+        "NODELEDGER_LOG_LEVEL": "error",
+    }
     result: dict[str, Any] = {}
     with (
         running_service(database_url, log_dir, env=env, name=f"scale{n}", ready_timeout=300) as s,
@@ -231,12 +290,16 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--budget", type=float, default=30.0, help="seconds per measurement")
     parser.add_argument("--database-url", help="a PostgreSQL server; default: SQLite files")
+    parser.add_argument(
+        "--max-staleness", type=float, default=0.0, help="NODELEDGER_KUBE_EXTENDER_MAX_STALENESS"
+    )
     args = parser.parse_args()
 
     backend = "sqlite" if args.database_url is None else "postgresql"
     results: dict[str, Any] = {
         "cpus": os.cpu_count(),
         "database": backend,
+        "extender_max_staleness": args.max_staleness,
         "pods_per_node": PODS_PER_NODE,
         "sizes": {},
     }

@@ -1,10 +1,13 @@
-"""One node snapshot per service, shared by everything that reads every node, started
-before them and stopped after them; none without an integration that reads it. Built,
+"""One node snapshot per service, shared by everything that reads every node (metrics
+scrapes included), started before them and stopped after them; none without an
+integration that reads it. Built,
 not started: nothing here reaches a Kubernetes API server or slurmrestd."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from prometheus_client import generate_latest
 
 from app.kube.controllers import KubeControllers
 from app.kube.settings import KubeSettings
@@ -31,7 +34,7 @@ def test_both_integrations_share_one_snapshot_that_starts_first(
         database_url=sqlite_url,
         migrate_on_start=False,
         slurm=SlurmSettings(enabled=True, token_file=token),
-        kube=KubeSettings(enabled=True, kubeconfig=kubeconfig),
+        kube=KubeSettings(enabled=True, kubeconfig=kubeconfig, extender_max_staleness=0.05),
     )
     services = build_services(settings)
     try:
@@ -39,11 +42,15 @@ def test_both_integrations_share_one_snapshot_that_starts_first(
         assert services.components[0] is snapshot
         assert services.extender is not None
         assert services.extender.snapshot is snapshot
+        assert services.extender.max_staleness == 0.05
         assert services.slurm is not None
         assert services.slurm.node_views is snapshot
         [controllers] = [c for c in services.components if isinstance(c, KubeControllers)]
         assert controllers.discovery.node_views is snapshot
         assert controllers.mirror.node_views is snapshot
+        assert snapshot.health().message == "not loaded yet"
+        generate_latest(services.metrics.registry)  # a scrape reads the nodes from it
+        assert snapshot.health().status == "ok"
     finally:
         services.db.dispose()
 

@@ -12,7 +12,7 @@ for the last CPU see each other's holdings, in one process or in several.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -74,16 +74,23 @@ class Database:
         self._reader = sessionmaker(engine, expire_on_commit=False)
         self._writer = sessionmaker(self._write_engine, expire_on_commit=False)
         self._write_lock = threading.Lock() if self.is_sqlite else None
+        self._committed: list[Callable[[], None]] = []
 
     @classmethod
     def from_url(cls, url: str, *, pool_size: int = 10) -> Database:
         return cls(create_db_engine(url, pool_size=pool_size))
+
+    def on_commit(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after each write transaction of this process commits (it must
+        be quick: it runs on the writer's thread)."""
+        self._committed.append(listener)
 
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A write transaction: committed on success, rolled back on any exception."""
         with self._write_lock or nullcontext(), self._writer.begin() as session:
             yield session
+        self._notify()
 
     @contextmanager
     def write_statements(self) -> Iterator[Connection]:
@@ -92,11 +99,22 @@ class Database:
         Session saves a fifth of their cost."""
         with self._write_lock or nullcontext(), self._write_engine.begin() as connection:
             yield connection
+        self._notify()
+
+    def _notify(self) -> None:
+        for listener in self._committed:
+            listener()
 
     @contextmanager
     def read(self) -> Iterator[Session]:
         with self._reader() as session:
             yield session
+
+    @contextmanager
+    def read_statements(self) -> Iterator[Connection]:
+        """A read on a bare Core connection, for reads made on every call of a hot path."""
+        with self.engine.connect() as connection:
+            yield connection
 
     def ping(self) -> None:
         with self.engine.connect() as connection:

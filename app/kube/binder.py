@@ -36,27 +36,30 @@ class Extender:
         *,
         gpu_resource: str,
         snapshot: NodeSnapshot,
+        max_staleness: float = 0.0,
     ) -> None:
         self.admissions = admissions
         self.client = client
         self.caps = caps
         self.gpu_resource = gpu_resource
         self.snapshot = snapshot
+        self.max_staleness = max_staleness
 
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         try:
             requests = pod_requests(args.Pod.as_api_object(), self.gpu_resource)
         except QuantityError as exc:
             return ExtenderFilterResult(Error=f"invalid pod requests: {exc}")
-        # Every change committed before this call, by any replica (app.ledger.snapshot);
-        # only the candidates are looked at.
-        fits, failed = filter_nodes(requests, args.candidates, self.snapshot.views(), self.caps)
+        # Every change committed before this call by this replica, and by the others up to
+        # max_staleness seconds before (app.ledger.snapshot); only the candidates are read.
+        views = self.snapshot.views(self.max_staleness)
+        fits, failed = filter_nodes(requests, args.candidates, views, self.caps)
         # A scheduler without nodeCacheCapable sends Node objects and reads them back.
         nodes = args.Nodes.named(fits) if args.Nodes is not None else None
         return ExtenderFilterResult(Nodes=nodes, NodeNames=fits, FailedNodes=failed)
 
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
-        scores = prioritize(args.candidates, self.snapshot.views())
+        scores = prioritize(args.candidates, self.snapshot.views(self.max_staleness))
         return [HostPriority(Host=h, Score=s) for h, s in scores]
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:

@@ -47,10 +47,10 @@ def prioritize(candidates: list[str], views: Mapping[str, NodeView]) -> list[tup
     scores = []
     for name in candidates:
         view = views.get(name)
-        if view is None or view.allocatable.cpu_millis <= 0:
+        cpu = 0 if view is None else view.allocatable.cpu_millis
+        if view is None or cpu <= 0:
             scores.append((name, 0))
             continue
-        cpu = view.allocatable.cpu_millis
         slurm_idle = 1 - min(1.0, view.held_by_slurm.cpu_millis / cpu)
         free = max(0.0, min(1.0, view.free.cpu_millis / cpu))
         scores.append((name, round(MAX_SCORE * (0.6 * slurm_idle + 0.4 * free))))

@@ -32,3 +32,10 @@ class KubeSettings(BaseSettings):
     lease_duration: float = Field(default=15.0, gt=1)
     identity: str = Field(default_factory=socket.gethostname, description="Leader candidate id")
     request_timeout: float = Field(default=10.0, gt=0, description="Seconds per API call")
+    extender_max_staleness: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description="Seconds the extender's filter and prioritize may miss other replicas' "
+        "changes (0: none; more saves a database round trip per call)",
+    )

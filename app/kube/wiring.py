@@ -54,4 +54,5 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
         caps,
         gpu_resource=kube.gpu_resource,
         snapshot=services.snapshot,
+        max_staleness=kube.extender_max_staleness,
     )

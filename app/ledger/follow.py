@@ -47,7 +47,7 @@ class EventFollower:
         when this was called can still show up later, and poll() returns it then."""
         last = self.ledger.last_event_id()
         first = max(1, last - START_WINDOW + 1)
-        committed = {e.id for e in self.ledger.events(after_id=first - 1, limit=START_WINDOW)}
+        committed = {e.id for e in self.ledger.events_after(first - 1, START_WINDOW)}
         now = self.monotonic()
         self._gaps = {i: now for i in range(first, last + 1) if i not in committed}
         self.last_id = last
@@ -59,7 +59,7 @@ class EventFollower:
             return []
         now = self.monotonic()
         found = self._filled_gaps(now)
-        while events := self.ledger.events(after_id=self.last_id, limit=BATCH):
+        while events := self.ledger.events_after(self.last_id, BATCH):
             for event in events:
                 for missing in range(self.last_id + 1, event.id):
                     self._gaps[missing] = now

@@ -88,15 +88,22 @@ class NodeView:
     # Sums per holder kind, and free, computed once: a view never changes, and the
     # extender reads them for a thousand nodes per call.
     _held_by_kind: dict[HolderKind, Resources] = field(init=False, repr=False, compare=False)
+    _allocatable: Resources = field(init=False, repr=False, compare=False)
     _free: Resources = field(init=False, repr=False, compare=False)
+    _not_admissible_reason: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_kind: dict[HolderKind, list[Resources]] = {}
         for holding in self.holdings:
             by_kind.setdefault(holding.holder.kind, []).append(holding.resources)
         held_by_kind = {kind: Resources.total(amounts) for kind, amounts in by_kind.items()}
+        allocatable = self.spec.capacity - self.spec.reserved
         object.__setattr__(self, "_held_by_kind", held_by_kind)
-        object.__setattr__(self, "_free", self.allocatable - Resources.total(held_by_kind.values()))
+        object.__setattr__(self, "_allocatable", allocatable)
+        free = allocatable - Resources.total(held_by_kind.values())
+        object.__setattr__(self, "_free", free)
+        reason = not_admissible_reason(self.cordon_reason, self.health_reason, free)
+        object.__setattr__(self, "_not_admissible_reason", reason)
 
     @property
     def slurm_name(self) -> str:
@@ -105,9 +112,11 @@ class NodeView:
 
     @property
     def allocatable(self) -> Resources:
-        return self.spec.capacity - self.spec.reserved
+        return self._allocatable
 
     def held_by(self, *kinds: HolderKind) -> Resources:
+        if len(kinds) == 1:
+            return self._held_by_kind.get(kinds[0], Resources.ZERO)
         return Resources.total([self._held_by_kind[k] for k in kinds if k in self._held_by_kind])
 
     @property
@@ -134,7 +143,7 @@ class NodeView:
     @property
     def not_admissible_reason(self) -> str | None:
         """Why no new holding is admitted here, or None when the node is admissible."""
-        return not_admissible_reason(self.cordon_reason, self.health_reason, self.free)
+        return self._not_admissible_reason
 
     @property
     def admissible(self) -> bool:

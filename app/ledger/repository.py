@@ -74,11 +74,30 @@ _INSERT_EVENT = insert(EVENTS)
 _DELETE_HOLDING = (
     delete(HOLDINGS).where(HOLDINGS.c.id == bindparam("holding_id")).returning(*HOLDINGS.c)
 )
+_EVENTS_AFTER = (
+    select(EVENTS)
+    .where(EVENTS.c.id > bindparam("after_id"))
+    .order_by(EVENTS.c.id)
+    .limit(bindparam("limit"))
+)
 
 # Reading many nodes: a chunk of names or ids per IN list, well below any driver's limit.
 IN_CHUNK = 500
 _NODES_NAMED = select(NODES).where(NODES.c.name.in_(bindparam("names", expanding=True)))
-_HOLDINGS_OF_NODES = select(HOLDINGS).where(
+# Holdings by position: unpacking a row costs a fraction of reading its attributes by name.
+_HOLDING_VALUES = select(
+    HOLDINGS.c.node_id,
+    HOLDINGS.c.holder_kind,
+    HOLDINGS.c.holder_id,
+    HOLDINGS.c.display_name,
+    HOLDINGS.c.cpu_millis,
+    HOLDINGS.c.memory_bytes,
+    HOLDINGS.c.gpus,
+    HOLDINGS.c.state,
+    HOLDINGS.c.created_at,
+    HOLDINGS.c.updated_at,
+)
+_HOLDINGS_OF_NODES = _HOLDING_VALUES.where(
     HOLDINGS.c.node_id.in_(bindparam("node_ids", expanding=True))
 )
 
@@ -88,15 +107,18 @@ def _chunks(items: Sequence[T], size: int = IN_CHUNK) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Row[Any]]) -> list[NodeView]:
-    """Node rows with their holding rows, in the nodes' order (holdings of other nodes,
-    created after the nodes were read, are left out)."""
-    by_node: dict[int, list[Row[Any]]] = {n.id: [] for n in nodes}
-    for holding in holdings:
-        on_node = by_node.get(holding.node_id)
+def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Sequence[Any]]) -> list[NodeView]:
+    """Node rows with the rows of _HOLDING_VALUES, in the nodes' order (holdings of other
+    nodes, created after the nodes were read, are left out)."""
+    names = {n.id: n.name for n in nodes}
+    by_node: dict[int, list[Holding]] = {n.id: [] for n in nodes}
+    for node_id, kind, holder_id, display, cpu, memory, gpus, held, created, updated in holdings:
+        on_node = by_node.get(node_id)
         if on_node is not None:
-            on_node.append(holding)
-    return [node_record(n, by_node[n.id]) for n in nodes]
+            holder = Holder(_HOLDER_KINDS[kind], holder_id, display)
+            resources, state = Resources(cpu, memory, gpus), _HOLDING_STATES[held]
+            on_node.append(Holding(names[node_id], holder, resources, state, created, updated))
+    return [_node_view(n, by_node[n.id]) for n in nodes]
 
 
 # Sorting by a free amount: (capacity, reserved, holding) columns of that resource, and the
@@ -142,6 +164,10 @@ def holding_record(row: HoldingRow | Row[Any], node_name: str) -> Holding:
 
 
 def node_record(row: NodeRow | Row[Any], holdings: Sequence[HoldingRow | Row[Any]]) -> NodeView:
+    return _node_view(row, [holding_record(h, row.name) for h in holdings])
+
+
+def _node_view(row: NodeRow | Row[Any], holdings: list[Holding]) -> NodeView:
     return NodeView(
         name=row.name,
         spec=NodeSpec(
@@ -154,16 +180,13 @@ def node_record(row: NodeRow | Row[Any], holdings: Sequence[HoldingRow | Row[Any
         ),
         cordon_reason=row.cordon_reason,
         health_reason=row.health_reason,
-        holdings=tuple(
-            holding_record(h, row.name)
-            for h in sorted(holdings, key=lambda h: (h.holder_kind, h.holder_id))
-        ),
+        holdings=tuple(sorted(holdings, key=lambda h: (h.holder.kind, h.holder.id))),
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
-def event_record(row: EventRow) -> LedgerEvent:
+def event_record(row: EventRow | Row[Any]) -> LedgerEvent:
     resources = (
         None
         if row.cpu_millis is None
@@ -213,6 +236,10 @@ class LedgerStatements:
         return list(
             self.session.execute(_SINGLE_NODE_HOLDINGS if single else _HOLDER_HOLDINGS, params)
         )
+
+    def events_after(self, after_id: int, limit: int) -> list[LedgerEvent]:
+        rows = self.session.execute(_EVENTS_AFTER, {"after_id": after_id, "limit": limit})
+        return [event_record(r) for r in rows]
 
     def insert_holding(self, values: dict[str, Any]) -> None:
         self.session.execute(_INSERT_HOLDING, values)
@@ -281,7 +308,7 @@ class LedgerRepository(LedgerStatements):
         """Every node with its holdings, by name: two queries, Core rows (ORM objects
         cost three times as much at 15,000 nodes)."""
         nodes = list(self.session.execute(select(NODES).order_by(NODES.c.name)))
-        return _views(nodes, self.session.execute(select(HOLDINGS)))
+        return _views(nodes, self.session.execute(_HOLDING_VALUES))
 
     def views_named(self, names: Collection[str]) -> list[NodeView]:
         """Those of the nodes called ``names`` that exist, with their holdings, by name: two

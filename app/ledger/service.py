@@ -193,6 +193,12 @@ class Ledger:
                 node=node, kind=kind, since=since, after_id=after_id, limit=limit
             )
 
+    def events_after(self, after_id: int, limit: int) -> list[LedgerEvent]:
+        """Up to ``limit`` events after ``after_id``, in id order: what followers of the log
+        poll (the node snapshot on every extender call), on a prebuilt statement."""
+        with self.db.read_statements() as connection:
+            return LedgerStatements(connection).events_after(after_id, limit)
+
     def events_with_ids(self, ids: list[int]) -> list[LedgerEvent]:
         """Those of ``ids`` that are committed now (app.ledger.follow looks for late ones)."""
         with self.db.read() as session:

@@ -13,13 +13,18 @@ in the same transaction (app.ledger.service), on whichever replica made it.
 
 Contract:
 - Freshness: ``views(max_age)`` answers from a refresh that started at most ``max_age``
-  seconds before the call, refreshing first when the last one is older. With 0 (what the
-  extender, the Slurm sync and the Kubernetes controllers ask for) a caller sees every
-  change committed before its call, on any replica, like a read of the ledger would; that
-  costs one indexed read of the event log when nothing changed. Refreshes run one at a
-  time, and a caller that waited for one that started after it asked takes its result.
+  seconds before the call, refreshing first when the last one is older, or when this
+  process committed a write since (its own writes are always seen). With 0 (the default
+  of the extender, and what the Slurm sync and the Kubernetes controllers ask for) a
+  caller sees every change committed before its call, on any replica, like a read of the
+  ledger would; that costs one indexed read of the event log when nothing changed (on
+  PostgreSQL a round trip: the extender's ``max_staleness`` trades it for up to that many
+  seconds of other replicas' changes). Refreshes run one at a time, and a caller that
+  waited for one that started after it asked takes its result.
 - Readers get an immutable mapping that a refresh replaces whole: never a half-applied
-  refresh, and a reader never holds up the next refresh.
+  refresh, and a reader never holds up the next refresh. (The mapping is the views of the
+  last full load plus the nodes changed since, so that a refresh copies what changed
+  since the load, not every view.)
 - Bounded error: PostgreSQL commits events out of id order, and the follower looks for a
   late one for 30 s (its patience). If it gives up on an id that commits later still, or
   if anything changed a node without an event, a full reload repairs the views: soon after
@@ -37,10 +42,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 from app.components import Health
 from app.ledger.follow import EventFollower
@@ -49,6 +53,9 @@ from app.ledger.service import Ledger
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+_ABSENT: Any = object()
+COMPACT_AFTER = 256  # changed views kept beside the base at least (at most an eighth of it)
 # Events that record something about a node without changing it.
 UNCHANGING = frozenset({EventKind.REJECTED, EventKind.SLURM_PUSHED, EventKind.SLURM_DRIFT})
 
@@ -59,9 +66,61 @@ class NodeViews(Protocol):
     def list_nodes(self) -> list[NodeView]: ...
 
 
+class Views(Mapping[str, NodeView]):
+    """Immutable: a full load's views (``base``) with the nodes changed since (None: gone)."""
+
+    __slots__ = ("_base", "_changed", "_len")
+
+    def __init__(
+        self, base: dict[str, NodeView], changed: dict[str, NodeView | None] | None = None
+    ) -> None:
+        self._base = base
+        self._changed = changed or {}
+        added = sum(1 for n, v in self._changed.items() if v is not None and n not in base)
+        gone = sum(1 for n, v in self._changed.items() if v is None and n in base)
+        self._len = len(base) + added - gone
+
+    def __getitem__(self, name: str) -> NodeView:
+        if name in self._changed:
+            view = self._changed[name]
+            if view is None:
+                raise KeyError(name)
+            return view
+        return self._base[name]
+
+    @overload
+    def get(self, name: str, /) -> NodeView | None: ...
+
+    @overload
+    def get(self, name: str, /, default: NodeView | T) -> NodeView | T: ...
+
+    def get(self, name: str, /, default: NodeView | T | None = None) -> NodeView | T | None:
+        # Mapping's get goes through __getitem__ and KeyError: a third of a filter's time.
+        view = self._changed.get(name, _ABSENT)
+        if view is _ABSENT:
+            return self._base.get(name, default)
+        return default if view is None else view
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (n for n in self._base if n not in self._changed)
+        yield from (n for n, v in self._changed.items() if v is not None)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def with_changes(self, changes: Mapping[str, NodeView | None]) -> Views:
+        changed = {**self._changed, **changes}
+        if len(changed) <= max(COMPACT_AFTER, len(self._base) // 8):
+            return Views(self._base, changed)
+        # Folded into a new base once in a while: lookups stay two dict reads at most.
+        base = {n: v for n, v in self._base.items() if n not in changed}
+        base.update((n, v) for n, v in changed.items() if v is not None)
+        return Views(base)
+
+
 @dataclass(frozen=True, slots=True)
 class _Loaded:
-    views: Mapping[str, NodeView]
+    views: Views
     follower: EventFollower
     started: float  # when the full load started (monotonic)
 
@@ -92,8 +151,10 @@ class NodeSnapshot:
         self._refreshing = threading.Lock()
         self._reloading = threading.Lock()  # one full load at a time
         self._error: str | None = None
+        self._written = False  # this process committed a write since the last refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        ledger.db.on_commit(self._on_commit)
 
     # reads
 
@@ -101,9 +162,9 @@ class NodeSnapshot:
         """Every node's view by name, from a refresh that started at most ``max_age``
         seconds ago."""
         asked = self.monotonic()
-        if self._loaded is None or self._refreshed < asked - max_age:
+        if self._stale(asked, max_age):
             with self._refreshing:
-                if self._loaded is None or self._refreshed < asked - max_age:
+                if self._stale(asked, max_age):
                     self._refresh()
         loaded = self._loaded
         assert loaded is not None
@@ -113,7 +174,13 @@ class NodeSnapshot:
         """NodeViews: every view, fresh, by name (as Ledger.list_nodes)."""
         return sorted(self.views().values(), key=lambda v: v.name)
 
+    def _stale(self, asked: float, max_age: float) -> bool:
+        return self._loaded is None or self._written or self._refreshed < asked - max_age
+
     # updates
+
+    def _on_commit(self) -> None:
+        self._written = True
 
     def refresh(self) -> None:
         with self._refreshing:
@@ -125,20 +192,23 @@ class NodeSnapshot:
             loaded = self._load()
             with self._refreshing:
                 self._loaded = loaded
-                # Older than the refresh before, maybe: the new views are as of their start.
+                # Older than the refresh before, maybe: the new views are as of their start,
+                # so the next read polls their follower (this process's commits included).
                 self._refreshed = loaded.started
+                self._written = True
 
     def _load(self) -> _Loaded:
         started = self.monotonic()
         # Follower first: whatever commits while the views are read shows up in its events.
         follower = EventFollower(self.ledger, patience=self.patience, monotonic=self.monotonic)
         follower.start()
-        views = MappingProxyType({v.name: v for v in self.ledger.list_nodes()})
+        views = Views({v.name: v for v in self.ledger.list_nodes()})
         return _Loaded(views, follower, started)
 
     def _refresh(self) -> None:
         """Apply what changed since the last refresh; the caller holds ``_refreshing``."""
         started = self.monotonic()
+        self._written = False  # before reading: a commit from now on is read next time
         loaded = self._loaded
         try:
             if loaded is None:
@@ -157,13 +227,9 @@ class NodeSnapshot:
 
     def _with_nodes(self, loaded: _Loaded, names: set[str]) -> _Loaded:
         fresh = {v.name: v for v in self.ledger.views_named(names)}
-        views = dict(loaded.views)
-        for name in names:
-            if name in fresh:
-                views[name] = fresh[name]
-            else:
-                views.pop(name, None)  # deleted
-        return replace(loaded, views=MappingProxyType(views))
+        # A node no longer in the database was deleted: None takes it out.
+        changes = {name: fresh.get(name) for name in names}
+        return replace(loaded, views=loaded.views.with_changes(changes))
 
     # Component
 

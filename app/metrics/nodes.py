@@ -1,7 +1,8 @@
 """The ledger as gauges, per node and for the cluster, read at scrape time.
 
 A scrape reads the ledger at most once per ``cache_seconds`` (every node with its
-holdings: at 15,000 nodes that read is what costs), whatever the number of scrapers.
+holdings: at 15,000 nodes that read is what costs, unless the node snapshot runs and
+answers from memory), whatever the number of scrapers.
 Amounts are in base units: CPU in cores (millicores / 1000), memory in bytes, GPUs as a
 count. ``free`` is capacity - reserved - held and is negative on an overcommitted node;
 ``admissible_capacity`` is what a pod could still get: free on an admissible node, else 0.
@@ -22,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.ledger.records import NodeView, not_admissible_reason
 from app.ledger.resources import Resources
-from app.ledger.service import Ledger
+from app.ledger.snapshot import NodeViews
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +162,12 @@ class _Families:
 
 
 class LedgerCollector:
-    """A prometheus-client collector over ``Ledger.list_nodes()`` with a short cache."""
+    """A prometheus-client collector over ``list_nodes()`` (the ledger's, or the node
+    snapshot's when it runs) with a short cache."""
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: NodeViews,
         *,
         per_node: bool = True,
         cache_seconds: float = 5.0,

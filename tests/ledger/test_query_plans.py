@@ -65,6 +65,7 @@ OPERATIONS: dict[str, Callable[[Ledger], object]] = {
     "rejected": _reject,
     "get node": lambda ledger: ledger.get_node("a"),
     "views named (a snapshot's refresh)": lambda ledger: ledger.views_named(["a", "b"]),
+    "poll the log": lambda ledger: ledger.events_after(ledger.last_event_id() - 1, 500),
     "release": lambda ledger: ledger.release(POD.id, HolderKind.POD),
     "admit manual": lambda ledger: ledger.admit("a", MANUAL, CPU),
     "release either kind": lambda ledger: ledger.release(MANUAL.id),

@@ -15,7 +15,7 @@ from app.ledger.records import EventKind, Holder, HolderKind, HoldingState, Node
 from app.ledger.repository import HOLDINGS, LedgerStatements
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
-from app.ledger.snapshot import NodeSnapshot
+from app.ledger.snapshot import COMPACT_AFTER, NodeSnapshot, Views
 from app.ledger.tables import NodeRow
 
 GIB = 2**30
@@ -112,14 +112,27 @@ def test_nothing_changed_reads_no_node(counting: CountingLedger) -> None:
     assert counting.reads == []
 
 
-def test_max_age_answers_from_memory(counting: CountingLedger) -> None:
+def test_max_age_answers_from_memory_but_always_sees_this_process_writes(
+    database_url: str, counting: CountingLedger
+) -> None:
     now = [0.0]
     snapshot = NodeSnapshot(counting, monotonic=lambda: now[0])
     snapshot.views()
-    counting.admit("a", pod("p1"), CPU)
-    now[0] = 0.05
-    assert snapshot.views(max_age=0.1)["a"].held == Resources.ZERO  # not older than asked
-    assert snapshot.views(max_age=0.0)["a"].held == CPU
+    other_db = Database.from_url(database_url)  # another replica
+    try:
+        Ledger(other_db).admit("a", pod("elsewhere"), CPU)
+        now[0] = 0.05
+        assert snapshot.views(max_age=0.1)["a"].held == Resources.ZERO  # not older than asked
+        now[0] = 0.2
+        assert snapshot.views(max_age=0.1)["a"].held == CPU
+        counting.admit("b", pod("here"), CPU)  # this process: seen at once
+        assert snapshot.views(max_age=60)["b"].held == CPU
+        Ledger(other_db).admit("c", pod("elsewhere-2"), CPU)
+        assert snapshot.views(max_age=60)["c"].held == Resources.ZERO
+        now[0] = 0.3
+        assert snapshot.views(max_age=0)["c"].held == CPU
+    finally:
+        other_db.dispose()
 
 
 def test_a_change_without_an_event_lasts_until_the_next_full_reload(
@@ -252,3 +265,39 @@ def test_a_change_in_flight_during_the_full_load_is_not_missed(
     commit()
     assert snapshot.views()["a"].held == CPU
     assert snapshot.views() == as_read(ledger)
+
+
+def test_views_are_a_base_with_changes_folded_in_once_in_a_while() -> None:
+    def node(name: str, cpu: int = 8000) -> NodeView:
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        return NodeView(name, NodeSpec(Resources(cpu, GIB)), None, None, (), now, now)
+
+    base = Views({n: node(n) for n in ("a", "b", "c")})
+    changed = base.with_changes({"a": node("a", 4000), "b": None, "d": node("d")})
+    assert dict(changed) == {"a": node("a", 4000), "c": node("c"), "d": node("d")}
+    assert (len(changed), "b" in changed, changed.get("b")) == (3, False, None)
+    assert dict(base) == {n: node(n) for n in ("a", "b", "c")}  # untouched
+    again = changed.with_changes({"b": node("b", 2000), "d": None})
+    assert dict(again) == {"a": node("a", 4000), "b": node("b", 2000), "c": node("c")}
+    many = base.with_changes({f"n{i}": node(f"n{i}") for i in range(COMPACT_AFTER + 1)})
+    assert many._changed == {}  # folded into the base
+    assert len(many) == 3 + COMPACT_AFTER + 1
+    assert many == {**dict(base), **{f"n{i}": node(f"n{i}") for i in range(COMPACT_AFTER + 1)}}
+
+
+def test_own_writes_during_a_full_reload_are_seen_after_it(counting: CountingLedger) -> None:
+    now = [0.0]
+    snapshot = NodeSnapshot(counting, monotonic=lambda: now[0])
+    snapshot.views()
+    loading = counting.list_nodes
+
+    def list_then_admit() -> list[NodeView]:
+        views = loading()
+        counting.admit("a", pod("during"), CPU)  # committed after the load read "a"
+        snapshot.views(max_age=60)  # a refresh of the old views takes the commit flag
+        return views
+
+    counting.list_nodes = list_then_admit  # type: ignore[method-assign]
+    snapshot.reload()
+    counting.list_nodes = loading  # type: ignore[method-assign]
+    assert snapshot.views(max_age=60)["a"].held == CPU
