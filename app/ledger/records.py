@@ -64,6 +64,16 @@ class Holding:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a single-node holder holds what, and since when: the little a reconciler
+    compares against its own view (a pod's node and request), without the full record."""
+
+    node: str
+    resources: Resources
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     """What an operator or a discovery controller says about a node."""
 

@@ -41,6 +41,7 @@ from app.ledger.records import (
     LedgerEvent,
     NodeSpec,
     NodeView,
+    Placement,
     not_admissible_reason,
 )
 from app.ledger.repository import LedgerRepository, LedgerStatements, holding_record
@@ -128,6 +129,11 @@ class Ledger:
         with self.db.read() as session:
             return LedgerRepository(session).all_views()
 
+    def node_specs(self) -> dict[str, NodeSpec]:
+        """Every node's spec by name, without holdings (cheap at 15,000 nodes)."""
+        with self.db.read() as session:
+            return LedgerRepository(session).all_specs()
+
     def list_holdings(
         self, node: str | None = None, kind: HolderKind | None = None
     ) -> list[Holding]:
@@ -136,6 +142,24 @@ class Ledger:
             if node is not None and repo.find_node(node) is None:
                 raise NodeNotFound(node)
             return [holding_record(h, n) for h, n in repo.list_holdings(node, kind)]
+
+    def placements(
+        self,
+        kind: HolderKind,
+        *,
+        created_from: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> dict[str, Placement]:
+        """Holder id -> placement of every holding of a single-node ``kind`` (pods, manual),
+        optionally only those created in [created_from, created_before)."""
+        with self.db.read() as session:
+            rows = LedgerRepository(session).placements(kind, created_from, created_before)
+        return {
+            r.holder_id: Placement(
+                r.name, Resources(r.cpu_millis, r.memory_bytes, r.gpus), r.created_at
+            )
+            for r in rows
+        }
 
     def node_page(
         self,
