@@ -1,21 +1,36 @@
 """The Kubernetes API calls the service makes, on plain JSON (no generated models), with a
 timeout on every call and one error type. Built on the official client's ApiClient so
-kubeconfig, in-cluster tokens and TLS work as everywhere else."""
+kubeconfig, in-cluster tokens and TLS work as everywhere else.
+
+LISTs are paginated (``limit`` + ``continue``): at 150,000 pods one unpaginated LIST is a
+response of hundreds of MB for the API server to build and for us to hold. Each page is
+decoded into what the caller keeps before the next is read, so only one page of raw
+objects is in memory at a time.
+"""
 
 from __future__ import annotations
 
+import builtins
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 GROUP = "nodeledger.io"
 VERSION = "v1alpha1"
 GENERICNODES = f"/apis/{GROUP}/{VERSION}/genericnodes"
+DEFAULT_PAGE_SIZE = 500
+# A continue token expires with its snapshot (etcd compaction, ~5 min): start over at most
+# this many times within one list, then let the caller's retry take over.
+LIST_ATTEMPTS = 3
 
 
 class KubeError(Exception):
@@ -24,8 +39,18 @@ class KubeError(Exception):
         self.status = status
 
 
+class _ContinueExpired(Exception):
+    """The snapshot a continue token points into is gone (HTTP 410)."""
+
+
 class KubeClient:
-    def __init__(self, kubeconfig: Path | None, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path | None,
+        *,
+        timeout: float = 10.0,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
         if kubeconfig is not None:
             self.api_client = config.new_client_from_config(config_file=str(kubeconfig))
         else:
@@ -33,6 +58,7 @@ class KubeClient:
             config.load_incluster_config(client_configuration=configuration)
             self.api_client = client.ApiClient(configuration)
         self.timeout = timeout
+        self.page_size = page_size
 
     def request(
         self,
@@ -48,9 +74,48 @@ class KubeClient:
         data = response.data
         return json.loads(data) if data else {}
 
-    def list(self, path: str, **query: Any) -> tuple[list[dict[str, Any]], str]:
-        body = self.request("GET", path, query=query)
-        return list(body.get("items") or []), str(body["metadata"]["resourceVersion"])
+    def list(
+        self, path: str, decode: Callable[[dict[str, Any]], T], **query: Any
+    ) -> tuple[builtins.list[T], str]:
+        """Every object (each passed through ``decode``) and the list's resourceVersion,
+        read in pages of ``page_size``.
+
+        The pages of one list are one consistent snapshot: every page carries the same
+        resourceVersion, which is the one to watch from. A continue token that expired
+        (410) means starting again from the first page; anything decoded so far is dropped,
+        so nothing is returned twice or from two snapshots.
+        """
+        for attempt in range(1, LIST_ATTEMPTS + 1):
+            try:
+                return self._list_pages(path, decode, query)
+            except _ContinueExpired as exc:
+                log.info("%s: list continue token expired (%s), listing again", path, exc)
+                if attempt == LIST_ATTEMPTS:
+                    raise KubeError(f"GET {path}: {exc}", 410) from exc
+        raise AssertionError("unreachable")
+
+    def _list_pages(
+        self, path: str, decode: Callable[[dict[str, Any]], T], query: dict[str, Any]
+    ) -> tuple[builtins.list[T], str]:
+        items: builtins.list[T] = []
+        version: str | None = None
+        token = ""
+        while True:
+            params = {**query, "limit": str(self.page_size)}
+            if token:
+                params["continue"] = token
+            try:
+                page = self.request("GET", path, query=params)
+            except KubeError as exc:
+                if token and exc.status == 410:
+                    raise _ContinueExpired(str(exc)) from exc
+                raise
+            items.extend(decode(obj) for obj in page.get("items") or [])
+            meta = page.get("metadata") or {}
+            version = version or str(meta["resourceVersion"])  # the same on every page
+            token = meta.get("continue") or ""
+            if not token:
+                return items, version
 
     def watch(
         self, path: str, resource_version: str, timeout: int, **query: Any

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from app.admission.service import Admissions
 from app.components import Health
@@ -74,7 +75,7 @@ class KubeControllers:
         )
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period
-        self.watches = [
+        self.watches: list[ListWatch[Any]] = [
             ListWatch("nodes", client, "/api/v1/nodes", self.discovery, metrics=metrics,
                       resync_period=period, labelSelector=settings.node_selector),
             ListWatch("pods", client, "/api/v1/pods", accounting, metrics=metrics,

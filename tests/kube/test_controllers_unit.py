@@ -4,6 +4,7 @@ status, rate limiting, and the list-watch loop's recovery from expired watches."
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -100,13 +101,17 @@ class FakeWatchClient:
     def __init__(self) -> None:
         self.lists = 0
         self.watches = 0
+        self.watched_from: list[str] = []
 
-    def list(self, path: str, **query: Any) -> tuple[list[dict[str, Any]], str]:
+    def list(
+        self, path: str, decode: Callable[[dict[str, Any]], Any], **query: Any
+    ) -> tuple[list[Any], str]:
         self.lists += 1
-        return [{"metadata": {"name": "x", "resourceVersion": "1"}}], f"rv-{self.lists}"
+        return [decode({"metadata": {"name": "x", "resourceVersion": "1"}})], f"rv-{self.lists}"
 
     def watch(self, path: str, version: str, timeout: int, **query: Any) -> Any:
         self.watches += 1
+        self.watched_from.append(version)
         if self.watches == 1:
             yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
         else:
@@ -120,11 +125,14 @@ class Recorder:
         self.resyncs: list[list[str]] = []
         self.events: list[tuple[str, str]] = []
 
-    def resync(self, items: list[dict[str, Any]]) -> None:
-        self.resyncs.append([i["metadata"]["name"] for i in items])
+    def decode(self, obj: dict[str, Any]) -> str:
+        return str(obj["metadata"]["name"])
 
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        self.events.append((kind, obj["metadata"]["name"]))
+    def resync(self, items: list[str]) -> None:
+        self.resyncs.append(items)
+
+    def on_event(self, kind: str, name: str) -> None:
+        self.events.append((kind, name))
         self.stop.set()
 
 
@@ -133,6 +141,7 @@ def test_an_expired_watch_relists_and_the_handler_resyncs() -> None:
     client, handler = FakeWatchClient(), Recorder(stop)
     ListWatch("things", client, "/things", handler).run(stop)  # type: ignore[arg-type]
     assert client.lists == 2  # listed again after the 410
+    assert client.watched_from == ["rv-1", "rv-2"]  # each watch from its list's version
     assert handler.resyncs == [["x"], ["x"]]
     assert handler.events == [("ADDED", "y")]  # bookmarks are not events
 

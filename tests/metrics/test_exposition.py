@@ -15,7 +15,7 @@ from app.auth.settings import AuthSettings
 from app.kube.binder import Extender
 from app.kube.client import KubeError
 from app.kube.extender_wire import ExtenderBindingArgs
-from app.kube.protocol import AdmissionRequests
+from app.kube.protocol import AdmissionRequests, requests_of
 from app.main import create_app
 from app.metrics.settings import MetricsSettings
 from app.settings import Settings
@@ -155,15 +155,17 @@ def test_extender_and_genericnode_admissions_count_under_their_path(make_app: Ma
         clock=lambda: datetime.now(UTC),
     )
     protocol.answer(
-        {
-            "metadata": {"name": "n1"},
-            "spec": {
-                "admissionRequests": [
-                    {"podUID": "g1", "namespace": "b", "name": "s0", "requests": {"cpu": "2"}},
-                    {"podUID": "g2", "namespace": "b", "name": "s1", "requests": {"cpu": "99"}},
-                ]
-            },
-        }
+        requests_of(
+            {
+                "metadata": {"name": "n1"},
+                "spec": {
+                    "admissionRequests": [
+                        {"podUID": "g1", "namespace": "b", "name": "s0", "requests": {"cpu": "2"}},
+                        {"podUID": "g2", "namespace": "b", "name": "s1", "requests": {"cpu": "99"}},
+                    ]
+                },
+            }
+        )
     )
     s = scrape(app.api)
 
