@@ -72,6 +72,7 @@ class KubeControllers:
             resync_period=settings.resync_period,
             gpu_resource=settings.gpu_resource,
             clock=clock,
+            metrics=metrics,
         )
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period

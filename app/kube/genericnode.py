@@ -10,6 +10,7 @@ lastSyncTime.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,9 @@ from app.ledger.resources import Resources
 from app.quantities import format_cpu, format_memory
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
+# The status fields the mirror owns and compares; lastSyncTime is when they were last
+# written, and admissionChecks belong to the admission-check protocol.
+MIRRORED = ("capacity", "allocatedResources", "free", "conditions")
 ADMITTED = "Admitted"
 REJECTED = "Rejected"
 
@@ -105,9 +109,13 @@ def status_of(
 
 
 def same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Equal apart from lastSyncTime (so unchanged nodes are not rewritten)."""
-    return _without_sync_time(a) == _without_sync_time(b)
+    """Equal in what the mirror owns (so unchanged nodes are not rewritten)."""
+    return fingerprint(a) == fingerprint(b)
 
 
-def _without_sync_time(status: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if k != "lastSyncTime"}
+def fingerprint(status: Mapping[str, Any]) -> str:
+    """The mirrored fields as one canonical string: compact to keep for 15,000 nodes,
+    equal exactly when the fields are, and parsed back into the previous status that
+    status_of takes its lastTransitionTimes from."""
+    mirrored = {k: status[k] for k in MIRRORED if k in status}
+    return json.dumps(mirrored, sort_keys=True, separators=(",", ":"))

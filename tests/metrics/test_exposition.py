@@ -54,6 +54,7 @@ CONTRACT = {
     "nodeledger_leader": "gauge",
     "nodeledger_kube_watch_restarts": "counter",
     "nodeledger_kube_relists": "counter",
+    "nodeledger_kube_status_writes": "counter",
 }
 PER_NODE = {name for name in CONTRACT if name.startswith("nodeledger_node_")}
 
