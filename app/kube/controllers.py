@@ -128,10 +128,18 @@ class KubeControllers:
         self.metrics.leader("kube-controllers", True)
         self._stop = threading.Event()
         stop = self._stop
-        # Nodes first: pods and requests are only accounted on managed nodes.
         nodes = self.watches[0]
         self._spawn("watch-nodes", lambda: nodes.run(stop))
-        nodes.synced.wait(30)
+        self._spawn("start-controllers", lambda: self._after_nodes(stop))
+
+    def _after_nodes(self, stop: threading.Event) -> None:
+        """Nodes first: pods are only accounted on managed nodes, so a pod listed before
+        discovery put its node in the ledger would be skipped until the next resync (at
+        15,000 new nodes discovery takes minutes)."""
+        while not self.watches[0].synced.wait(1.0) and not stop.is_set():
+            pass
+        if stop.is_set():
+            return
         for watch in self.watches[1:]:
             self._spawn(f"watch-{watch.name}", lambda w=watch: w.run(stop))  # type: ignore[misc]
         self._spawn("genericnode-status", lambda: self.mirror.run(stop))
