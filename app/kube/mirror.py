@@ -102,6 +102,7 @@ class StatusMirror:
     def resync(self) -> None:
         """Read every GenericNode's status from Kubernetes and mark the nodes whose
         figures differ from the ledger's (the next flush writes them)."""
+        started = time.monotonic()
         selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         listed, _ = self.client.list(GENERICNODES, _status_fingerprint, labelSelector=selector)
         self.written = dict(listed)
@@ -112,7 +113,10 @@ class StatusMirror:
             if known is not None and self._desired(view, health, now)[1] != known:
                 self._dirty.add(view.name)
                 differ += 1
-        log.info("GenericNode resync: %d of %d differ from the ledger", differ, len(listed))
+        log.info(
+            "GenericNode status resync: %d of %d differ from the ledger (%.2f s)",
+            differ, len(listed), time.monotonic() - started,
+        )  # fmt: skip
 
     def _follow_events(self) -> None:
         self._dirty.update(e.node for e in self._events.poll() if e.node)
