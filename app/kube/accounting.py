@@ -5,7 +5,8 @@ Failed), so a pod that finishes or is deleted arrives as DELETED and is released
 pod the ledger does not know (default scheduler, DaemonSet controller) is recorded as it
 is, even when it overcommits the node. A full resync compares every listed pod with the
 ledger's pod holdings, read once, and records only the pods the ledger does not have as
-they are (at 150,000 pods, one transaction per pod would take minutes).
+they are, ``RECORD_BATCH`` per transaction (at 150,000 pods, one transaction per pod
+would take minutes).
 
 A sweep releases pod holdings whose pod is not bound anywhere once they are older than
 ``binding_grace`` (an admission's pod may not be bound yet), so holdings of pods deleted
@@ -28,7 +29,7 @@ from typing import Any
 from app.admission.service import Admissions
 from app.kube.pods import PodInfo, pod_info
 from app.ledger.errors import HoldingNotFound, LedgerError
-from app.ledger.records import Holder, HolderKind, Placement
+from app.ledger.records import Holder, HolderKind, Placement, Recording
 from app.ledger.service import Clock
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # Periodic sweeps overlap by this much: a holding stamped before its transaction committed
 # is still looked at if the commit took less than this.
 SWEEP_OVERLAP = timedelta(seconds=10)
+RECORD_BATCH = 500
 
 
 class PodAccounting:
@@ -71,9 +73,13 @@ class PodAccounting:
             with self._lock:
                 self._present = {p.uid for p in pods}
                 self._synced = True
-            for pod in pods:
-                if not _recorded_as(recorded.get(pod.uid), pod):
-                    self._hold(pod)
+            missing = [
+                _recording(pod)
+                for pod in pods
+                if self._accountable(pod) and not _recorded_as(recorded.get(pod.uid), pod)
+            ]
+            for start in range(0, len(missing), RECORD_BATCH):
+                self._record(missing[start : start + RECORD_BATCH])
             old = (uid for uid, p in recorded.items() if p.created_at < cutoff)
             self._release_unbound(old)
             self._swept_until = cutoff
@@ -109,18 +115,35 @@ class PodAccounting:
         for uid in gone:
             self._release(uid, "no such bound pod")
 
+    def _accountable(self, pod: PodInfo) -> bool:
+        return pod.holds and pod.node is not None and self.managed(pod.node)
+
     def _hold(self, pod: PodInfo) -> None:
-        if not pod.holds or pod.node is None or not self.managed(pod.node):
+        if not self._accountable(pod):
             return
-        holder = Holder(HolderKind.POD, pod.uid, pod.display_name)
+        entry = _recording(pod)
         try:
-            self.admissions.record(pod.node, holder, pod.requests, reason="bound pod")
+            self.admissions.record(entry.node, entry.holder, entry.resources, reason="bound pod")
         except LedgerError as exc:
             log.warning("recording pod %s on %s failed: %s", pod.display_name, pod.node, exc)
+
+    def _record(self, entries: list[Recording]) -> None:
+        try:
+            recorded = self.admissions.record_many(entries, reason="bound pod")
+        except LedgerError as exc:
+            log.warning("recording %d pods failed: %s", len(entries), exc)
+            return
+        for entry in recorded.unknown_node:  # the node left the ledger meanwhile
+            log.warning("recording pod %s: no node %s", entry.holder.display_name, entry.node)
 
     def _release(self, uid: str, reason: str) -> None:
         with contextlib.suppress(HoldingNotFound):
             self.admissions.release(uid, HolderKind.POD, reason=reason, path="kubernetes")
+
+
+def _recording(pod: PodInfo) -> Recording:
+    holder = Holder(HolderKind.POD, pod.uid, pod.display_name)
+    return Recording(pod.node or "", holder, pod.requests)
 
 
 def _recorded_as(placement: Placement | None, pod: PodInfo) -> bool:

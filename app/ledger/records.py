@@ -74,6 +74,24 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class Recording:
+    """A holding that exists outside the ledger (a bound pod), to record as it is."""
+
+    node: str
+    holder: Holder
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What Ledger.record_many did: the nodes whose holdings changed, and the entries it
+    skipped because the ledger has no such node."""
+
+    changed: frozenset[str]
+    unknown_node: tuple[Recording, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     """What an operator or a discovery controller says about a node."""
 

@@ -60,6 +60,21 @@ _SINGLE_NODE_HOLDINGS = (
         HOLDINGS.c.holder_kind.in_(bindparam("kinds", expanding=True)),
     )
 )
+_LOCK_NODES = (
+    select(NODES.c.id, NODES.c.name)
+    .where(NODES.c.name.in_(bindparam("names", expanding=True)))
+    .order_by(NODES.c.name)  # one order for every multi-node lock: no deadlock between them
+    .with_for_update()
+)
+_HOLDINGS_OF = (
+    select(HOLDINGS, NODES.c.name.label("node_name"))
+    .join(NODES, HOLDINGS.c.node_id == NODES.c.id)
+    .where(
+        HOLDINGS.c.holder_kind == bindparam("kind"),
+        HOLDINGS.c.holder_id.in_(bindparam("holder_ids", expanding=True)),
+    )
+)
+_DELETE_HOLDINGS = delete(HOLDINGS).where(HOLDINGS.c.id.in_(bindparam("ids", expanding=True)))
 _INSERT_HOLDING = insert(HOLDINGS)
 _INSERT_EVENT = insert(EVENTS)
 _DELETE_HOLDING = (
@@ -146,6 +161,30 @@ def event_record(row: EventRow) -> LedgerEvent:
     )
 
 
+def event_values(
+    at: datetime,
+    kind: EventKind,
+    node: str | None,
+    message: str,
+    *,
+    holder: Holder | None = None,
+    resources: Resources | None = None,
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "at": at,
+        "kind": kind.value,
+        "node": node,
+        "holder_kind": holder.kind.value if holder else None,
+        "holder_id": holder.id if holder else None,
+        "cpu_millis": resources.cpu_millis if resources else None,
+        "memory_bytes": resources.memory_bytes if resources else None,
+        "gpus": resources.gpus if resources else None,
+        "message": message,
+        "details": details or {},
+    }
+
+
 class LedgerStatements:
     """The hot path's SQL (admit, release): prebuilt Core statements that run on a bare
     connection or a Session alike, a fraction of the ORM's cost per call."""
@@ -175,8 +214,26 @@ class LedgerStatements:
         params = {"holder_id": holder_id, "kinds": list(kinds)}
         return list(self.session.execute(_SINGLE_NODE_HOLDINGS, params))
 
+    def lock_nodes(self, names: Sequence[str]) -> dict[str, int]:
+        """Name -> id of those of ``names`` that exist, row-locked in name order."""
+        rows = self.session.execute(_LOCK_NODES, {"names": sorted(set(names))})
+        return {row.name: row.id for row in rows}
+
+    def holdings_of(self, kind: HolderKind, holder_ids: Sequence[str]) -> list[Row[Any]]:
+        """``kind``'s holding rows of these holders, with their node's name."""
+        params = {"kind": kind.value, "holder_ids": list(holder_ids)}
+        return list(self.session.execute(_HOLDINGS_OF, params))
+
     def insert_holding(self, values: dict[str, Any]) -> None:
         self.session.execute(_INSERT_HOLDING, values)
+
+    def insert_holdings(self, values: Sequence[dict[str, Any]]) -> None:
+        if values:
+            self.session.execute(_INSERT_HOLDING, list(values))
+
+    def delete_holdings(self, ids: Sequence[int]) -> None:
+        if ids:
+            self.session.execute(_DELETE_HOLDINGS, {"ids": list(ids)})
 
     def delete_holding_returning(self, holding_id: int) -> Row[Any] | None:
         return self.session.execute(_DELETE_HOLDING, {"holding_id": holding_id}).one_or_none()
@@ -194,19 +251,15 @@ class LedgerStatements:
     ) -> None:
         self.session.execute(
             _INSERT_EVENT,
-            {
-                "at": at,
-                "kind": kind.value,
-                "node": node,
-                "holder_kind": holder.kind.value if holder else None,
-                "holder_id": holder.id if holder else None,
-                "cpu_millis": resources.cpu_millis if resources else None,
-                "memory_bytes": resources.memory_bytes if resources else None,
-                "gpus": resources.gpus if resources else None,
-                "message": message,
-                "details": details or {},
-            },
+            event_values(
+                at, kind, node, message, holder=holder, resources=resources, details=details
+            ),
         )
+
+    def append_events(self, values: Sequence[dict[str, Any]]) -> None:
+        """Many events (each from event_values) in one statement."""
+        if values:
+            self.session.execute(_INSERT_EVENT, list(values))
 
 
 class LedgerRepository(LedgerStatements):

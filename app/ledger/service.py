@@ -10,7 +10,7 @@ back within capacity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,9 +42,16 @@ from app.ledger.records import (
     NodeSpec,
     NodeView,
     Placement,
+    Recorded,
+    Recording,
     not_admissible_reason,
 )
-from app.ledger.repository import LedgerRepository, LedgerStatements, holding_record
+from app.ledger.repository import (
+    LedgerRepository,
+    LedgerStatements,
+    event_values,
+    holding_record,
+)
 from app.ledger.resources import ResourceName, Resources
 from app.ledger.tables import HoldingRow, NodeRow
 from app.quantities import format_cpu, format_memory
@@ -384,6 +391,74 @@ class Ledger:
             )
             held = HoldingState.HELD
             return Admission(Holding(node, holder, requests, held, now, now), True)
+
+    def record_many(self, entries: Sequence[Recording], *, reason: str) -> Recorded:
+        """record() for many single-node holders in one transaction (a resync that finds
+        thousands of pods the ledger lacks; one transaction each would take minutes). The
+        entries' nodes are locked in name order; a holder already recorded as it is costs
+        nothing; each holding written gets its event, as with record()."""
+        try:
+            return self._record_many(entries, reason)
+        except IntegrityError:
+            # One of the holders was admitted meanwhile: one by one, record() sorts it out.
+            return self._record_each(entries, reason)
+
+    def _record_each(self, entries: Sequence[Recording], reason: str) -> Recorded:
+        changed: set[str] = set()
+        unknown: list[Recording] = []
+        for entry in entries:
+            try:
+                if self.record(entry.node, entry.holder, entry.resources, reason=reason).created:
+                    changed.add(entry.node)
+            except NodeNotFound:
+                unknown.append(entry)
+        return Recorded(frozenset(changed), tuple(unknown))
+
+    def _record_many(self, entries: Sequence[Recording], reason: str) -> Recorded:
+        now = self.clock()
+        latest = {(e.holder.kind, e.holder.id): e for e in entries}  # the last entry wins
+        with self.db.write_statements() as connection:
+            repo = LedgerStatements(connection)
+            node_ids = repo.lock_nodes([e.node for e in latest.values()])
+            existing: dict[tuple[HolderKind, str], Row[Any]] = {}
+            for kind in {kind for kind, _ in latest}:
+                ids = [holder_id for k, holder_id in latest if k is kind]
+                existing.update(((kind, r.holder_id), r) for r in repo.holdings_of(kind, ids))
+            unknown: list[Recording] = []
+            stale: list[int] = []
+            holdings: list[dict[str, Any]] = []
+            events: list[dict[str, Any]] = []
+            changed: set[str] = set()
+            for key, entry in latest.items():
+                node_id = node_ids.get(entry.node)
+                if node_id is None:
+                    unknown.append(entry)
+                    continue
+                old = existing.get(key)
+                if old is not None:
+                    same = Resources(old.cpu_millis, old.memory_bytes, old.gpus) == entry.resources
+                    if old.node_name == entry.node and same:
+                        continue
+                    stale.append(old.id)
+                    changed.add(old.node_name)
+                held = HoldingState.HELD
+                holdings.append(_holding_values(node_id, entry.holder, entry.resources, held, now))
+                events.append(
+                    event_values(
+                        now,
+                        EventKind.ADMITTED,
+                        entry.node,
+                        f"recorded {entry.holder.display_name or entry.holder.id}: {reason}",
+                        holder=entry.holder,
+                        resources=entry.resources,
+                        details={"recorded": True},
+                    )
+                )
+                changed.add(entry.node)
+            repo.delete_holdings(stale)
+            repo.insert_holdings(holdings)
+            repo.append_events(events)
+        return Recorded(frozenset(changed), tuple(unknown))
 
     def pending_before(self, cutoff: datetime) -> list[Holding]:
         """Holdings still PENDING that were last touched before ``cutoff``."""

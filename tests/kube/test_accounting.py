@@ -3,15 +3,16 @@ already have, and sweeps release holdings whose pod is not bound, once past the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from app.admission.service import Admissions
 from app.db.engine import Database
-from app.kube.accounting import PodAccounting
+from app.kube.accounting import RECORD_BATCH, PodAccounting
 from app.kube.pods import PodInfo
-from app.ledger.records import EventKind, Holder, HolderKind, NodeSpec
+from app.ledger.records import EventKind, Holder, HolderKind, NodeSpec, Recorded, Recording
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 
@@ -120,3 +121,19 @@ def test_no_sweep_before_the_first_resync(
     clock.advance(60)
     accounting.sweep()  # the pods are not listed yet: "not bound" would be a guess
     assert set(pod_holdings(ledger)) == {"p"}
+
+
+def test_a_cold_resync_records_in_batches(
+    ledger: Ledger, accounting: PodAccounting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    record_many = ledger.record_many
+
+    def counted(entries: Sequence[Recording], *, reason: str) -> Recorded:
+        calls.append(len(entries))
+        return record_many(entries, reason=reason)
+
+    monkeypatch.setattr(ledger, "record_many", counted)
+    accounting.resync([pod(f"p{i}", cpu=10) for i in range(1200)])
+    assert calls == [RECORD_BATCH, RECORD_BATCH, 1200 - 2 * RECORD_BATCH]
+    assert len(pod_holdings(ledger)) == 1200
