@@ -17,6 +17,7 @@ no object dict survives the decoding of a listed page or a watch event.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,11 +30,18 @@ GPU_RESOURCE = "nvidia.com/gpu"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
+# Pods repeat a handful of quantity strings ("100m", "128Mi"): parsing each once instead of
+# 150,000 times takes most of the decoding out of a full resync.
+_cpu = functools.lru_cache(maxsize=4096)(cpu_millis)
+_memory = functools.lru_cache(maxsize=4096)(memory_bytes)
+_gpus = functools.lru_cache(maxsize=256)(gpu_count)
+
+
 def _amounts(requests: Mapping[str, Any], gpu_resource: str) -> Resources:
     return Resources(
-        cpu_millis(requests["cpu"]) if "cpu" in requests else 0,
-        memory_bytes(requests["memory"]) if "memory" in requests else 0,
-        gpu_count(requests[gpu_resource]) if gpu_resource in requests else 0,
+        _cpu(requests["cpu"]) if "cpu" in requests else 0,
+        _memory(requests["memory"]) if "memory" in requests else 0,
+        _gpus(requests[gpu_resource]) if gpu_resource in requests else 0,
     )
 
 
