@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from app.admission.service import Admissions
-from app.kube.pods import PodInfo, pod_info
+from app.kube.pods import PodInfo, PodShape, pod_info
 from app.ledger.errors import HoldingNotFound, LedgerError
 from app.ledger.records import Holder, HolderKind, Placement, Recording
 from app.ledger.service import Clock
@@ -62,6 +62,8 @@ class PodAccounting:
         self._swept_until: datetime | None = None  # older holdings were looked at
 
     # WatchHandler[PodInfo]
+    shape = PodShape
+
     def decode(self, obj: dict[str, Any]) -> PodInfo:
         return pod_info(obj, self.gpu_resource)
 

@@ -5,7 +5,10 @@ kubeconfig, in-cluster tokens and TLS work as everywhere else.
 LISTs are paginated (``limit`` + ``continue``): at 150,000 pods one unpaginated LIST is a
 response of hundreds of MB for the API server to build and for us to hold. Each page is
 decoded into what the caller keeps before the next is read, so only one page of raw
-objects is in memory at a time.
+objects is in memory at a time. Given a ``shape`` (a TypedDict of the fields the caller
+reads), a page is parsed by msgspec into dicts of just those fields: everything else
+(managedFields, most of spec and status) is skipped unparsed, a tenth of the time of
+parsing whole objects.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
+import msgspec
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -37,6 +41,26 @@ class KubeError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _Page(msgspec.Struct, Generic[T]):
+    metadata: _ListMeta
+    items: list[T] | None = None
+
+
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _page_decoder(shape: Any) -> msgspec.json.Decoder[_Page[Any]]:
+    decoder = _decoders.get(shape)
+    if decoder is None:
+        decoder = _decoders[shape] = msgspec.json.Decoder(_Page[shape])
+    return decoder
 
 
 class _ContinueExpired(Exception):
@@ -75,10 +99,14 @@ class KubeClient:
         return json.loads(data) if data else {}
 
     def list(
-        self, path: str, decode: Callable[[dict[str, Any]], T], **query: Any
+        self,
+        path: str,
+        decode: Callable[[dict[str, Any]], T],
+        shape: Any = None,
+        **query: Any,
     ) -> tuple[builtins.list[T], str]:
         """Every object (each passed through ``decode``) and the list's resourceVersion,
-        read in pages of ``page_size``.
+        read in pages of ``page_size``; with ``shape``, ``decode`` gets only its fields.
 
         The pages of one list are one consistent snapshot: every page carries the same
         resourceVersion, which is the one to watch from. A continue token that expired
@@ -87,7 +115,7 @@ class KubeClient:
         """
         for attempt in range(1, LIST_ATTEMPTS + 1):
             try:
-                return self._list_pages(path, decode, query)
+                return self._list_pages(path, decode, shape, query)
             except _ContinueExpired as exc:
                 log.info("%s: list continue token expired (%s), listing again", path, exc)
                 if attempt == LIST_ATTEMPTS:
@@ -95,7 +123,11 @@ class KubeClient:
         raise AssertionError("unreachable")
 
     def _list_pages(
-        self, path: str, decode: Callable[[dict[str, Any]], T], query: dict[str, Any]
+        self,
+        path: str,
+        decode: Callable[[dict[str, Any]], T],
+        shape: Any,
+        query: dict[str, Any],
     ) -> tuple[builtins.list[T], str]:
         items: builtins.list[T] = []
         version: str | None = None
@@ -105,17 +137,31 @@ class KubeClient:
             if token:
                 params["continue"] = token
             try:
-                page = self.request("GET", path, query=params)
+                objects, meta = self._page(path, params, shape)
             except KubeError as exc:
                 if token and exc.status == 410:
                     raise _ContinueExpired(str(exc)) from exc
                 raise
-            items.extend(decode(obj) for obj in page.get("items") or [])
-            meta = page.get("metadata") or {}
-            version = version or str(meta["resourceVersion"])  # the same on every page
-            token = meta.get("continue") or ""
+            items.extend(decode(obj) for obj in objects)
+            version = version or meta.resourceVersion  # the same on every page
+            token = meta.continue_
             if not token:
                 return items, version
+
+    def _page(
+        self, path: str, params: dict[str, Any], shape: Any
+    ) -> tuple[builtins.list[dict[str, Any]], _ListMeta]:
+        response = self._call("GET", path, params, None, "application/json", self.timeout)
+        try:
+            if shape is not None:
+                page = _page_decoder(shape).decode(response.data)
+                return page.items or [], page.metadata
+            body = json.loads(response.data)
+            meta = body.get("metadata") or {}
+            list_meta = _ListMeta(str(meta["resourceVersion"]), meta.get("continue") or "")
+            return body.get("items") or [], list_meta
+        except (msgspec.MsgspecError, ValueError, KeyError) as exc:
+            raise KubeError(f"GET {path}: unreadable list page: {exc}") from exc
 
     def watch(
         self, path: str, resource_version: str, timeout: int, **query: Any

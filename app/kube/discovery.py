@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from app.kube.client import GENERICNODES, KubeClient, KubeError
 from app.kube.genericnode import MANAGED_BY, new_object
@@ -38,6 +38,26 @@ def allocatable(node: dict[str, Any], gpu_resource: str) -> Resources:
         memory_bytes(values.get("memory", 0), Rounding.DOWN),
         gpu_count(values.get(gpu_resource, 0)),
     )
+
+
+class _Meta(TypedDict, total=False):
+    name: str
+    labels: dict[str, str]
+
+
+class _Status(TypedDict, total=False):
+    allocatable: dict[str, Any]
+
+
+class NodeShape(TypedDict, total=False):
+    """The fields of a Node that discovery reads (a LIST parses only these)."""
+
+    metadata: _Meta
+    status: _Status
+
+
+class _Named(TypedDict, total=False):
+    metadata: _Meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +104,8 @@ class NodeDiscovery:
             return name in self._nodes
 
     # WatchHandler[NodeInfo]
+    shape = NodeShape
+
     def decode(self, obj: dict[str, Any]) -> NodeInfo:
         meta = obj["metadata"]
         alias = (meta.get("labels") or {}).get(self.slurm_node_label) or None
@@ -96,7 +118,7 @@ class NodeDiscovery:
         specs = self.ledger.node_specs()
         self._applied = {name: (s.capacity, s.slurm_name) for name, s in specs.items()}
         selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
-        names, _ = self.client.list(GENERICNODES, _name, labelSelector=selector)
+        names, _ = self.client.list(GENERICNODES, _name, _Named, labelSelector=selector)
         self._genericnodes = set(names)
         self.refresh()
         self._remove_gone(specs)

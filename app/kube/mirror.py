@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from app.components import Health
 from app.kube.client import GENERICNODES, KubeClient, KubeError
@@ -34,6 +34,24 @@ from app.ledger.service import Clock, Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
+
+
+class _Meta(TypedDict, total=False):
+    name: str
+
+
+class _Status(TypedDict, total=False):
+    capacity: Any
+    allocatedResources: Any
+    free: Any
+    conditions: Any
+
+
+class _StatusShape(TypedDict, total=False):
+    """What the resync reads of a GenericNode: its name and the mirrored fields."""
+
+    metadata: _Meta
+    status: _Status
 
 
 class TokenBucket:
@@ -104,7 +122,9 @@ class StatusMirror:
         figures differ from the ledger's (the next flush writes them)."""
         started = time.monotonic()
         selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
-        listed, _ = self.client.list(GENERICNODES, _status_fingerprint, labelSelector=selector)
+        listed, _ = self.client.list(
+            GENERICNODES, _status_fingerprint, _StatusShape, labelSelector=selector
+        )
         self.written = dict(listed)
         health, now = self.slurm_health(), self.clock()
         differ = 0

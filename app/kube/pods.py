@@ -21,10 +21,47 @@ import functools
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from app.ledger.resources import Resources
 from app.quantities import cpu_millis, gpu_count, memory_bytes
+
+
+class _Resources(TypedDict, total=False):
+    requests: dict[str, Any]
+    limits: dict[str, Any]
+
+
+class _Container(TypedDict, total=False):
+    resources: _Resources
+    restartPolicy: str
+
+
+class _Spec(TypedDict, total=False):
+    nodeName: str
+    containers: list[_Container]
+    initContainers: list[_Container]
+    overhead: dict[str, Any]
+    resources: _Resources
+
+
+class _Meta(TypedDict, total=False):
+    uid: str
+    namespace: str
+    name: str
+
+
+class _Status(TypedDict, total=False):
+    phase: str
+
+
+class PodShape(TypedDict, total=False):
+    """The fields of a pod that pod_info reads (a LIST parses only these)."""
+
+    metadata: _Meta
+    spec: _Spec
+    status: _Status
+
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from app.admission.service import Admissions
 from app.kube.client import GENERICNODES, KubeClient
@@ -30,6 +30,26 @@ def requested(request: dict[str, Any], gpu_resource: str) -> Resources:
         memory_bytes(amounts.get("memory", 0)),
         gpu_count(amounts.get(gpu_resource, 0)),
     )
+
+
+class _Meta(TypedDict, total=False):
+    name: str
+
+
+class _Spec(TypedDict, total=False):
+    admissionRequests: list[dict[str, Any]]
+
+
+class _Status(TypedDict, total=False):
+    admissionChecks: list[dict[str, Any]]
+
+
+class RequestsShape(TypedDict, total=False):
+    """The fields of a GenericNode requests_of reads (a LIST parses only these)."""
+
+    metadata: _Meta
+    spec: _Spec
+    status: _Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +81,8 @@ class AdmissionRequests:
         self.clock = clock
 
     # WatchHandler[Requests]
+    shape = RequestsShape
+
     def decode(self, obj: dict[str, Any]) -> Requests:
         return requests_of(obj)
 

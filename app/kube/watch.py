@@ -27,6 +27,11 @@ T = TypeVar("T")
 
 
 class WatchHandler(Protocol[T]):
+    @property
+    def shape(self) -> Any:
+        """The fields ``decode`` reads, as a TypedDict (listed pages are parsed into just
+        those), or None for whole objects."""
+
     def decode(self, obj: dict[str, Any]) -> T:
         """The part of an API object the handler keeps (called for every listed object and
         every event's object)."""
@@ -92,7 +97,8 @@ class ListWatch(Generic[T]):
             self.metrics.kube_relisted(self.name)
         self._listed = True
         started = time.monotonic()
-        items, version = self.client.list(self.path, self.handler.decode, **self.query)
+        handler = self.handler
+        items, version = self.client.list(self.path, handler.decode, handler.shape, **self.query)
         if stop.is_set():
             return  # leadership was lost while listing: another replica acts on it now
         listed = time.monotonic()

@@ -104,7 +104,7 @@ class FakeWatchClient:
         self.watched_from: list[str] = []
 
     def list(
-        self, path: str, decode: Callable[[dict[str, Any]], Any], **query: Any
+        self, path: str, decode: Callable[[dict[str, Any]], Any], shape: Any = None, **query: Any
     ) -> tuple[list[Any], str]:
         self.lists += 1
         return [decode({"metadata": {"name": "x", "resourceVersion": "1"}})], f"rv-{self.lists}"
@@ -124,6 +124,8 @@ class Recorder:
         self.stop = stop
         self.resyncs: list[list[str]] = []
         self.events: list[tuple[str, str]] = []
+
+    shape = None
 
     def decode(self, obj: dict[str, Any]) -> str:
         return str(obj["metadata"]["name"])
@@ -156,7 +158,7 @@ class FakeStatusClient:
         self.written: list[str] = []
 
     def list(
-        self, path: str, decode: Callable[[dict[str, Any]], Any], **query: Any
+        self, path: str, decode: Callable[[dict[str, Any]], Any], shape: Any = None, **query: Any
     ) -> tuple[list[Any], str]:
         objects = [{"metadata": {"name": n}, "status": s} for n, s in self.objects.items()]
         return [decode(o) for o in objects], "1"

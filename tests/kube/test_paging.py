@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app.kube.client import KubeClient
+from app.kube.pods import PodShape
 from app.kube.watch import ListWatch
 from tests.support.kube_cluster import KubeCluster, wait_until
 
@@ -29,12 +30,12 @@ class CountingClient(KubeClient):
         self.pages: list[dict[str, Any]] = []  # list responses' metadata
         self.watched_from: list[str] = []
 
-    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        self.requests.append((method, path, dict(kwargs.get("query") or {})))
-        body = super().request(method, path, **kwargs)
-        if method == "GET" and "items" in body:
-            self.pages.append(body["metadata"])
-        return body
+    def _call(self, method: str, path: str, query: dict[str, Any] | None, *args: Any) -> Any:
+        self.requests.append((method, path, dict(query or {})))
+        response = super()._call(method, path, query, *args)
+        if method == "GET" and not (query or {}).get("watch"):
+            self.pages.append(json.loads(response.data)["metadata"])
+        return response
 
     def watch(
         self, path: str, resource_version: str, timeout: int, **query: Any
@@ -88,6 +89,11 @@ def test_a_list_in_small_pages_returns_every_object_once(
     assert len({uid for uid, _ in items}) == 25
     assert len(client.requests) == 7  # ceil(25 / 4) pages
     assert [q.get("limit") for _, _, q in client.requests] == ["4"] * 7
+    # Parsed into the pod accounting's shape: the fields it reads, nothing else.
+    shaped, _ = client.list(PODS, lambda o: o, PodShape, labelSelector=f"paging={label}")
+    assert set(shaped[0]) == {"metadata", "spec", "status"}
+    assert set(shaped[0]["metadata"]) == {"uid", "name", "namespace"}
+    assert shaped[0]["spec"]["nodeName"] == "paging-node"
     # One snapshot: every page has the resourceVersion the list returns.
     assert {p["resourceVersion"] for p in client.pages} == {version}
     assert not client.pages[-1].get("continue")
@@ -95,6 +101,8 @@ def test_a_list_in_small_pages_returns_every_object_once(
 
 class Seen:
     """A watch handler that records what it was given."""
+
+    shape = PodShape
 
     def __init__(self) -> None:
         self.listed: list[str] = []
