@@ -436,11 +436,22 @@ class Ledger:
                     continue
                 old = existing.get(key)
                 if old is not None:
-                    same = Resources(old.cpu_millis, old.memory_bytes, old.gpus) == entry.resources
-                    if old.node_name == entry.node and same:
+                    amounts = Resources(old.cpu_millis, old.memory_bytes, old.gpus)
+                    if old.node_name == entry.node and amounts == entry.resources:
                         continue
                     stale.append(old.id)
-                    changed.add(old.node_name)
+                    if old.node_name != entry.node:  # its own event: followers go by node
+                        changed.add(old.node_name)
+                        events.append(
+                            event_values(
+                                now,
+                                EventKind.RELEASED,
+                                old.node_name,
+                                f"moved to node {entry.node!r}: {reason}",
+                                holder=entry.holder,
+                                resources=amounts,
+                            )
+                        )
                 held = HoldingState.HELD
                 holdings.append(_holding_values(node_id, entry.holder, entry.resources, held, now))
                 events.append(

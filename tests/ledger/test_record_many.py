@@ -55,6 +55,11 @@ def test_records_what_is_missing_or_different_and_nothing_else(nodes: Ledger) ->
         "same": ("n1", 1000), "moved": ("n2", 1000), "new": ("n2", 500), "big": ("n1", 9000)
     }  # fmt: skip
     assert recorded_events(ledger, mark) == [("n2", "moved"), ("n2", "new"), ("n1", "big")]
+    # The node it left has an event of its own (the status mirror follows events by node).
+    released = [e for e in ledger.events(after_id=mark, limit=100) if e.kind is EventKind.RELEASED]
+    assert [(e.node, e.holder_id, e.message) for e in released] == [
+        ("n1", "moved", "moved to node 'n2': bound pod")
+    ]
     assert ledger.get_node("n1").not_admissible_reason is not None  # overcommitted
     mark = ledger.last_event_id()
     again = ledger.record_many(entries, reason="bound pod")
