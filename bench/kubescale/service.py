@@ -56,7 +56,7 @@ class Service:
         return self.process.pid
 
     def start(self) -> None:
-        with self.log.open("ab") as out:
+        with self.log.open("wb") as out:  # this run only: resyncs() reads it back
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "app", "serve"],
                 cwd=REPO,
