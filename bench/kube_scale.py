@@ -8,7 +8,7 @@ a full periodic resync (list and resync seconds per watch, from the service's lo
 under pod churn, and GenericNode status writes per second during a burst of changes.
 
     python -m bench.kube_scale [--nodes 100,1000] [--keep] [--status-qps 20]
-                               [--list-page-size 500] [--resync-period 90]
+                               [--list-page-size 2000] [--resync-period 90]
 
 Runs on a control plane of its own (NODELEDGER_RUNDIR=/tmp/nodeledger-kube-scale, ports
 from 22379, no kube-scheduler) and a PostgreSQL of its own in the same directory, so the
@@ -239,7 +239,7 @@ def main() -> None:
     add("--status-qps", type=float, default=20.0)
     add("--status-burst", type=int, default=50)
     add("--resync-period", type=float, default=90.0)
-    add("--list-page-size", type=int, default=500)
+    add("--list-page-size", type=int, default=2000)
     add("--ready-timeout", type=float, default=1800.0)
     add("--churn-rate", type=float, default=20.0, help="pods created (and deleted) per s")
     add("--burst", type=int, default=500, help="nodes changed at once")

@@ -33,5 +33,5 @@ class KubeSettings(BaseSettings):
     identity: str = Field(default_factory=socket.gethostname, description="Leader candidate id")
     request_timeout: float = Field(default=10.0, gt=0, description="Seconds per API call")
     list_page_size: int = Field(
-        default=500, ge=1, description="Objects per page of a LIST (limit + continue)"
+        default=2000, ge=1, description="Objects per page of a LIST (limit + continue)"
     )

@@ -309,7 +309,7 @@ def test_auth_without_tls_is_refused_while_the_chart_runs_a_scheduler(helm: str)
 
 def test_list_page_size_and_status_rate(helm: str) -> None:
     env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
-    assert env["NODELEDGER_KUBE_LIST_PAGE_SIZE"] == "500"
+    assert env["NODELEDGER_KUBE_LIST_PAGE_SIZE"] == "2000"
     docs = render(helm, "kube.listPageSize=200", "kube.statusQps=50", "kube.statusBurst=100")
     env = env_of(find(docs, "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_KUBE_LIST_PAGE_SIZE"] == "200"
