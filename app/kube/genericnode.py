@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from app.components import Health
 from app.ledger.records import NodeView
@@ -38,6 +38,25 @@ def amounts(r: Resources, gpu_resource: str) -> dict[str, str]:
         "memory": format_memory(max(0, r.memory_bytes)),
         gpu_resource: str(max(0, r.gpus)),
     }
+
+
+class NodeFigures(Protocol):
+    """What a status is made of: a NodeView, or a NodeTotals (no holdings loaded)."""
+
+    @property
+    def allocatable(self) -> Resources: ...
+
+    @property
+    def held_by_kubernetes(self) -> Resources: ...
+
+    @property
+    def held_by_slurm(self) -> Resources: ...
+
+    @property
+    def free(self) -> Resources: ...
+
+    @property
+    def not_admissible_reason(self) -> str | None: ...
 
 
 def new_object(view: NodeView, cluster_name: str) -> dict[str, Any]:
@@ -65,7 +84,7 @@ def _condition(
 
 
 def status_of(
-    view: NodeView,
+    view: NodeFigures,
     slurm: Health | None,
     previous: Mapping[str, Any],
     now: datetime,

@@ -7,8 +7,9 @@ changing at once cost 1,000 / qps seconds, not a flood).
 
 A node is written only when its figures differ from what its GenericNode has. What each
 GenericNode has is known from the mirror's own writes and, every ``resync_period``, from a
-paginated LIST of the GenericNodes (in case someone else changed them): the resync then
-writes exactly the nodes that differ, none when nothing changed, within the same rate.
+paginated LIST of the GenericNodes (in case someone else changed them), compared with
+every node's totals (summed by the database, no holdings loaded): the resync then writes
+exactly the nodes that differ, none when nothing changed, within the same rate.
 Each condition keeps its lastTransitionTime until its status changes; lastSyncTime says
 when the figures were last written. Per node only a compact fingerprint of the mirrored
 fields is kept (app.kube.genericnode.fingerprint).
@@ -29,7 +30,7 @@ from app.kube.client import GENERICNODES, KubeClient, KubeError
 from app.kube.genericnode import MANAGED_BY, fingerprint, status_of
 from app.ledger.errors import NodeNotFound
 from app.ledger.follow import EventFollower
-from app.ledger.records import NodeView
+from app.ledger.records import NodeTotals, NodeView
 from app.ledger.service import Clock, Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 
@@ -128,7 +129,7 @@ class StatusMirror:
         self.written = dict(listed)
         health, now = self.slurm_health(), self.clock()
         differ = 0
-        for view in self.ledger.list_nodes():
+        for view in self.ledger.node_totals():
             known = self.written.get(view.name)
             if known is not None and self._desired(view, health, now)[1] != known:
                 self._dirty.add(view.name)
@@ -175,7 +176,7 @@ class StatusMirror:
         return True
 
     def _desired(
-        self, view: NodeView, health: Health | None, now: datetime
+        self, view: NodeView | NodeTotals, health: Health | None, now: datetime
     ) -> tuple[dict[str, Any], str]:
         """The status to have, with its fingerprint; conditions keep the transition times
         of the status Kubernetes has."""

@@ -156,6 +156,39 @@ class NodeView:
         return self.not_admissible_reason is None
 
 
+@dataclass(frozen=True, slots=True)
+class NodeTotals:
+    """A node with what each kind of holder holds on it in total, but not the holdings:
+    what a summary of every node needs (GenericNode statuses), read without loading
+    150,000 holdings."""
+
+    name: str
+    spec: NodeSpec
+    cordon_reason: str | None
+    health_reason: str | None
+    held_by_kind: dict[HolderKind, Resources]
+
+    @property
+    def allocatable(self) -> Resources:
+        return self.spec.capacity - self.spec.reserved
+
+    @property
+    def held_by_kubernetes(self) -> Resources:
+        return self.held_by_kind.get(HolderKind.POD, Resources.ZERO)
+
+    @property
+    def held_by_slurm(self) -> Resources:
+        return self.held_by_kind.get(HolderKind.SLURM_JOB, Resources.ZERO)
+
+    @property
+    def free(self) -> Resources:
+        return self.allocatable - Resources.total(tuple(self.held_by_kind.values()))
+
+    @property
+    def not_admissible_reason(self) -> str | None:
+        return not_admissible_reason(self.cordon_reason, self.health_reason, self.free)
+
+
 def not_admissible_reason(cordon: str | None, health: str | None, free: Resources) -> str | None:
     reasons = [r for r in (cordon, health) if r]
     if not free.is_nonnegative():

@@ -34,6 +34,7 @@ from app.ledger.records import (
     HoldingState,
     LedgerEvent,
     NodeSpec,
+    NodeTotals,
     NodeView,
 )
 from app.ledger.resources import Resources
@@ -74,6 +75,13 @@ _HOLDINGS_OF = (
         HOLDINGS.c.holder_id.in_(bindparam("holder_ids", expanding=True)),
     )
 )
+_HELD_BY_KIND = select(
+    HOLDINGS.c.node_id,
+    HOLDINGS.c.holder_kind,
+    func.sum(HOLDINGS.c.cpu_millis).label("cpu"),
+    func.sum(HOLDINGS.c.memory_bytes).label("memory"),
+    func.sum(HOLDINGS.c.gpus).label("gpus"),
+).group_by(HOLDINGS.c.node_id, HOLDINGS.c.holder_kind)
 _DELETE_HOLDINGS = delete(HOLDINGS).where(HOLDINGS.c.id.in_(bindparam("ids", expanding=True)))
 _INSERT_HOLDING = insert(HOLDINGS)
 _INSERT_EVENT = insert(EVENTS)
@@ -290,6 +298,17 @@ class LedgerRepository(LedgerStatements):
 
     def view(self, row: NodeRow) -> NodeView:
         return node_record(row, self.holdings_on(row.id))
+
+    def all_totals(self) -> list[NodeTotals]:
+        """Every node with its holdings summed by holder kind in the database."""
+        held: dict[int, dict[HolderKind, Resources]] = {}
+        for row in self.session.execute(_HELD_BY_KIND):
+            sums = Resources(int(row.cpu), int(row.memory), int(row.gpus))
+            held.setdefault(row.node_id, {})[HolderKind(row.holder_kind)] = sums
+        return [
+            NodeTotals(n.name, node_spec(n), n.cordon_reason, n.health_reason, held.get(n.id, {}))
+            for n in self.session.scalars(select(NodeRow).order_by(NodeRow.name))
+        ]
 
     def all_specs(self) -> dict[str, NodeSpec]:
         return {n.name: node_spec(n) for n in self.session.scalars(select(NodeRow))}

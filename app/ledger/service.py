@@ -40,6 +40,7 @@ from app.ledger.records import (
     HoldingState,
     LedgerEvent,
     NodeSpec,
+    NodeTotals,
     NodeView,
     Placement,
     Recorded,
@@ -135,6 +136,11 @@ class Ledger:
     def list_nodes(self) -> list[NodeView]:
         with self.db.read() as session:
             return LedgerRepository(session).all_views()
+
+    def node_totals(self) -> list[NodeTotals]:
+        """Every node with what each kind of holder holds in total (no holdings loaded)."""
+        with self.db.read() as session:
+            return LedgerRepository(session).all_totals()
 
     def node_specs(self) -> dict[str, NodeSpec]:
         """Every node's spec by name, without holdings (cheap at 15,000 nodes)."""
