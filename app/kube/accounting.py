@@ -68,22 +68,31 @@ class PodAccounting:
         return pod_info(obj, self.gpu_resource)
 
     def resync(self, items: list[PodInfo]) -> None:
-        pods = [p for p in items if p.holds]
+        pods = {p.uid: p for p in items if p.holds}
         with self._sweeping:
             cutoff = self.clock() - self.binding_grace
-            recorded = self.admissions.ledger.placements(HolderKind.POD)
             with self._lock:
-                self._present = {p.uid for p in pods}
+                self._present = set(pods)
                 self._synced = True
+            # One pass over the ledger's pod holdings, streamed: what is recorded as it is
+            # needs nothing, what is old and not bound anywhere goes.
+            done: set[str] = set()
+            unbound: list[str] = []
+            for uid, placement in self.admissions.ledger.each_placement(HolderKind.POD):
+                pod = pods.get(uid)
+                if pod is not None and _recorded_as(placement, pod):
+                    done.add(uid)
+                elif pod is None and placement.created_at < cutoff:
+                    unbound.append(uid)
             missing = [
                 _recording(pod)
-                for pod in pods
-                if self._accountable(pod) and not _recorded_as(recorded.get(pod.uid), pod)
+                for uid, pod in pods.items()
+                if uid not in done and self._accountable(pod)
             ]
+            del done
             for start in range(0, len(missing), RECORD_BATCH):
                 self._record(missing[start : start + RECORD_BATCH])
-            old = (uid for uid, p in recorded.items() if p.created_at < cutoff)
-            self._release_unbound(old)
+            self._release_unbound(unbound)
             self._swept_until = cutoff
 
     def on_event(self, kind: str, pod: PodInfo) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -392,9 +392,9 @@ class LedgerRepository(LedgerStatements):
 
     def placements(
         self, kind: HolderKind, created_from: datetime | None, created_before: datetime | None
-    ) -> list[Row[Any]]:
+    ) -> Iterator[Row[Any]]:
         """(holder_id, node name, cpu, memory, gpus, created_at) rows of ``kind``: plain
-        columns, no ORM objects (a resync reads 150,000 of them)."""
+        columns, no ORM objects, streamed in batches (a resync reads 150,000 of them)."""
         query = (
             select(
                 HoldingRow.holder_id,
@@ -411,7 +411,7 @@ class LedgerRepository(LedgerStatements):
             query = query.where(HoldingRow.created_at >= created_from)
         if created_before is not None:
             query = query.where(HoldingRow.created_at < created_before)
-        return list(self.session.execute(query))
+        return iter(self.session.execute(query.execution_options(yield_per=5000)))
 
     def pending_before(self, cutoff: datetime) -> list[tuple[HoldingRow, str]]:
         query = (
