@@ -181,6 +181,10 @@ class NodeTotals:
         return self.held_by_kind.get(HolderKind.SLURM_JOB, Resources.ZERO)
 
     @property
+    def held_manually(self) -> Resources:
+        return self.held_by_kind.get(HolderKind.MANUAL, Resources.ZERO)
+
+    @property
     def free(self) -> Resources:
         return self.allocatable - Resources.total(tuple(self.held_by_kind.values()))
 
