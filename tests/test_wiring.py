@@ -1,5 +1,5 @@
-"""One node snapshot per service, shared by everything that reads every node (metrics
-scrapes included), started before them and stopped after them; none without an
+"""One node snapshot per service, shared by the extender, the Slurm sync and metrics
+scrapes, started before them and stopped after them; none without an
 integration that reads it. Built,
 not started: nothing here reaches a Kubernetes API server or slurmrestd."""
 
@@ -45,9 +45,9 @@ def test_both_integrations_share_one_snapshot_that_starts_first(
         assert services.extender.max_staleness == 0.05
         assert services.slurm is not None
         assert services.slurm.node_views is snapshot
-        [controllers] = [c for c in services.components if isinstance(c, KubeControllers)]
-        assert controllers.discovery.node_views is snapshot
-        assert controllers.mirror.node_views is snapshot
+        # The Kubernetes controllers compare with the ledger itself (node specs and totals
+        # summed by the database), not with a snapshot that may trail it.
+        assert any(isinstance(c, KubeControllers) for c in services.components)
         assert snapshot.health().message == "not loaded yet"
         generate_latest(services.metrics.registry)  # a scrape reads the nodes from it
         assert snapshot.health().status == "ok"

@@ -12,10 +12,20 @@ scheduler already bound (the ledger takes the truth, Slurm must follow).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 from app.ledger.errors import AdmissionRejected, HoldingNotFound
-from app.ledger.records import EventKind, Holder, HolderKind, Holding, HoldingState, NodeView
+from app.ledger.records import (
+    EventKind,
+    Holder,
+    HolderKind,
+    Holding,
+    HoldingState,
+    NodeView,
+    Recorded,
+    Recording,
+)
 from app.ledger.resources import Resources
 from app.ledger.service import Admission, Ledger
 from app.metrics.logs import log_context
@@ -110,6 +120,14 @@ class Admissions:
         if admission.created:
             self._gate_changed(node)
         return admission
+
+    def record_many(self, entries: Sequence[Recording], *, reason: str) -> Recorded:
+        """record() for many pods in one ledger transaction (a resync); the gate is told
+        once per node whose holdings changed."""
+        recorded = self.ledger.record_many(entries, reason=reason)
+        for node in sorted(recorded.changed):
+            self._gate_changed(node)
+        return recorded
 
     def _gate_changed(self, node: str) -> None:
         if self.gate is None:

@@ -3,10 +3,18 @@
 The watch selects bound, unfinished pods (``spec.nodeName!=``, phase not Succeeded or
 Failed), so a pod that finishes or is deleted arrives as DELETED and is released. A bound
 pod the ledger does not know (default scheduler, DaemonSet controller) is recorded as it
-is, even when it overcommits the node. A full resync records every listed pod; a sweep
-(after each resync, and every second) releases pod holdings whose pod is not bound
-anywhere once they are older than ``binding_grace`` (an admission's pod may not be bound
-yet), so holdings of pods deleted while the service was down go too.
+is, even when it overcommits the node. A full resync compares every listed pod with the
+ledger's pod holdings, read once, and records only the pods the ledger does not have as
+they are, ``RECORD_BATCH`` per transaction (at 150,000 pods, one transaction per pod
+would take minutes).
+
+A sweep releases pod holdings whose pod is not bound anywhere once they are older than
+``binding_grace`` (an admission's pod may not be bound yet), so holdings of pods deleted
+while the service was down go too. After a resync it looks at every pod holding; the
+periodic sweep (every second) only at those that came of age since the previous one: an
+older holding was looked at then, and whatever happens to its pod later is an event.
+
+Only ``PodInfo`` records and the set of present uids are kept, never pod objects.
 """
 
 from __future__ import annotations
@@ -14,18 +22,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from app.admission.service import Admissions
-from app.kube.pods import PodInfo, pod_info
+from app.kube.pods import PodInfo, PodShape, pod_info
 from app.ledger.errors import HoldingNotFound, LedgerError
-from app.ledger.records import Holder, HolderKind
+from app.ledger.records import Holder, HolderKind, Placement, Recording
 from app.ledger.service import Clock
 
 log = logging.getLogger(__name__)
 FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Periodic sweeps overlap by this much: a holding stamped before its transaction committed
+# is still looked at if the commit took less than this.
+SWEEP_OVERLAP = timedelta(seconds=10)
+RECORD_BATCH = 500
 
 
 class PodAccounting:
@@ -43,21 +55,47 @@ class PodAccounting:
         self.gpu_resource = gpu_resource
         self.binding_grace = timedelta(seconds=binding_grace)
         self.clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # _present, _synced
         self._present: set[str] = set()
         self._synced = False
+        self._sweeping = threading.Lock()  # one sweep at a time; owns _swept_until
+        self._swept_until: datetime | None = None  # older holdings were looked at
 
-    def resync(self, items: list[dict[str, Any]]) -> None:
-        pods = [pod_info(p, self.gpu_resource) for p in items]
-        with self._lock:
-            self._present = {p.uid for p in pods if p.holds}
-            self._synced = True
-        for pod in pods:
-            self._hold(pod)
-        self.sweep()
+    # WatchHandler[PodInfo]
+    shape = PodShape
 
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        pod = pod_info(obj, self.gpu_resource)
+    def decode(self, obj: dict[str, Any]) -> PodInfo:
+        return pod_info(obj, self.gpu_resource)
+
+    def resync(self, items: list[PodInfo]) -> None:
+        pods = {p.uid: p for p in items if p.holds}
+        with self._sweeping:
+            cutoff = self.clock() - self.binding_grace
+            with self._lock:
+                self._present = set(pods)
+                self._synced = True
+            # One pass over the ledger's pod holdings, streamed: what is recorded as it is
+            # needs nothing, what is old and not bound anywhere goes.
+            done: set[str] = set()
+            unbound: list[str] = []
+            for uid, placement in self.admissions.ledger.each_placement(HolderKind.POD):
+                pod = pods.get(uid)
+                if pod is not None and _recorded_as(placement, pod):
+                    done.add(uid)
+                elif pod is None and placement.created_at < cutoff:
+                    unbound.append(uid)
+            missing = [
+                _recording(pod)
+                for uid, pod in pods.items()
+                if uid not in done and self._accountable(pod)
+            ]
+            del done
+            for start in range(0, len(missing), RECORD_BATCH):
+                self._record(missing[start : start + RECORD_BATCH])
+            self._release_unbound(unbound)
+            self._swept_until = cutoff
+
+    def on_event(self, kind: str, pod: PodInfo) -> None:
         if kind == "DELETED" or not pod.holds:
             with self._lock:
                 self._present.discard(pod.uid)
@@ -68,26 +106,59 @@ class PodAccounting:
             self._hold(pod)
 
     def sweep(self) -> None:
-        """Release pod holdings whose pod is not bound on any node, once they are older
-        than the binding grace (called after each resync and periodically)."""
+        """Release pod holdings that came of age (older than the binding grace) since the
+        last sweep and whose pod is not bound on any node."""
+        with self._sweeping:
+            with self._lock:
+                if not self._synced:
+                    return
+            cutoff = self.clock() - self.binding_grace
+            since = None if self._swept_until is None else self._swept_until - SWEEP_OVERLAP
+            aged = self.admissions.ledger.placements(
+                HolderKind.POD, created_from=since, created_before=cutoff
+            )
+            self._release_unbound(aged)
+            self._swept_until = cutoff
+
+    def _release_unbound(self, uids: Iterable[str]) -> None:
         with self._lock:
-            if not self._synced:
-                return
-            present = set(self._present)
-        oldest = self.clock() - self.binding_grace
-        for holding in self.admissions.ledger.list_holdings(kind=HolderKind.POD):
-            if holding.holder.id not in present and holding.created_at < oldest:
-                self._release(holding.holder.id, "no such bound pod")
+            gone = [uid for uid in uids if uid not in self._present]
+        for uid in gone:
+            self._release(uid, "no such bound pod")
+
+    def _accountable(self, pod: PodInfo) -> bool:
+        return pod.holds and pod.node is not None and self.managed(pod.node)
 
     def _hold(self, pod: PodInfo) -> None:
-        if not pod.holds or pod.node is None or not self.managed(pod.node):
+        if not self._accountable(pod):
             return
-        holder = Holder(HolderKind.POD, pod.uid, pod.display_name)
+        entry = _recording(pod)
         try:
-            self.admissions.record(pod.node, holder, pod.requests, reason="bound pod")
+            self.admissions.record(entry.node, entry.holder, entry.resources, reason="bound pod")
         except LedgerError as exc:
             log.warning("recording pod %s on %s failed: %s", pod.display_name, pod.node, exc)
+
+    def _record(self, entries: list[Recording]) -> None:
+        try:
+            recorded = self.admissions.record_many(entries, reason="bound pod")
+        except LedgerError as exc:
+            log.warning("recording %d pods failed: %s", len(entries), exc)
+            return
+        for entry in recorded.unknown_node:  # the node left the ledger meanwhile
+            log.warning("recording pod %s: no node %s", entry.holder.display_name, entry.node)
 
     def _release(self, uid: str, reason: str) -> None:
         with contextlib.suppress(HoldingNotFound):
             self.admissions.release(uid, HolderKind.POD, reason=reason, path="kubernetes")
+
+
+def _recording(pod: PodInfo) -> Recording:
+    holder = Holder(HolderKind.POD, pod.uid, pod.display_name)
+    return Recording(pod.node or "", holder, pod.requests)
+
+
+def _recorded_as(placement: Placement | None, pod: PodInfo) -> bool:
+    """The ledger already holds exactly this pod's request on its node."""
+    return (
+        placement is not None and placement.node == pod.node and placement.resources == pod.requests
+    )

@@ -1,21 +1,44 @@
 """The Kubernetes API calls the service makes, on plain JSON (no generated models), with a
 timeout on every call and one error type. Built on the official client's ApiClient so
-kubeconfig, in-cluster tokens and TLS work as everywhere else."""
+kubeconfig, in-cluster tokens and TLS work as everywhere else.
+
+LISTs are paginated (``limit`` + ``continue``): at 150,000 pods one unpaginated LIST is a
+response of hundreds of MB for the API server to build and for us to hold. Each page is
+decoded into what the caller keeps before the next is read, so only one page of raw
+objects is in memory at a time. Given a ``shape`` (a TypedDict of the fields the caller
+reads), a page is parsed by msgspec into dicts of just those fields: everything else
+(managedFields, most of spec and status) is skipped unparsed, a tenth of the time of
+parsing whole objects.
+"""
 
 from __future__ import annotations
 
+import builtins
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import msgspec
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 GROUP = "nodeledger.io"
 VERSION = "v1alpha1"
 GENERICNODES = f"/apis/{GROUP}/{VERSION}/genericnodes"
+# 150,000 pods from kube-apiserver 1.34 on two cores: 19 s in pages of 500, 11 s in pages
+# of 2,000, 10 s of 5,000 (each page costs the API server a fixed ~40 ms); a page of 2,000
+# pods is ~3 MB of JSON.
+DEFAULT_PAGE_SIZE = 2000
+# A continue token expires with its snapshot (etcd compaction, ~5 min): start over at most
+# this many times within one list, then let the caller's retry take over.
+LIST_ATTEMPTS = 3
 
 
 class KubeError(Exception):
@@ -24,8 +47,38 @@ class KubeError(Exception):
         self.status = status
 
 
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _Page(msgspec.Struct, Generic[T]):
+    metadata: _ListMeta
+    items: list[T] | None = None
+
+
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _page_decoder(shape: Any) -> msgspec.json.Decoder[_Page[Any]]:
+    decoder = _decoders.get(shape)
+    if decoder is None:
+        decoder = _decoders[shape] = msgspec.json.Decoder(_Page[shape])
+    return decoder
+
+
+class _ContinueExpired(Exception):
+    """The snapshot a continue token points into is gone (HTTP 410)."""
+
+
 class KubeClient:
-    def __init__(self, kubeconfig: Path | None, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path | None,
+        *,
+        timeout: float = 10.0,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
         if kubeconfig is not None:
             self.api_client = config.new_client_from_config(config_file=str(kubeconfig))
         else:
@@ -33,6 +86,7 @@ class KubeClient:
             config.load_incluster_config(client_configuration=configuration)
             self.api_client = client.ApiClient(configuration)
         self.timeout = timeout
+        self.page_size = page_size
 
     def request(
         self,
@@ -48,9 +102,73 @@ class KubeClient:
         data = response.data
         return json.loads(data) if data else {}
 
-    def list(self, path: str, **query: Any) -> tuple[list[dict[str, Any]], str]:
-        body = self.request("GET", path, query=query)
-        return list(body.get("items") or []), str(body["metadata"]["resourceVersion"])
+    def list(
+        self,
+        path: str,
+        decode: Callable[[dict[str, Any]], T],
+        shape: Any = None,
+        **query: Any,
+    ) -> tuple[builtins.list[T], str]:
+        """Every object (each passed through ``decode``) and the list's resourceVersion,
+        read in pages of ``page_size``; with ``shape``, ``decode`` gets only its fields.
+
+        The pages of one list are one consistent snapshot: every page carries the same
+        resourceVersion, which is the one to watch from. A continue token that expired
+        (410) means starting again from the first page; anything decoded so far is dropped,
+        so nothing is returned twice or from two snapshots.
+        """
+        for attempt in range(1, LIST_ATTEMPTS + 1):
+            try:
+                return self._list_pages(path, decode, shape, query)
+            except _ContinueExpired as exc:
+                log.info("%s: list continue token expired (%s), listing again", path, exc)
+                if attempt == LIST_ATTEMPTS:
+                    raise KubeError(f"GET {path}: {exc}", 410) from exc
+        raise AssertionError("unreachable")
+
+    def _list_pages(
+        self,
+        path: str,
+        decode: Callable[[dict[str, Any]], T],
+        shape: Any,
+        query: dict[str, Any],
+    ) -> tuple[builtins.list[T], str]:
+        items: builtins.list[T] = []
+        version: str | None = None
+        # The next page is fetched while this one is decoded: the API server's time per
+        # page and ours overlap (150,000 pods: 12 s -> 8 s here).
+        with ThreadPoolExecutor(1, thread_name_prefix="list-page") as fetcher:
+            params = {**query, "limit": str(self.page_size)}
+            page = fetcher.submit(self._page, path, params, shape)
+            while True:
+                try:
+                    objects, meta = page.result()
+                except KubeError as exc:
+                    if "continue" in params and exc.status == 410:
+                        raise _ContinueExpired(str(exc)) from exc
+                    raise
+                version = version or meta.resourceVersion  # the same on every page
+                if meta.continue_:
+                    params = {**query, "limit": str(self.page_size), "continue": meta.continue_}
+                    page = fetcher.submit(self._page, path, params, shape)
+                items.extend(decode(obj) for obj in objects)
+                if not meta.continue_:
+                    return items, version
+
+    def _page(
+        self, path: str, params: dict[str, Any], shape: Any
+    ) -> tuple[builtins.list[dict[str, Any]], _ListMeta]:
+        response = self._call("GET", path, params, None, "application/json", self.timeout)
+        try:
+            if shape is not None:
+                page = _page_decoder(shape).decode(response.data)
+                return page.items or [], page.metadata
+            body = json.loads(response.data)
+            meta = body.get("metadata") or {}
+            list_meta = _ListMeta(str(meta["resourceVersion"]), meta.get("continue") or "")
+            return body.get("items") or [], list_meta
+        except (msgspec.MsgspecError, ValueError, KeyError) as exc:
+            raise KubeError(f"GET {path}: unreadable list page: {exc}") from exc
 
     def watch(
         self, path: str, resource_version: str, timeout: int, **query: Any

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from app.admission.service import Admissions
 from app.components import Health
@@ -20,7 +21,6 @@ from app.kube.protocol import AdmissionRequests
 from app.kube.settings import KubeSettings
 from app.kube.watch import ListWatch
 from app.ledger.service import Clock
-from app.ledger.snapshot import NodeViews
 from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,6 @@ class KubeControllers:
         clock: Clock,
         *,
         metrics: Metrics = NO_METRICS,
-        views: NodeViews | None = None,
     ) -> None:
         ledger = admissions.ledger
         self.metrics = metrics
@@ -53,7 +52,6 @@ class KubeControllers:
             slurm_node_label=settings.slurm_node_label,
             cluster_name=settings.cluster_name,
             gpu_resource=settings.gpu_resource,
-            views=views,
         )
         self.accounting = accounting = PodAccounting(
             admissions,
@@ -74,11 +72,11 @@ class KubeControllers:
             resync_period=settings.resync_period,
             gpu_resource=settings.gpu_resource,
             clock=clock,
-            views=views,
+            metrics=metrics,
         )
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period
-        self.watches = [
+        self.watches: list[ListWatch[Any]] = [
             ListWatch("nodes", client, "/api/v1/nodes", self.discovery, metrics=metrics,
                       resync_period=period, labelSelector=settings.node_selector),
             ListWatch("pods", client, "/api/v1/pods", accounting, metrics=metrics,
@@ -130,10 +128,18 @@ class KubeControllers:
         self.metrics.leader("kube-controllers", True)
         self._stop = threading.Event()
         stop = self._stop
-        # Nodes first: pods and requests are only accounted on managed nodes.
         nodes = self.watches[0]
         self._spawn("watch-nodes", lambda: nodes.run(stop))
-        nodes.synced.wait(30)
+        self._spawn("start-controllers", lambda: self._after_nodes(stop))
+
+    def _after_nodes(self, stop: threading.Event) -> None:
+        """Nodes first: pods are only accounted on managed nodes, so a pod listed before
+        discovery put its node in the ledger would be skipped until the next resync (at
+        15,000 new nodes discovery takes minutes)."""
+        while not self.watches[0].synced.wait(1.0) and not stop.is_set():
+            pass
+        if stop.is_set():
+            return
         for watch in self.watches[1:]:
             self._spawn(f"watch-{watch.name}", lambda w=watch: w.run(stop))  # type: ignore[misc]
         self._spawn("genericnode-status", lambda: self.mirror.run(stop))

@@ -4,6 +4,9 @@ Capacity is the smaller of the Node's allocatable and Slurm's size of its Slurm 
 node's `slurm_node_label`, else the same name), because both schedulers must fit. Nodes
 that disappear leave the ledger (or are cordoned while something still holds on them),
 and their GenericNodes are garbage-collected.
+
+Of a Node only its name, Slurm alias and allocatable are kept (``NodeInfo``): a real
+Node object carries its image list and conditions, tens of KB each at 15,000 nodes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from app.kube.client import GENERICNODES, KubeClient, KubeError
 from app.kube.genericnode import MANAGED_BY, new_object
@@ -19,7 +23,6 @@ from app.ledger.errors import LedgerError, NodeInUse, NodeNotFound
 from app.ledger.records import NodeSpec, NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
-from app.ledger.snapshot import NodeViews
 from app.quantities import Rounding, cpu_millis, gpu_count, memory_bytes
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,35 @@ def allocatable(node: dict[str, Any], gpu_resource: str) -> Resources:
         memory_bytes(values.get("memory", 0), Rounding.DOWN),
         gpu_count(values.get(gpu_resource, 0)),
     )
+
+
+class _Meta(TypedDict, total=False):
+    name: str
+    labels: dict[str, str]
+
+
+class _Status(TypedDict, total=False):
+    allocatable: dict[str, Any]
+
+
+class NodeShape(TypedDict, total=False):
+    """The fields of a Node that discovery reads (a LIST parses only these)."""
+
+    metadata: _Meta
+    status: _Status
+
+
+class _Named(TypedDict, total=False):
+    metadata: _Meta
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What discovery needs of a Kubernetes Node."""
+
+    name: str
+    alias: str | None  # the Slurm node named by the label, if any
+    allocatable: Resources
 
 
 def smaller(a: Resources, b: Resources | None) -> Resources:
@@ -55,16 +87,14 @@ class NodeDiscovery:
         slurm_node_label: str,
         cluster_name: str,
         gpu_resource: str,
-        views: NodeViews | None = None,
     ) -> None:
         self.ledger = ledger
-        self.node_views: NodeViews = views or ledger  # every node, at each resync
         self.client = client
         self.slurm_sizes = slurm_sizes
         self.slurm_node_label = slurm_node_label
         self.cluster_name = cluster_name
         self.gpu_resource = gpu_resource
-        self._nodes: dict[str, dict[str, Any]] = {}
+        self._nodes: dict[str, NodeInfo] = {}
         self._lock = threading.Lock()
         self._applied: dict[str, tuple[Resources, str | None]] = {}  # what the ledger has
         self._genericnodes: set[str] = set()  # names known to have a GenericNode
@@ -73,28 +103,36 @@ class NodeDiscovery:
         with self._lock:
             return name in self._nodes
 
-    # WatchHandler
-    def resync(self, items: list[dict[str, Any]]) -> None:
-        with self._lock:
-            self._nodes = {n["metadata"]["name"]: n for n in items}
-        self._applied.clear()  # a resync re-checks everything against the ledger
-        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
-        objects, _ = self.client.list(GENERICNODES, labelSelector=selector)
-        self._genericnodes = {o["metadata"]["name"] for o in objects}
-        self.refresh()
-        self._remove_gone()
+    # WatchHandler[NodeInfo]
+    shape = NodeShape
 
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
+    def decode(self, obj: dict[str, Any]) -> NodeInfo:
+        meta = obj["metadata"]
+        alias = (meta.get("labels") or {}).get(self.slurm_node_label) or None
+        return NodeInfo(meta["name"], alias, allocatable(obj, self.gpu_resource))
+
+    def resync(self, items: list[NodeInfo]) -> None:
+        with self._lock:
+            self._nodes = {n.name: n for n in items}
+        # A resync re-checks everything against the ledger, read once (not node by node).
+        specs = self.ledger.node_specs()
+        self._applied = {name: (s.capacity, s.slurm_name) for name, s in specs.items()}
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        names, _ = self.client.list(GENERICNODES, _name, _Named, labelSelector=selector)
+        self._genericnodes = set(names)
+        self.refresh()
+        self._remove_gone(specs)
+
+    def on_event(self, kind: str, node: NodeInfo) -> None:
         with self._lock:
             if kind == "DELETED":
-                self._nodes.pop(name, None)
+                self._nodes.pop(node.name, None)
             else:
-                self._nodes[name] = obj
+                self._nodes[node.name] = node
         if kind == "DELETED":
-            self._remove(name)
+            self._remove(node.name)
         else:
-            self._ensure(obj)
+            self._ensure(node)
 
     def refresh(self) -> None:
         """Apply every known Node again (Slurm's sizes may have arrived meanwhile)."""
@@ -103,19 +141,16 @@ class NodeDiscovery:
         for node in nodes:
             self._ensure(node)
 
-    def _spec(self, node: dict[str, Any]) -> NodeSpec:
-        name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels") or {}
-        alias = labels.get(self.slurm_node_label) or None
-        capacity = smaller(allocatable(node, self.gpu_resource), self.slurm_sizes(alias or name))
+    def _spec(self, node: NodeInfo) -> NodeSpec:
+        capacity = smaller(node.allocatable, self.slurm_sizes(node.alias or node.name))
         return NodeSpec(
             capacity=capacity,
-            slurm_name=alias if alias != name else None,
+            slurm_name=node.alias if node.alias != node.name else None,
             labels={DISCOVERED: "true"},
         )
 
-    def _ensure(self, node: dict[str, Any]) -> None:
-        name = node["metadata"]["name"]
+    def _ensure(self, node: NodeInfo) -> None:
+        name = node.name
         spec = self._spec(node)
         key = (spec.capacity, spec.slurm_name)
         if self._applied.get(name) == key and name in self._genericnodes:
@@ -164,11 +199,15 @@ class NodeDiscovery:
             if exc.status != 404:
                 raise
 
-    def _remove_gone(self) -> None:
+    def _remove_gone(self, specs: dict[str, NodeSpec]) -> None:
         with self._lock:
             present = set(self._nodes)
-        for view in self.node_views.list_nodes():
-            if view.spec.labels.get(DISCOVERED) == "true" and view.name not in present:
-                self._remove(view.name)
+        for name, spec in specs.items():
+            if spec.labels.get(DISCOVERED) == "true" and name not in present:
+                self._remove(name)
         for name in self._genericnodes - present:
             self._remove(name)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])

@@ -10,9 +10,10 @@ lastSyncTime.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from app.components import Health
 from app.ledger.records import NodeView
@@ -20,6 +21,9 @@ from app.ledger.resources import Resources
 from app.quantities import format_cpu, format_memory
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
+# The status fields the mirror owns and compares; lastSyncTime is when they were last
+# written, and admissionChecks belong to the admission-check protocol.
+MIRRORED = ("capacity", "allocatedResources", "free", "conditions")
 ADMITTED = "Admitted"
 REJECTED = "Rejected"
 
@@ -34,6 +38,25 @@ def amounts(r: Resources, gpu_resource: str) -> dict[str, str]:
         "memory": format_memory(max(0, r.memory_bytes)),
         gpu_resource: str(max(0, r.gpus)),
     }
+
+
+class NodeFigures(Protocol):
+    """What a status is made of: a NodeView, or a NodeTotals (no holdings loaded)."""
+
+    @property
+    def allocatable(self) -> Resources: ...
+
+    @property
+    def held_by_kubernetes(self) -> Resources: ...
+
+    @property
+    def held_by_slurm(self) -> Resources: ...
+
+    @property
+    def free(self) -> Resources: ...
+
+    @property
+    def not_admissible_reason(self) -> str | None: ...
 
 
 def new_object(view: NodeView, cluster_name: str) -> dict[str, Any]:
@@ -61,7 +84,7 @@ def _condition(
 
 
 def status_of(
-    view: NodeView,
+    view: NodeFigures,
     slurm: Health | None,
     previous: Mapping[str, Any],
     now: datetime,
@@ -105,9 +128,13 @@ def status_of(
 
 
 def same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Equal apart from lastSyncTime (so unchanged nodes are not rewritten)."""
-    return _without_sync_time(a) == _without_sync_time(b)
+    """Equal in what the mirror owns (so unchanged nodes are not rewritten)."""
+    return fingerprint(a) == fingerprint(b)
 
 
-def _without_sync_time(status: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if k != "lastSyncTime"}
+def fingerprint(status: Mapping[str, Any]) -> str:
+    """The mirrored fields as one canonical string: compact to keep for 15,000 nodes,
+    equal exactly when the fields are, and parsed back into the previous status that
+    status_of takes its lastTransitionTimes from."""
+    mirrored = {k: status[k] for k in MIRRORED if k in status}
+    return json.dumps(mirrored, sort_keys=True, separators=(",", ":"))

@@ -2,29 +2,57 @@
 
 Changes are found by following the ledger's event log (so changes made by any replica
 count; app.ledger.follow catches events that commit out of id order), collected as a set
-of dirty nodes, and written at most ``qps`` per second with a
-``burst`` (1,000 nodes changing at once cost 1,000 / qps seconds, not a flood). A node
-whose status did not change is not written; a periodic resync rewrites everything (in
-case someone else changed it), keeping each condition's lastTransitionTime.
+of dirty nodes, and written at most ``qps`` per second with a ``burst`` (1,000 nodes
+changing at once cost 1,000 / qps seconds, not a flood).
+
+A node is written only when its figures differ from what its GenericNode has. What each
+GenericNode has is known from the mirror's own writes and, every ``resync_period``, from a
+paginated LIST of the GenericNodes (in case someone else changed them), compared with
+every node's totals (summed by the database, no holdings loaded): the resync then writes
+exactly the nodes that differ, none when nothing changed, within the same rate.
+Each condition keeps its lastTransitionTime until its status changes; lastSyncTime says
+when the figures were last written. Per node only a compact fingerprint of the mirrored
+fields is kept (app.kube.genericnode.fingerprint).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict
 
 from app.components import Health
 from app.kube.client import GENERICNODES, KubeClient, KubeError
-from app.kube.genericnode import same_status, status_of
+from app.kube.genericnode import MANAGED_BY, fingerprint, status_of
 from app.ledger.errors import NodeNotFound
 from app.ledger.follow import EventFollower
+from app.ledger.records import NodeTotals, NodeView
 from app.ledger.service import Clock, Ledger
-from app.ledger.snapshot import NodeViews
+from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
+
+
+class _Meta(TypedDict, total=False):
+    name: str
+
+
+class _Status(TypedDict, total=False):
+    capacity: Any
+    allocatedResources: Any
+    free: Any
+    conditions: Any
+
+
+class _StatusShape(TypedDict, total=False):
+    """What the resync reads of a GenericNode: its name and the mirrored fields."""
+
+    metadata: _Meta
+    status: _Status
 
 
 class TokenBucket:
@@ -60,35 +88,56 @@ class StatusMirror:
         resync_period: float,
         gpu_resource: str,
         clock: Clock,
-        views: NodeViews | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.ledger = ledger
-        self.node_views: NodeViews = views or ledger  # every node's name, at resyncs
         self.client = client
         self.slurm_health = slurm_health
         self.bucket = TokenBucket(qps, burst)
         self.resync_period = resync_period
         self.gpu_resource = gpu_resource
         self.clock = clock
-        self.written: dict[str, dict[str, Any]] = {}
+        self.metrics = metrics
+        self.written: dict[str, str] = {}  # node -> fingerprint of its GenericNode's status
         self._dirty: set[str] = set()
-        self._resyncing: set[str] = set()  # written even when unchanged
         self._events = EventFollower(ledger)
         self._slurm_ok: bool | None = None
 
     def run(self, stop: threading.Event) -> None:
-        resynced = 0.0
+        resynced: float | None = None
         while not stop.is_set():
             try:
-                if time.monotonic() - resynced > self.resync_period:
-                    self._resyncing = {v.name for v in self.node_views.list_nodes()}
-                    self._dirty |= self._resyncing
-                    resynced = time.monotonic()
+                # Events first: the follower's first poll anchors at the log's end, so any
+                # change after a resync's ledger read is also seen as an event.
                 self._follow_events()
+                if resynced is None or time.monotonic() - resynced > self.resync_period:
+                    self.resync()
+                    resynced = time.monotonic()
                 self.flush(stop)
             except Exception:  # keep mirroring; the next pass retries
                 log.exception("GenericNode status mirror")
             stop.wait(0.2)
+
+    def resync(self) -> None:
+        """Read every GenericNode's status from Kubernetes and mark the nodes whose
+        figures differ from the ledger's (the next flush writes them)."""
+        started = time.monotonic()
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        listed, _ = self.client.list(
+            GENERICNODES, _status_fingerprint, _StatusShape, labelSelector=selector
+        )
+        self.written = dict(listed)
+        health, now = self.slurm_health(), self.clock()
+        differ = 0
+        for view in self.ledger.node_totals():
+            known = self.written.get(view.name)
+            if known is not None and self._desired(view, health, now)[1] != known:
+                self._dirty.add(view.name)
+                differ += 1
+        log.info(
+            "GenericNode status resync: %d of %d differ from the ledger (%.2f s)",
+            differ, len(listed), time.monotonic() - started,
+        )  # fmt: skip
 
     def _follow_events(self) -> None:
         self._dirty.update(e.node for e in self._events.poll() if e.node)
@@ -96,7 +145,7 @@ class StatusMirror:
         ok = None if health is None else health.status == "ok"
         if ok != self._slurm_ok:  # SlurmSynced changes on every node
             self._slurm_ok = ok
-            self._dirty.update(v.name for v in self.node_views.list_nodes())
+            self._dirty.update(self.ledger.node_specs())
 
     def flush(self, stop: threading.Event) -> None:
         while self._dirty and not stop.is_set():
@@ -104,22 +153,38 @@ class StatusMirror:
             if pause:
                 stop.wait(pause)
                 continue
-            self.write(self._dirty.pop())
+            while self._dirty and not self.write(self._dirty.pop()):
+                pass  # an unchanged node costs no token
 
-    def write(self, name: str) -> None:
+    def write(self, name: str) -> bool:
+        """Write the node's status if it differs from its GenericNode's; whether it did."""
         try:
             view = self.ledger.get_node(name)
         except NodeNotFound:
-            return
-        previous = self.written.get(name, {})
-        status = status_of(view, self.slurm_health(), previous, self.clock(), self.gpu_resource)
-        if previous and same_status(previous, status) and name not in self._resyncing:
-            return
-        self._resyncing.discard(name)
+            return False
+        status, mark = self._desired(view, self.slurm_health(), self.clock())
+        if self.written.get(name) == mark:
+            return False
         try:
             self.client.patch_status(f"{GENERICNODES}/{name}", status)
         except KubeError as exc:
             if exc.status == 404:
-                return  # discovery creates it; the next change or resync writes it
+                return False  # discovery creates it; the next change or resync writes it
             raise
-        self.written[name] = status
+        self.written[name] = mark
+        self.metrics.kube_status_written()
+        return True
+
+    def _desired(
+        self, view: NodeView | NodeTotals, health: Health | None, now: datetime
+    ) -> tuple[dict[str, Any], str]:
+        """The status to have, with its fingerprint; conditions keep the transition times
+        of the status Kubernetes has."""
+        known = self.written.get(view.name)
+        previous = json.loads(known) if known else {}
+        status = status_of(view, health, previous, now, self.gpu_resource)
+        return status, fingerprint(status)
+
+
+def _status_fingerprint(obj: dict[str, Any]) -> tuple[str, str]:
+    return str(obj["metadata"]["name"]), fingerprint(obj.get("status") or {})

@@ -2,12 +2,14 @@
 extender: the scheduler appends {podUID, namespace, name, requests} to the GenericNode's
 spec.admissionRequests; the service answers each in status.admissionChecks with Admitted
 or Rejected and a message, through the same admission path as the extender and REST.
-Answers for requests the scheduler removed are dropped."""
+Answers for requests the scheduler removed are dropped. Of each GenericNode only its name,
+requests and answers are kept (``Requests``), not the object."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from app.admission.service import Admissions
 from app.kube.client import GENERICNODES, KubeClient
@@ -30,6 +32,45 @@ def requested(request: dict[str, Any], gpu_resource: str) -> Resources:
     )
 
 
+class _Meta(TypedDict, total=False):
+    name: str
+
+
+class _Spec(TypedDict, total=False):
+    admissionRequests: list[dict[str, Any]]
+
+
+class _Status(TypedDict, total=False):
+    admissionChecks: list[dict[str, Any]]
+
+
+class RequestsShape(TypedDict, total=False):
+    """The fields of a GenericNode requests_of reads (a LIST parses only these)."""
+
+    metadata: _Meta
+    spec: _Spec
+    status: _Status
+
+
+@dataclass(frozen=True, slots=True)
+class Requests:
+    """A GenericNode's admission requests and the answers its status already has."""
+
+    node: str
+    asked: tuple[dict[str, Any], ...]
+    answered: dict[str, dict[str, Any]]  # podUID -> check, in status order
+
+
+def requests_of(obj: dict[str, Any]) -> Requests:
+    asked = (obj.get("spec") or {}).get("admissionRequests") or []
+    checks = (obj.get("status") or {}).get("admissionChecks") or []
+    return Requests(
+        obj["metadata"]["name"],
+        tuple(r for r in asked if r.get("podUID")),
+        {c.get("podUID"): c for c in checks},
+    )
+
+
 class AdmissionRequests:
     def __init__(
         self, admissions: Admissions, client: KubeClient, *, gpu_resource: str, clock: Clock
@@ -39,23 +80,23 @@ class AdmissionRequests:
         self.gpu_resource = gpu_resource
         self.clock = clock
 
-    def resync(self, items: list[dict[str, Any]]) -> None:
-        for obj in items:
-            self.answer(obj)
+    # WatchHandler[Requests]
+    shape = RequestsShape
 
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+    def decode(self, obj: dict[str, Any]) -> Requests:
+        return requests_of(obj)
+
+    def resync(self, items: list[Requests]) -> None:
+        for item in items:
+            self.answer(item)
+
+    def on_event(self, kind: str, item: Requests) -> None:
         if kind != "DELETED":
-            self.answer(obj)
+            self.answer(item)
 
-    def answer(self, obj: dict[str, Any]) -> None:
-        node = obj["metadata"]["name"]
-        asked = [
-            r for r in (obj.get("spec") or {}).get("admissionRequests") or [] if r.get("podUID")
-        ]
-        answered = {
-            c.get("podUID"): c for c in (obj.get("status") or {}).get("admissionChecks") or []
-        }
-        checks = [answered.get(r["podUID"]) or self._decide(node, r) for r in asked]
+    def answer(self, item: Requests) -> None:
+        node, answered = item.node, item.answered
+        checks = [answered.get(r["podUID"]) or self._decide(node, r) for r in item.asked]
         if [c["podUID"] for c in checks] != list(answered):
             path = f"{GENERICNODES}/{node}"
             self.client.patch_status(path, {"admissionChecks": checks})

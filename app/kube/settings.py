@@ -39,3 +39,6 @@ class KubeSettings(BaseSettings):
         description="Seconds the extender's filter and prioritize may miss other replicas' "
         "changes (0: none; more saves a database round trip per call)",
     )
+    list_page_size: int = Field(
+        default=2000, ge=1, description="Objects per page of a LIST (limit + continue)"
+    )

@@ -1,9 +1,15 @@
 """List, then watch from the list's resourceVersion, forever.
 
-Bookmarks advance the resourceVersion without events; an expired resourceVersion (410
-Gone) or any failure means list again, and the handler's ``resync`` converges to the
-listed truth, so nothing is lost or counted twice across watch restarts. A full relist
-also happens every ``resync_period``. The loop is a thin shell: the handler decides.
+The list is read in pages (KubeClient.list) and is one consistent snapshot; the watch
+starts from that snapshot's resourceVersion, so an object created after the list arrives
+as an event and none is seen twice. Bookmarks advance the resourceVersion without events;
+an expired resourceVersion (410 Gone) or any failure means list again, and the handler's
+``resync`` converges to the listed truth, so nothing is lost or counted twice across
+watch restarts. A full relist also happens every ``resync_period``. The loop is a thin
+shell: the handler decides.
+
+Objects are passed through the handler's ``decode`` as they arrive (page by page, event by
+event): what a handler keeps is its own compact record, never the API's object dicts.
 """
 
 from __future__ import annotations
@@ -11,19 +17,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from app.kube.client import KubeClient, KubeError
 from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class WatchHandler(Protocol):
-    def resync(self, items: list[dict[str, Any]]) -> None:
+class WatchHandler(Protocol[T]):
+    @property
+    def shape(self) -> Any:
+        """The fields ``decode`` reads, as a TypedDict (listed pages are parsed into just
+        those), or None for whole objects."""
+
+    def decode(self, obj: dict[str, Any]) -> T:
+        """The part of an API object the handler keeps (called for every listed object and
+        every event's object)."""
+
+    def resync(self, items: list[T]) -> None:
         """The complete current set of objects."""
 
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+    def on_event(self, kind: str, item: T) -> None:
         """ADDED, MODIFIED or DELETED."""
 
 
@@ -34,13 +50,13 @@ class Expired(Exception):
     pass
 
 
-class ListWatch:
+class ListWatch(Generic[T]):
     def __init__(
         self,
         name: str,
         client: KubeClient,
         path: str,
-        handler: WatchHandler,
+        handler: WatchHandler[T],
         *,
         resync_period: float = 300.0,
         watch_timeout: int = 30,
@@ -85,14 +101,23 @@ class ListWatch:
         if self._listed:
             self.metrics.kube_relisted(self.name)
         self._listed = True
-        items, version = self.client.list(self.path, **self.query)
+        started = time.monotonic()
+        handler = self.handler
+        items, version = self.client.list(self.path, handler.decode, handler.shape, **self.query)
         if stop.is_set():
             return  # leadership was lost while listing: another replica acts on it now
+        listed = time.monotonic()
         self.handler.resync(items)
         self.synced.set()
         self.error = None
-        listed = time.monotonic()
-        while not stop.is_set() and time.monotonic() - listed < self.resync_period:
+        resynced = time.monotonic()
+        # What a resync costs at scale (bench/kube_scale.py reads this line).
+        log.info(
+            "%s: listed %d in %.2f s, resync %.2f s",
+            self.name, len(items), listed - started, resynced - listed,
+        )  # fmt: skip
+        del items  # not kept while watching
+        while not stop.is_set() and time.monotonic() - resynced < self.resync_period:
             for event in self.client.watch(self.path, version, self.watch_timeout, **self.query):
                 if stop.is_set():
                     return
@@ -103,4 +128,4 @@ class ListWatch:
                     raise KubeError(f"watch error: {obj.get('message')}", obj.get("code"))
                 version = obj.get("metadata", {}).get("resourceVersion", version)
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self.handler.on_event(kind, obj)
+                    self.handler.on_event(kind, self.handler.decode(obj))

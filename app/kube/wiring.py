@@ -22,7 +22,9 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
     kube = settings.kube
     if not kube.enabled:
         return
-    client = KubeClient(kube.kubeconfig, timeout=kube.request_timeout)
+    client = KubeClient(
+        kube.kubeconfig, timeout=kube.request_timeout, page_size=kube.list_page_size
+    )
     slurm = services.slurm
 
     def slurm_sizes(name: str) -> Resources | None:
@@ -40,7 +42,6 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
             slurm_health,
             clock,
             metrics=services.metrics,
-            views=services.snapshot,
         )
     )
     caps = (

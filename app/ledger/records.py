@@ -65,6 +65,34 @@ class Holding:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a single-node holder holds what, and since when: the little a reconciler
+    compares against its own view (a pod's node and request), without the full record."""
+
+    node: str
+    resources: Resources
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """A holding that exists outside the ledger (a bound pod), to record as it is."""
+
+    node: str
+    holder: Holder
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What Ledger.record_many did: the nodes whose holdings changed, and the entries it
+    skipped because the ledger has no such node."""
+
+    changed: frozenset[str]
+    unknown_node: tuple[Recording, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     """What an operator or a discovery controller says about a node."""
 
@@ -148,6 +176,43 @@ class NodeView:
     @property
     def admissible(self) -> bool:
         return self.not_admissible_reason is None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTotals:
+    """A node with what each kind of holder holds on it in total, but not the holdings:
+    what a summary of every node needs (GenericNode statuses), read without loading
+    150,000 holdings."""
+
+    name: str
+    spec: NodeSpec
+    cordon_reason: str | None
+    health_reason: str | None
+    held_by_kind: dict[HolderKind, Resources]
+
+    @property
+    def allocatable(self) -> Resources:
+        return self.spec.capacity - self.spec.reserved
+
+    @property
+    def held_by_kubernetes(self) -> Resources:
+        return self.held_by_kind.get(HolderKind.POD, Resources.ZERO)
+
+    @property
+    def held_by_slurm(self) -> Resources:
+        return self.held_by_kind.get(HolderKind.SLURM_JOB, Resources.ZERO)
+
+    @property
+    def held_manually(self) -> Resources:
+        return self.held_by_kind.get(HolderKind.MANUAL, Resources.ZERO)
+
+    @property
+    def free(self) -> Resources:
+        return self.allocatable - Resources.total(tuple(self.held_by_kind.values()))
+
+    @property
+    def not_admissible_reason(self) -> str | None:
+        return not_admissible_reason(self.cordon_reason, self.health_reason, self.free)
 
 
 def not_admissible_reason(cordon: str | None, health: str | None, free: Resources) -> str | None:

@@ -35,6 +35,7 @@ from app.ledger.records import (
     HoldingState,
     LedgerEvent,
     NodeSpec,
+    NodeTotals,
     NodeView,
 )
 from app.ledger.resources import Resources
@@ -69,6 +70,28 @@ _HOLDER_HOLDINGS = (
 _SINGLE_NODE_HOLDINGS = _HOLDER_HOLDINGS.where(
     HOLDINGS.c.holder_kind != literal_column(f"'{HolderKind.SLURM_JOB.value}'")
 )
+_LOCK_NODES = (
+    select(NODES.c.id, NODES.c.name)
+    .where(NODES.c.name.in_(bindparam("names", expanding=True)))
+    .order_by(NODES.c.name)  # one order for every multi-node lock: no deadlock between them
+    .with_for_update()
+)
+_HOLDINGS_OF = (
+    select(HOLDINGS, NODES.c.name.label("node_name"))
+    .join(NODES, HOLDINGS.c.node_id == NODES.c.id)
+    .where(
+        HOLDINGS.c.holder_kind == bindparam("kind"),
+        HOLDINGS.c.holder_id.in_(bindparam("holder_ids", expanding=True)),
+    )
+)
+_HELD_BY_KIND = select(
+    HOLDINGS.c.node_id,
+    HOLDINGS.c.holder_kind,
+    func.sum(HOLDINGS.c.cpu_millis).label("cpu"),
+    func.sum(HOLDINGS.c.memory_bytes).label("memory"),
+    func.sum(HOLDINGS.c.gpus).label("gpus"),
+).group_by(HOLDINGS.c.node_id, HOLDINGS.c.holder_kind)
+_DELETE_HOLDINGS = delete(HOLDINGS).where(HOLDINGS.c.id.in_(bindparam("ids", expanding=True)))
 _INSERT_HOLDING = insert(HOLDINGS)
 _INSERT_EVENT = insert(EVENTS)
 _DELETE_HOLDING = (
@@ -163,6 +186,15 @@ def holding_record(row: HoldingRow | Row[Any], node_name: str) -> Holding:
     )
 
 
+def node_spec(row: NodeRow | Row[Any]) -> NodeSpec:
+    return NodeSpec(
+        capacity=Resources(row.cpu_millis, row.memory_bytes, row.gpus),
+        reserved=Resources(row.reserved_cpu_millis, row.reserved_memory_bytes, row.reserved_gpus),
+        slurm_name=row.slurm_name,
+        labels=dict(row.labels or {}),
+    )
+
+
 def node_record(row: NodeRow | Row[Any], holdings: Sequence[HoldingRow | Row[Any]]) -> NodeView:
     return _node_view(row, [holding_record(h, row.name) for h in holdings])
 
@@ -170,14 +202,7 @@ def node_record(row: NodeRow | Row[Any], holdings: Sequence[HoldingRow | Row[Any
 def _node_view(row: NodeRow | Row[Any], holdings: list[Holding]) -> NodeView:
     return NodeView(
         name=row.name,
-        spec=NodeSpec(
-            capacity=Resources(row.cpu_millis, row.memory_bytes, row.gpus),
-            reserved=Resources(
-                row.reserved_cpu_millis, row.reserved_memory_bytes, row.reserved_gpus
-            ),
-            slurm_name=row.slurm_name,
-            labels=dict(row.labels or {}),
-        ),
+        spec=node_spec(row),
         cordon_reason=row.cordon_reason,
         health_reason=row.health_reason,
         holdings=tuple(sorted(holdings, key=lambda h: (h.holder.kind, h.holder.id))),
@@ -203,6 +228,30 @@ def event_record(row: EventRow | Row[Any]) -> LedgerEvent:
         message=row.message,
         details=dict(row.details or {}),
     )
+
+
+def event_values(
+    at: datetime,
+    kind: EventKind,
+    node: str | None,
+    message: str,
+    *,
+    holder: Holder | None = None,
+    resources: Resources | None = None,
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "at": at,
+        "kind": kind.value,
+        "node": node,
+        "holder_kind": holder.kind.value if holder else None,
+        "holder_id": holder.id if holder else None,
+        "cpu_millis": resources.cpu_millis if resources else None,
+        "memory_bytes": resources.memory_bytes if resources else None,
+        "gpus": resources.gpus if resources else None,
+        "message": message,
+        "details": details or {},
+    }
 
 
 class LedgerStatements:
@@ -241,8 +290,26 @@ class LedgerStatements:
         rows = self.session.execute(_EVENTS_AFTER, {"after_id": after_id, "limit": limit})
         return [event_record(r) for r in rows]
 
+    def lock_nodes(self, names: Sequence[str]) -> dict[str, int]:
+        """Name -> id of those of ``names`` that exist, row-locked in name order."""
+        rows = self.session.execute(_LOCK_NODES, {"names": sorted(set(names))})
+        return {row.name: row.id for row in rows}
+
+    def holdings_of(self, kind: HolderKind, holder_ids: Sequence[str]) -> list[Row[Any]]:
+        """``kind``'s holding rows of these holders, with their node's name."""
+        params = {"kind": kind.value, "holder_ids": list(holder_ids)}
+        return list(self.session.execute(_HOLDINGS_OF, params))
+
     def insert_holding(self, values: dict[str, Any]) -> None:
         self.session.execute(_INSERT_HOLDING, values)
+
+    def insert_holdings(self, values: Sequence[dict[str, Any]]) -> None:
+        if values:
+            self.session.execute(_INSERT_HOLDING, list(values))
+
+    def delete_holdings(self, ids: Sequence[int]) -> None:
+        if ids:
+            self.session.execute(_DELETE_HOLDINGS, {"ids": list(ids)})
 
     def delete_holding_returning(self, holding_id: int) -> Row[Any] | None:
         return self.session.execute(_DELETE_HOLDING, {"holding_id": holding_id}).one_or_none()
@@ -260,19 +327,15 @@ class LedgerStatements:
     ) -> None:
         self.session.execute(
             _INSERT_EVENT,
-            {
-                "at": at,
-                "kind": kind.value,
-                "node": node,
-                "holder_kind": holder.kind.value if holder else None,
-                "holder_id": holder.id if holder else None,
-                "cpu_millis": resources.cpu_millis if resources else None,
-                "memory_bytes": resources.memory_bytes if resources else None,
-                "gpus": resources.gpus if resources else None,
-                "message": message,
-                "details": details or {},
-            },
+            event_values(
+                at, kind, node, message, holder=holder, resources=resources, details=details
+            ),
         )
+
+    def append_events(self, values: Sequence[dict[str, Any]]) -> None:
+        """Many events (each from event_values) in one statement."""
+        if values:
+            self.session.execute(_INSERT_EVENT, list(values))
 
 
 class LedgerRepository(LedgerStatements):
@@ -303,6 +366,20 @@ class LedgerRepository(LedgerStatements):
 
     def view(self, row: NodeRow) -> NodeView:
         return node_record(row, self.holdings_on(row.id))
+
+    def all_totals(self) -> list[NodeTotals]:
+        """Every node with its holdings summed by holder kind in the database."""
+        held: dict[int, dict[HolderKind, Resources]] = {}
+        for row in self.session.execute(_HELD_BY_KIND):
+            sums = Resources(int(row.cpu), int(row.memory), int(row.gpus))
+            held.setdefault(row.node_id, {})[HolderKind(row.holder_kind)] = sums
+        return [
+            NodeTotals(n.name, node_spec(n), n.cordon_reason, n.health_reason, held.get(n.id, {}))
+            for n in self.session.scalars(select(NodeRow).order_by(NodeRow.name))
+        ]
+
+    def all_specs(self) -> dict[str, NodeSpec]:
+        return {n.name: node_spec(n) for n in self.session.scalars(select(NodeRow))}
 
     def all_views(self) -> list[NodeView]:
         """Every node with its holdings, by name: two queries, Core rows (ORM objects
@@ -390,6 +467,29 @@ class LedgerRepository(LedgerStatements):
             query = query.where(HoldingRow.holder_kind == kind.value)
         query = query.order_by(NodeRow.name, HoldingRow.holder_kind, HoldingRow.holder_id)
         return [(h, name) for h, name in self.session.execute(query)]
+
+    def placements(
+        self, kind: HolderKind, created_from: datetime | None, created_before: datetime | None
+    ) -> Iterator[Row[Any]]:
+        """(holder_id, node name, cpu, memory, gpus, created_at) rows of ``kind``: plain
+        columns, no ORM objects, streamed in batches (a resync reads 150,000 of them)."""
+        query = (
+            select(
+                HoldingRow.holder_id,
+                NodeRow.name,
+                HoldingRow.cpu_millis,
+                HoldingRow.memory_bytes,
+                HoldingRow.gpus,
+                HoldingRow.created_at,
+            )
+            .join(NodeRow, HoldingRow.node_id == NodeRow.id)
+            .where(HoldingRow.holder_kind == kind.value)
+        )
+        if created_from is not None:
+            query = query.where(HoldingRow.created_at >= created_from)
+        if created_before is not None:
+            query = query.where(HoldingRow.created_at < created_before)
+        return iter(self.session.execute(query.execution_options(yield_per=5000)))
 
     def pending_before(self, cutoff: datetime) -> list[tuple[HoldingRow, str]]:
         query = (

@@ -14,7 +14,7 @@ changes, from any replica, only that way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,10 +44,19 @@ from app.ledger.records import (
     HoldingState,
     LedgerEvent,
     NodeSpec,
+    NodeTotals,
     NodeView,
+    Placement,
+    Recorded,
+    Recording,
     not_admissible_reason,
 )
-from app.ledger.repository import LedgerRepository, LedgerStatements, holding_record
+from app.ledger.repository import (
+    LedgerRepository,
+    LedgerStatements,
+    event_values,
+    holding_record,
+)
 from app.ledger.resources import ResourceName, Resources
 from app.ledger.tables import HoldingRow, NodeRow
 from app.quantities import format_cpu, format_memory
@@ -137,6 +146,16 @@ class Ledger:
         with self.db.read() as session:
             return LedgerRepository(session).views_named(names)
 
+    def node_totals(self) -> list[NodeTotals]:
+        """Every node with what each kind of holder holds in total (no holdings loaded)."""
+        with self.db.read() as session:
+            return LedgerRepository(session).all_totals()
+
+    def node_specs(self) -> dict[str, NodeSpec]:
+        """Every node's spec by name, without holdings (cheap at 15,000 nodes)."""
+        with self.db.read() as session:
+            return LedgerRepository(session).all_specs()
+
     def list_holdings(
         self, node: str | None = None, kind: HolderKind | None = None
     ) -> list[Holding]:
@@ -145,6 +164,31 @@ class Ledger:
             if node is not None and repo.find_node(node) is None:
                 raise NodeNotFound(node)
             return [holding_record(h, n) for h, n in repo.list_holdings(node, kind)]
+
+    def placements(
+        self,
+        kind: HolderKind,
+        *,
+        created_from: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> dict[str, Placement]:
+        """Holder id -> placement of every holding of a single-node ``kind`` (pods, manual),
+        optionally only those created in [created_from, created_before)."""
+        return dict(self.each_placement(kind, created_from, created_before))
+
+    def each_placement(
+        self,
+        kind: HolderKind,
+        created_from: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> Iterator[tuple[str, Placement]]:
+        """placements() one by one, read in batches: at 150,000 holdings the dict alone
+        would be ~50 MB more at the peak of a resync. The read lasts until exhausted."""
+        with self.db.read() as session:
+            rows = LedgerRepository(session).placements(kind, created_from, created_before)
+            for r in rows:
+                amounts = Resources(r.cpu_millis, r.memory_bytes, r.gpus)
+                yield r.holder_id, Placement(r.name, amounts, r.created_at)
 
     def node_page(
         self,
@@ -395,6 +439,85 @@ class Ledger:
             )
             held = HoldingState.HELD
             return Admission(Holding(node, holder, requests, held, now, now), True)
+
+    def record_many(self, entries: Sequence[Recording], *, reason: str) -> Recorded:
+        """record() for many single-node holders in one transaction (a resync that finds
+        thousands of pods the ledger lacks; one transaction each would take minutes). The
+        entries' nodes are locked in name order; a holder already recorded as it is costs
+        nothing; each holding written gets its event, as with record()."""
+        try:
+            return self._record_many(entries, reason)
+        except IntegrityError:
+            # One of the holders was admitted meanwhile: one by one, record() sorts it out.
+            return self._record_each(entries, reason)
+
+    def _record_each(self, entries: Sequence[Recording], reason: str) -> Recorded:
+        changed: set[str] = set()
+        unknown: list[Recording] = []
+        for entry in entries:
+            try:
+                if self.record(entry.node, entry.holder, entry.resources, reason=reason).created:
+                    changed.add(entry.node)
+            except NodeNotFound:
+                unknown.append(entry)
+        return Recorded(frozenset(changed), tuple(unknown))
+
+    def _record_many(self, entries: Sequence[Recording], reason: str) -> Recorded:
+        now = self.clock()
+        latest = {(e.holder.kind, e.holder.id): e for e in entries}  # the last entry wins
+        with self.db.write_statements() as connection:
+            repo = LedgerStatements(connection)
+            node_ids = repo.lock_nodes([e.node for e in latest.values()])
+            existing: dict[tuple[HolderKind, str], Row[Any]] = {}
+            for kind in {kind for kind, _ in latest}:
+                ids = [holder_id for k, holder_id in latest if k is kind]
+                existing.update(((kind, r.holder_id), r) for r in repo.holdings_of(kind, ids))
+            unknown: list[Recording] = []
+            stale: list[int] = []
+            holdings: list[dict[str, Any]] = []
+            events: list[dict[str, Any]] = []
+            changed: set[str] = set()
+            for key, entry in latest.items():
+                node_id = node_ids.get(entry.node)
+                if node_id is None:
+                    unknown.append(entry)
+                    continue
+                old = existing.get(key)
+                if old is not None:
+                    amounts = Resources(old.cpu_millis, old.memory_bytes, old.gpus)
+                    if old.node_name == entry.node and amounts == entry.resources:
+                        continue
+                    stale.append(old.id)
+                    if old.node_name != entry.node:  # its own event: followers go by node
+                        changed.add(old.node_name)
+                        events.append(
+                            event_values(
+                                now,
+                                EventKind.RELEASED,
+                                old.node_name,
+                                f"moved to node {entry.node!r}: {reason}",
+                                holder=entry.holder,
+                                resources=amounts,
+                            )
+                        )
+                held = HoldingState.HELD
+                holdings.append(_holding_values(node_id, entry.holder, entry.resources, held, now))
+                events.append(
+                    event_values(
+                        now,
+                        EventKind.ADMITTED,
+                        entry.node,
+                        f"recorded {entry.holder.display_name or entry.holder.id}: {reason}",
+                        holder=entry.holder,
+                        resources=entry.resources,
+                        details={"recorded": True},
+                    )
+                )
+                changed.add(entry.node)
+            repo.delete_holdings(stale)
+            repo.insert_holdings(holdings)
+            repo.append_events(events)
+        return Recorded(frozenset(changed), tuple(unknown))
 
     def pending_before(self, cutoff: datetime) -> list[Holding]:
         """Holdings still PENDING that were last touched before ``cutoff``."""

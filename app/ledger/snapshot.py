@@ -174,6 +174,10 @@ class NodeSnapshot:
         """NodeViews: every view, fresh, by name (as Ledger.list_nodes)."""
         return sorted(self.views().values(), key=lambda v: v.name)
 
+    def node_totals(self) -> list[NodeView]:
+        """What the metrics read (app.metrics.nodes): a view has its totals too."""
+        return self.list_nodes()
+
     def _stale(self, asked: float, max_age: float) -> bool:
         return self._loaded is None or self._written or self._refreshed < asked - max_age
 

@@ -224,6 +224,11 @@ class Metrics:
             ["watch"],
             registry=r,
         )
+        self.status_writes = Counter(
+            "nodeledger_kube_status_writes",
+            "GenericNode status writes (only nodes whose figures differ from Kubernetes')",
+            registry=r,
+        )
         self._freshness = _SlurmFreshness(monotonic)
         if registry is not None:
             registry.register(self._freshness)
@@ -323,6 +328,9 @@ class Metrics:
 
     def kube_relisted(self, watch: str) -> None:
         self.relists.labels(watch).inc()
+
+    def kube_status_written(self) -> None:
+        self.status_writes.inc()
 
 
 # Components built without a Metrics (unit tests, tools) count here; nothing exposes it.

@@ -21,7 +21,10 @@
 # Runtime state in $NODELEDGER_RUNDIR/kube (default /tmp/nodeledger/kube): pki/, etcd/,
 # admin.kubeconfig (O=system:masters), scheduler.kubeconfig (system:kube-scheduler),
 # log/*.log, *.pid. Ports on 127.0.0.1: etcd 12379 (peer 12380), API server 16443,
-# scheduler 16459. A CONFIG_FILE for `scheduler` must set clientConnection.kubeconfig to
+# scheduler 16459. A second control plane (another NODELEDGER_RUNDIR) runs beside the
+# first with NODELEDGER_KUBE_PORT_BASE=P: etcd P, peer P+1, API server P+2, scheduler P+3.
+# NODELEDGER_KUBE_SCHEDULER=false starts no kube-scheduler (e.g. for pods created with
+# spec.nodeName, which a scheduler would only cache). A CONFIG_FILE for `scheduler` must set clientConnection.kubeconfig to
 # $NODELEDGER_KUBE_RUN/scheduler.kubeconfig (kube-scheduler ignores --kubeconfig when
 # --config is given) and its own profiles[].schedulerName; leader election is turned off.
 # There is no controller manager: no namespace, garbage or node-lifecycle controllers, no
@@ -43,10 +46,19 @@ RUN="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/kube"
 PKI="$RUN/pki"
 KUBECTL="${KUBECTL:-$BIN/kubectl}"   # built with the servers: no version skew
 
-ETCD_PORT=12379
-ETCD_PEER_PORT=12380
-API_PORT=16443
-SCHED_PORT=16459
+if [ -n "${NODELEDGER_KUBE_PORT_BASE:-}" ]; then
+  [[ $NODELEDGER_KUBE_PORT_BASE =~ ^[0-9]+$ ]] || { echo "bad NODELEDGER_KUBE_PORT_BASE" >&2; exit 2; }
+  ETCD_PORT=$NODELEDGER_KUBE_PORT_BASE
+  ETCD_PEER_PORT=$((ETCD_PORT + 1))
+  API_PORT=$((ETCD_PORT + 2))
+  SCHED_PORT=$((ETCD_PORT + 3))
+else
+  ETCD_PORT=12379
+  ETCD_PEER_PORT=12380
+  API_PORT=16443
+  SCHED_PORT=16459
+fi
+WITH_SCHEDULER="${NODELEDGER_KUBE_SCHEDULER:-true}"
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1   # the `kubernetes` Service: the first address of SERVICE_CIDR
 
@@ -353,7 +365,9 @@ up() {
 
   start_apiserver
 
-  start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
+  if [ "$WITH_SCHEDULER" = true ]; then
+    start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
+  fi
   log "up in $((SECONDS - started)) s: https://127.0.0.1:$API_PORT," \
     "KUBECONFIG=$RUN/admin.kubeconfig"
 }
@@ -374,7 +388,8 @@ down() {
 
 status() {
   api_ok || { echo "kube-apiserver not ready"; return 1; }
-  scheduler_ok kube-scheduler "$SCHED_PORT" || { echo "kube-scheduler not running"; return 1; }
+  [ "$WITH_SCHEDULER" != true ] || scheduler_ok kube-scheduler "$SCHED_PORT" \
+    || { echo "kube-scheduler not running"; return 1; }
   echo "kube-apiserver https://127.0.0.1:$API_PORT ready, kube-scheduler running"
 }
 

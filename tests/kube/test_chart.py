@@ -138,6 +138,7 @@ def test_rbac_is_least_privilege(helm: str) -> None:
     [
         "slurm.failOpen=yes",
         "slurm.kubeMaxCpuFraction=2",
+        "kube.listPageSize=0",
         "logLevel=loud",
         "unknown=1",
         "auth.mode=ldap",
@@ -304,6 +305,15 @@ def test_auth_without_tls_is_refused_while_the_chart_runs_a_scheduler(helm: str)
     assert "needs auth.mode static or kubernetes" in fails(
         helm, "auth.mode=none", "auth.protectReads=true"
     )
+
+
+def test_list_page_size_and_status_rate(helm: str) -> None:
+    env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_KUBE_LIST_PAGE_SIZE"] == "2000"
+    docs = render(helm, "kube.listPageSize=200", "kube.statusQps=50", "kube.statusBurst=100")
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_KUBE_LIST_PAGE_SIZE"] == "200"
+    assert (env["NODELEDGER_KUBE_STATUS_QPS"], env["NODELEDGER_KUBE_STATUS_BURST"]) == ("50", "100")
 
 
 def test_protected_reads_and_the_cache_ttl(helm: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -21,7 +22,6 @@ from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeSp
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.slurm.policy import KubeCaps
-from tests.support.realenv import wait_until
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -105,13 +105,17 @@ class FakeWatchClient:
     def __init__(self) -> None:
         self.lists = 0
         self.watches = 0
+        self.watched_from: list[str] = []
 
-    def list(self, path: str, **query: Any) -> tuple[list[dict[str, Any]], str]:
+    def list(
+        self, path: str, decode: Callable[[dict[str, Any]], Any], shape: Any = None, **query: Any
+    ) -> tuple[list[Any], str]:
         self.lists += 1
-        return [{"metadata": {"name": "x", "resourceVersion": "1"}}], f"rv-{self.lists}"
+        return [decode({"metadata": {"name": "x", "resourceVersion": "1"}})], f"rv-{self.lists}"
 
     def watch(self, path: str, version: str, timeout: int, **query: Any) -> Any:
         self.watches += 1
+        self.watched_from.append(version)
         if self.watches == 1:
             yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
         else:
@@ -125,11 +129,16 @@ class Recorder:
         self.resyncs: list[list[str]] = []
         self.events: list[tuple[str, str]] = []
 
-    def resync(self, items: list[dict[str, Any]]) -> None:
-        self.resyncs.append([i["metadata"]["name"] for i in items])
+    shape = None
 
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        self.events.append((kind, obj["metadata"]["name"]))
+    def decode(self, obj: dict[str, Any]) -> str:
+        return str(obj["metadata"]["name"])
+
+    def resync(self, items: list[str]) -> None:
+        self.resyncs.append(items)
+
+    def on_event(self, kind: str, name: str) -> None:
+        self.events.append((kind, name))
         self.stop.set()
 
 
@@ -138,37 +147,92 @@ def test_an_expired_watch_relists_and_the_handler_resyncs() -> None:
     client, handler = FakeWatchClient(), Recorder(stop)
     ListWatch("things", client, "/things", handler).run(stop)  # type: ignore[arg-type]
     assert client.lists == 2  # listed again after the 410
+    assert client.watched_from == ["rv-1", "rv-2"]  # each watch from its list's version
     assert handler.resyncs == [["x"], ["x"]]
     assert handler.events == [("ADDED", "y")]  # bookmarks are not events
 
 
 class FakeStatusClient:
-    def __init__(self) -> None:
+    """GenericNodes as Kubernetes keeps them: LIST returns their statuses, a status PATCH
+    merges into one (and is counted)."""
+
+    def __init__(self, *names: str) -> None:
+        self.objects: dict[str, dict[str, Any]] = {n: {} for n in names}
         self.writes: list[dict[str, Any]] = []
+        self.written: list[str] = []
+
+    def list(
+        self, path: str, decode: Callable[[dict[str, Any]], Any], shape: Any = None, **query: Any
+    ) -> tuple[list[Any], str]:
+        objects = [{"metadata": {"name": n}, "status": s} for n, s in self.objects.items()]
+        return [decode(o) for o in objects], "1"
 
     def patch_status(self, path: str, status: dict[str, Any]) -> None:
+        name = path.rsplit("/", 2)[-2] if path.endswith("/status") else path.rsplit("/", 1)[-1]
+        self.objects.setdefault(name, {}).update(status)
         self.writes.append(status)
+        self.written.append(name)
 
 
-def test_a_resync_rewrites_status_but_keeps_transition_times(ledger: Ledger) -> None:
-    ledger.upsert_node("a", NodeSpec(capacity=Resources(16000, 32 * GIB)))
-    client, now = FakeStatusClient(), [T0]
-    mirror = StatusMirror(
-        ledger, client, lambda: None, qps=1000, burst=1000, resync_period=0.05,  # type: ignore[arg-type]
+def mirror_of(ledger: Ledger, client: FakeStatusClient, now: list[datetime]) -> StatusMirror:
+    return StatusMirror(
+        ledger, client, lambda: None, qps=1000, burst=1000, resync_period=3600,  # type: ignore[arg-type]
         gpu_resource="nvidia.com/gpu", clock=lambda: now[0],
     )  # fmt: skip
-    stop = threading.Event()
-    thread = threading.Thread(target=mirror.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: client.writes, 5, what="the first write")
-        now[0] = datetime(2026, 1, 2, tzinfo=UTC)
-        wait_until(lambda: len(client.writes) >= 2, 5, what="a resync's rewrite")
-    finally:
-        stop.set()
-        thread.join(5)
-    ready = [{c["type"]: c for c in w["conditions"]}["Ready"] for w in client.writes]
-    assert {r["lastTransitionTime"] for r in ready} == {"2026-01-01T00:00:00Z"}
+
+
+def resync_writes(mirror: StatusMirror, client: FakeStatusClient) -> list[str]:
+    """The nodes one resync wrote."""
+    before = len(client.written)
+    mirror.resync()
+    mirror.flush(threading.Event())
+    return sorted(client.written[before:])
+
+
+def test_a_resync_writes_only_the_nodes_whose_figures_differ(ledger: Ledger) -> None:
+    for name in ("a", "b", "c"):
+        ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    client, now = FakeStatusClient("a", "b", "c"), [T0]
+    mirror = mirror_of(ledger, client, now)
+    assert resync_writes(mirror, client) == ["a", "b", "c"]  # new GenericNodes, no status yet
+    now[0] = datetime(2026, 1, 2, tzinfo=UTC)
+    assert resync_writes(mirror, client) == []  # nothing changed: nothing written
+    ledger.admit("b", Holder(HolderKind.POD, "p1"), Resources(1000, GIB))
+    client.objects["c"]["free"] = {"cpu": "1"}  # someone else changed c's status
+    assert resync_writes(mirror, client) == ["b", "c"]
+    assert resync_writes(mirror, client) == []
+    # Kept across the rewrites: Ready never changed, so its transition time is the first.
+    ready = {c["type"]: c for c in client.objects["b"]["conditions"]}["Ready"]
+    assert ready["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert client.objects["b"]["lastSyncTime"] == "2026-01-02T00:00:00Z"
+
+
+def test_a_resync_takes_transition_times_from_what_kubernetes_has(ledger: Ledger) -> None:
+    ledger.upsert_node("a", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    client, now = FakeStatusClient("a"), [T0]
+    resync_writes(mirror_of(ledger, client, now), client)
+    # A restarted service (a new mirror, nothing written by it yet) changes nothing.
+    now[0] = datetime(2026, 1, 3, tzinfo=UTC)
+    assert resync_writes(mirror_of(ledger, client, now), client) == []
+    # The node is cordoned: Ready flips, with a new transition time; the rest is kept.
+    ledger.upsert_node("a", NodeSpec(capacity=Resources(16000, 32 * GIB)), cordon_reason="x")
+    assert resync_writes(mirror_of(ledger, client, now), client) == ["a"]
+    conditions = {c["type"]: c for c in client.objects["a"]["conditions"]}
+    assert conditions["Ready"]["lastTransitionTime"] == "2026-01-03T00:00:00Z"
+    assert conditions["SlurmSynced"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_status_writes_keep_to_the_rate(ledger: Ledger) -> None:
+    for i in range(30):
+        ledger.upsert_node(f"n{i}", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    client = FakeStatusClient(*(f"n{i}" for i in range(30)))
+    mirror = StatusMirror(
+        ledger, client, lambda: None, qps=20, burst=10, resync_period=3600,  # type: ignore[arg-type]
+        gpu_resource="nvidia.com/gpu", clock=lambda: T0,
+    )  # fmt: skip
+    started = time.monotonic()
+    assert len(resync_writes(mirror, client)) == 30
+    assert time.monotonic() - started >= (30 - 10) / 20 * 0.9  # the burst, then 20/s
 
 
 class UnreachableElection:

@@ -55,6 +55,7 @@ CONTRACT = HISTOGRAMS | {
     "nodeledger_leader",
     "nodeledger_kube_watch_restarts_total",
     "nodeledger_kube_relists_total",
+    "nodeledger_kube_status_writes_total",
 }
 SERIES = CONTRACT | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 METRIC = re.compile(r"\bnodeledger_[a-z_]+")

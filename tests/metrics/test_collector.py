@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.exc import OperationalError
 
-from app.ledger.records import NodeSpec, NodeView
+from app.ledger.records import NodeSpec, NodeTotals
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.metrics.nodes import LedgerCollector
@@ -22,11 +22,11 @@ class CountingLedger(Ledger):
         self.reads = 0
         self.broken = False
 
-    def list_nodes(self) -> list[NodeView]:
+    def node_totals(self) -> list[NodeTotals]:
         self.reads += 1
         if self.broken:
             raise OperationalError("SELECT", {}, Exception("connection refused"))
-        return super().list_nodes()
+        return super().node_totals()
 
 
 def test_scrapes_within_the_cache_period_read_the_ledger_once(ledger: Ledger) -> None:

@@ -16,7 +16,7 @@ from app.auth.settings import AuthSettings
 from app.kube.binder import Extender
 from app.kube.client import KubeError
 from app.kube.extender_wire import ExtenderBindingArgs
-from app.kube.protocol import AdmissionRequests
+from app.kube.protocol import AdmissionRequests, requests_of
 from app.ledger.snapshot import NodeSnapshot
 from app.main import create_app
 from app.metrics.settings import MetricsSettings
@@ -55,6 +55,7 @@ CONTRACT = {
     "nodeledger_leader": "gauge",
     "nodeledger_kube_watch_restarts": "counter",
     "nodeledger_kube_relists": "counter",
+    "nodeledger_kube_status_writes": "counter",
 }
 PER_NODE = {name for name in CONTRACT if name.startswith("nodeledger_node_")}
 
@@ -161,15 +162,17 @@ def test_extender_and_genericnode_admissions_count_under_their_path(make_app: Ma
         clock=lambda: datetime.now(UTC),
     )
     protocol.answer(
-        {
-            "metadata": {"name": "n1"},
-            "spec": {
-                "admissionRequests": [
-                    {"podUID": "g1", "namespace": "b", "name": "s0", "requests": {"cpu": "2"}},
-                    {"podUID": "g2", "namespace": "b", "name": "s1", "requests": {"cpu": "99"}},
-                ]
-            },
-        }
+        requests_of(
+            {
+                "metadata": {"name": "n1"},
+                "spec": {
+                    "admissionRequests": [
+                        {"podUID": "g1", "namespace": "b", "name": "s0", "requests": {"cpu": "2"}},
+                        {"podUID": "g2", "namespace": "b", "name": "s1", "requests": {"cpu": "99"}},
+                    ]
+                },
+            }
+        )
     )
     s = scrape(app.api)
 
