@@ -433,8 +433,13 @@ class SlurmSync:
         if not self._listing.done():
             return False
         listing, self._listing = self._listing, None
+        try:
+            listings = listing.result()
+        except SlurmError:
+            self._listing_due = float("-inf")  # again at the next step
+            raise
         self._listing_due = self._listing_started + self.full_sync_interval
-        return self._apply_listings(listing.result(), self._listing_started)  # its error too
+        return self._apply_listings(listings, self._listing_started)
 
     def _restarted(self) -> bool:
         started = self.client.started_at()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,7 @@ def hook_config(slurm: SlurmCluster, url: str) -> Path:
     return token
 
 
-@pytest.fixture
-def hinted(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Hinted]:
+def service_env(slurm: SlurmCluster, tmp_path: Path) -> dict[str, str]:
     tokens = tmp_path / "tokens.json"
     tokens.write_text(
         json.dumps(
@@ -88,7 +88,7 @@ def hinted(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Hinted]:
             ]
         )
     )
-    env = {
+    return {
         "NODELEDGER_SLURM_ENABLED": "true",
         "NODELEDGER_SLURM_URL": slurm.url,
         "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
@@ -97,24 +97,35 @@ def hinted(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Hinted]:
         "NODELEDGER_AUTH_TOKEN_FILE": str(tokens),
         "NODELEDGER_LOG_LEVEL": "info",
     }
+
+
+@contextmanager
+def hooked(slurm: SlurmCluster, service: ServiceProcess) -> Iterator[Hinted]:
+    """slurmctld's hook posting to ``service``; the ledger's nodes registered there."""
+    token = hook_config(slurm, service.url)
+    hinted = Hinted(service, slurm)
+    for name, alias in LEDGER_NODES.items():
+        body = {
+            "capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 4 if alias == "n3" else 0},
+            "slurm_name": alias if alias != name else None,
+        }
+        hinted.api.put(f"/v1/nodes/{name}", json=body).raise_for_status()
+    time.sleep(2)  # the sync's first steps: its one full listing is applied
+    try:
+        yield hinted
+    finally:
+        assert slurm.hint_config is not None
+        slurm.hint_config.unlink(missing_ok=True)
+        token.unlink(missing_ok=True)
+        hinted.api.close()
+
+
+@pytest.fixture
+def hinted(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Hinted]:
     database = migrated(f"sqlite:///{tmp_path / 'ledger.db'}")
-    with running_service(database, tmp_path, env=env) as service:
-        token = hook_config(slurm, service.url)
-        hinted = Hinted(service, slurm)
-        for name, alias in LEDGER_NODES.items():
-            body = {
-                "capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 4 if alias == "n3" else 0},
-                "slurm_name": alias if alias != name else None,
-            }
-            hinted.api.put(f"/v1/nodes/{name}", json=body).raise_for_status()
-        time.sleep(2)  # the sync's first steps: its one full listing is applied
-        try:
-            yield hinted
-        finally:
-            assert slurm.hint_config is not None
-            slurm.hint_config.unlink(missing_ok=True)
-            token.unlink(missing_ok=True)
-            hinted.api.close()
+    env = service_env(slurm, tmp_path)
+    with running_service(database, tmp_path, env=env) as service, hooked(slurm, service) as h:
+        yield h
 
 
 def test_a_job_start_and_end_reach_the_ledger_within_a_second_by_hints(
@@ -165,3 +176,33 @@ def test_hints_keep_working_after_a_slurmctld_restart_and_nothing_is_lost(
     print(f"Slurm {slurm.version} after restart: start {took:.2f}s, end {released:.2f}s")
     assert took <= WITHIN
     assert released <= WITHIN
+
+
+@pytest.mark.postgres
+def test_a_hint_posted_to_a_standby_replica_is_applied_by_the_leader(
+    slurm: SlurmCluster, postgres_url: str, tmp_path: Path
+) -> None:
+    env = service_env(slurm, tmp_path)
+    with (
+        running_service(postgres_url, tmp_path, env=env, name="first") as first,
+        running_service(postgres_url, tmp_path, env=env, name="second") as second,
+    ):
+
+        def standby() -> ServiceProcess | None:
+            for service in (first, second):
+                checks = httpx.get(f"{service.url}/readyz", timeout=5).json()["checks"]
+                if "standby" in checks.get("slurm", ""):
+                    return service
+            return None
+
+        replica = wait_until(standby, 10, what="one replica standing by")
+        with hooked(slurm, replica) as hinted:
+            job = slurm.sbatch("-w", "n1", *JOB, "--wrap", "sleep 60")
+            took = hinted.seen("n1", job, True, hinted.running(job, "n1"))
+            slurm.scancel(job)
+            released = hinted.seen("n1", job, False, time.monotonic())
+        print(
+            f"Slurm {slurm.version}, hints to the standby: start {took:.2f}s, end {released:.2f}s"
+        )
+        assert took <= WITHIN
+        assert released <= WITHIN
