@@ -152,7 +152,8 @@ def test_a_requeued_job_moves_to_its_new_node(hinted: Hinted, slurm: SlurmCluste
     slurm.run("scontrol", "requeuehold", job)  # back to PENDING, held so it cannot restart
     requeued = time.monotonic()
     released = hinted.seen("n1", job, False, requeued)
-    slurm.run("scontrol", "update", f"jobid={job}", "nodelist=n2")
+    # A requeued job waits 120 s (BeginTime) unless told otherwise.
+    slurm.run("scontrol", "update", f"jobid={job}", "nodelist=n2", "starttime=now")
     slurm.run("scontrol", "release", job)
     moved = hinted.seen("n2", job, True, hinted.running(job, "n2"))
     print(f"Slurm {slurm.version}: requeue -> n1 released {released:.2f}s, n2 held {moved:.2f}s")
