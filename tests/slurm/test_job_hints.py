@@ -6,6 +6,7 @@ slurmctld hooks: tests/slurm/test_job_hints_cluster.py."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -24,6 +25,7 @@ from app.slurm.models import JobAllocation, Listing, SlurmJob, SlurmNode
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.realenv import wait_until
 
 MIB = 2**20
 
@@ -127,6 +129,29 @@ def test_a_hinted_start_reaches_the_ledger_with_no_listing(
     assert sync.jobs_on("n1") == [slurm.jobs["7"]]
     sync.step()  # not due: no listing
     assert slurm.listings == listings
+
+
+def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: JobHints) -> None:
+    """Steps 30 s apart: only the hint's wake-up can explain a holding within a second."""
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
+    sync = SlurmSync(
+        slurm,  # type: ignore[arg-type]
+        ledger,
+        Pusher(slurm, ledger),  # type: ignore[arg-type]
+        interval=30,
+        full_sync_interval=300,
+        hints=hints,
+    )
+    sync.start()
+    try:
+        wait_until(lambda: sync.health().status == "ok", 5, what="the first step")
+        slurm.jobs["7"] = job("7", "n1")
+        posted = time.monotonic()
+        hints.post([7])
+        wait_until(lambda: held(ledger, "n1") == {"7": 2000}, 1, interval=0.01, what="held")
+        print(f"hint -> ledger in {time.monotonic() - posted:.3f}s")
+    finally:
+        sync.stop()
 
 
 def test_a_job_hinted_while_completing_is_released_once_it_lets_go(
