@@ -53,6 +53,7 @@ class JobHints:
             return set()
         flood = len(rows) > MAX_TAKEN
         with self.db.write_statements() as connection:
-            # Hints stored meanwhile have higher ids: they stay for the next take.
-            connection.execute(delete(Row) if flood else delete(Row).where(Row.id <= rows[-1].id))
+            # Exactly the rows read: on PostgreSQL a lower id may commit after a higher one.
+            read = [row.id for row in rows]
+            connection.execute(delete(Row) if flood else delete(Row).where(Row.id.in_(read)))
         return None if flood else {str(row.job_id) for row in rows}
