@@ -12,7 +12,14 @@ from prometheus_client import CollectorRegistry
 
 from app import __version__
 from app.admission.service import AdmissionGate, Admissions
-from app.api import errors, routes_admissions, routes_events, routes_health, routes_nodes
+from app.api import (
+    errors,
+    routes_admissions,
+    routes_events,
+    routes_health,
+    routes_nodes,
+    routes_slurm,
+)
 from app.auth import guard as auth
 from app.auth.wiring import build_guard
 from app.components import Component
@@ -27,6 +34,7 @@ from app.metrics import http as metrics_http
 from app.metrics.nodes import LedgerCollector
 from app.metrics.registry import Metrics
 from app.settings import Settings
+from app.slurm.hints import JobHints
 from app.slurm.sync import SlurmSync
 from app.slurm.wiring import attach_slurm
 from app.web import routes as web_routes
@@ -44,6 +52,7 @@ class Services:
     snapshot: NodeSnapshot  # every node view, for those that read many (app.ledger.snapshot)
     components: list[Component] = field(default_factory=list)
     slurm: SlurmSync | None = None
+    job_hints: JobHints | None = None  # with the Slurm integration on
     extender: Extender | None = None
     metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry()))
 
@@ -110,7 +119,7 @@ def create_app(
     errors.install(app)
     auth.install(app, guard)
     metrics_http.install(app)
-    for module in (routes_health, routes_nodes, routes_admissions, web_routes):
+    for module in (routes_health, routes_nodes, routes_admissions, routes_slurm, web_routes):
         app.include_router(module.router)
     # Routers whose reads are guarded here rather than route by route.
     app.include_router(routes_events.router, dependencies=[auth.require_read("list", "events")])

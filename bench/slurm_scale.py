@@ -8,9 +8,12 @@ Prints one JSON object:
   back, confirm), next to the raw update of the same run, and their p50 ratio;
 - cluster_wide_reads: bytes and seconds of GET nodes/, jobs/state/ and jobs/ (what a
   full sync pass, or the old gate per admission, paid);
-- staleness_s: from a job being RUNNING to the ledger showing it.
+- staleness_s: from a job being RUNNING to the ledger showing it; with job hints (the
+  default: slurmctld runs slurm-plugins/hooks/nodeledger-job-hint, the service lists
+  everything only every 600 s) also release_staleness_s, from scancel returning to the
+  ledger dropping the job.
 
-    python -m bench.slurm_scale [--nodes 15000] [--jobs 20000] [--samples 100]
+    python -m bench.slurm_scale [--nodes 15000] [--jobs 20000] [--samples 100] [--no-hints]
 
 The cluster gets its own cache (a copy of the 26.05 test cluster's chroot), run directory and
 ports, so it never disturbs the test clusters; it is taken down at the end.
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,6 +113,48 @@ def cluster_wide_reads(slurm: SlurmCluster) -> dict[str, Any]:
     return figures
 
 
+def holds(client: httpx.Client, job: str) -> bool:
+    rows = client.get("/v1/holdings", params={"node": "n3", "holder_kind": "slurm_job"}).json()
+    return any(r["holder"]["id"] == job for r in rows)
+
+
+def hinted_staleness(
+    url: str, slurm: SlurmCluster, jobs: int, limit: float
+) -> tuple[list[float], list[float]]:
+    """Per job: seconds from RUNNING (as polled here, so up to one poll late) to the
+    ledger's holding, and from scancel returning to the holding gone (``inf``: not
+    within ``limit``)."""
+    starts: list[float] = []
+    ends: list[float] = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(jobs):
+            job = slurm.sbatch("-w", "n3", "-c", "2", "--mem=100", "--wrap", "sleep 600")
+            while slurm.job_state(job) != "RUNNING":
+                time.sleep(0.02)
+            for samples, present in ((starts, True), (ends, False)):
+                if not present:
+                    slurm.scancel(job)
+                t0 = time.monotonic()
+                seen = float("inf")
+                while time.monotonic() - t0 < limit:
+                    if holds(client, job) == present:
+                        seen = time.monotonic() - t0
+                        break
+                    time.sleep(0.02)
+                samples.append(seen)
+    return starts, ends
+
+
+def seconds(samples: list[float]) -> dict[str, Any]:
+    ordered = sorted(samples)
+    return {
+        "p50": round(statistics.median(ordered), 3),
+        "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 3),
+        "max": round(ordered[-1], 3),
+        "n": len(ordered),
+    }
+
+
 def wait_registered(url: str, names: list[str], timeout: float) -> bool:
     """Whether the sync registered these Slurm nodes in the ledger within ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -126,6 +172,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--staleness-jobs", type=int, default=3)
+    parser.add_argument(
+        "--no-hints", dest="hints", action="store_false", help="poll only (no job hints)"
+    )
     args = parser.parse_args()
     scale_environment(args.nodes)
     seed_cache()
@@ -160,6 +209,9 @@ def main() -> None:
             "NODELEDGER_SLURM_REGISTER_NODES": "true",  # every Slurm node into the ledger
             "NODELEDGER_SLURM_TIMEOUT": "120",  # a full listing at this size takes long
         }
+        if args.hints:
+            env["NODELEDGER_SLURM_FULL_SYNC_INTERVAL"] = "600"
+        result["job_hints"] = args.hints
         with tempfile.TemporaryDirectory() as tmp:
             database = migrated(f"sqlite:///{tmp}/bench.db")
             t0 = time.monotonic()
@@ -174,11 +226,19 @@ def main() -> None:
                     result["admission_ms"]["p50"] / result["raw_node_update_ms"]["p50"], 2
                 )
                 result["admissions_per_s"] = round(rate, 1)
-                stale = staleness(service.url, slurm, args.staleness_jobs, limit=300, runtime=600)
-                result["staleness_s"] = {
-                    "max": round(max(stale), 3),
-                    "values": [round(s, 3) for s in stale],
-                }
+                if args.hints:
+                    assert slurm.hint_config is not None
+                    slurm.hint_config.write_text(f"url={service.url}\ntimeout=2\n")
+                    starts, ends = hinted_staleness(
+                        service.url, slurm, args.staleness_jobs, limit=300
+                    )
+                    result["staleness_s"] = seconds(starts)
+                    result["release_staleness_s"] = seconds(ends)
+                else:
+                    stale = staleness(
+                        service.url, slurm, args.staleness_jobs, limit=300, runtime=600
+                    )
+                    result["staleness_s"] = seconds(stale)
         result["cluster_wide_reads"] = cluster_wide_reads(slurm)
     finally:
         cluster_sh(VERSION, "down", timeout=300, check=False)

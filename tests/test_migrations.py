@@ -30,8 +30,9 @@ def test_downgrade_and_upgrade_again(database_url: str) -> None:
     migrate.downgrade(engine, "base")
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     migrate.upgrade(engine)
-    assert {"nodes", "holdings", "events"} <= set(inspect(engine).get_table_names())
-    assert migrate.current(engine) == "0001"
+    tables = set(inspect(engine).get_table_names())
+    assert {"nodes", "holdings", "events", "slurm_job_hints"} <= tables
+    assert migrate.current(engine) == "0002"
     engine.dispose()
 
 
@@ -44,7 +45,7 @@ def test_cli_db_upgrade_and_env_settings(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert result.stdout.strip() == "0001"
+    assert result.stdout.strip() == "0002"
     env_url = f"sqlite:///{tmp_path / 'env.db'}"
     result = subprocess.run(
         [sys.executable, "-m", "app", "db", "current"],

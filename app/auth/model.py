@@ -10,7 +10,7 @@ from typing import Literal, Protocol
 GROUP = "nodeledger.io"
 # What the routes ask for (README "Authentication and authorization" has the table).
 VERBS = frozenset({"get", "list", "create", "update", "delete"})
-RESOURCES = frozenset({"nodes", "holdings", "events", "admissions", "bindings"})
+RESOURCES = frozenset({"nodes", "holdings", "events", "admissions", "bindings", "jobhints"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,3 +110,13 @@ class EventRow(Base):
     gpus: Mapped[int | None] = mapped_column(BigInteger)
     message: Mapped[str] = mapped_column(Text)
     details: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class SlurmJobHintRow(Base):
+    """A "job N changed" hint from slurmctld, kept until the Slurm sync leader takes it
+    (app.slurm.hints): any replica may receive it, only the leader applies it."""
+
+    __tablename__ = "slurm_job_hints"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger)

@@ -33,6 +33,8 @@ from app.slurm.tokens import TokenSource
 
 log = logging.getLogger(__name__)
 
+INVALID_JOB_ID = 2017  # ESLURM_INVALID_JOB_ID
+
 
 class SlurmClient:
     def __init__(
@@ -109,6 +111,24 @@ class SlurmClient:
         if params and not jobs and last_update == 0:
             return None  # 24.11 says "unchanged" this way for jobs, not with a 304
         return Listing(jobs, last_update)
+
+    def get_job(self, job_id: str) -> SlurmJob | None:
+        """One job (8.9 KB at any cluster size); None when slurmctld no longer knows it
+        (purged MinJobAge after it ended)."""
+        try:
+            body = self._call("GET", f"job/{job_id}")
+        except SlurmRequestError as exc:
+            if any(e.error_number == INVALID_JOB_ID for e in exc.errors):
+                return None
+            raise
+        jobs = (body or {}).get("jobs") or []
+        return payloads.parse_job(jobs[0]) if jobs else None
+
+    def started_at(self) -> int:
+        """When slurmctld's statistics began: its start time, unless someone ran
+        ``sdiag --reset``. A change means slurmctld restarted (``GET diag/``, 7 KB)."""
+        body = self._call("GET", "diag/") or {}
+        return payloads.number((body.get("statistics") or {}).get("req_time_start"))
 
     def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
         update = {k: v for k, v in (("gres", gres), ("extra", extra)) if v is not None}

@@ -28,6 +28,13 @@ class SlurmSettings(BaseSettings):
     timeout: float = Field(default=5.0, gt=0, le=120, description="Seconds per slurmrestd call")
     retries: int = Field(default=2, ge=0, le=10, description="Retries of idempotent calls")
     sync_interval: float = Field(default=1.0, gt=0, le=3600, description="Seconds between syncs")
+    full_sync_interval: float | None = Field(
+        default=None,
+        gt=0,
+        le=86400,
+        description="Seconds between full listings of nodes and jobs, read in the background, "
+        "when slurmctld sends job hints; unset: every sync interval",
+    )
     pending_timeout: float = Field(
         default=60.0,
         gt=0,

@@ -17,7 +17,20 @@ Each step:
 With several replicas only the one holding the ``slurm-sync`` leadership (app.db.locks)
 writes steps 2 and 3; the others keep reading Slurm (step 1: cheap, and their node sizes stay
 current for node discovery) and stand by.
-The loop is a thin shell around ``step()``, which tests call directly.
+
+Job hints (app.slurm.hints): slurmctld's PrologSlurmctld/EpilogSlurmctld name a job that
+started, ended or was requeued; the leader reads that one job (``GET job/{id}``), moves it in
+its per-node job map and syncs only the nodes it was on or is on now, each read afresh
+(``GET node/{name}``: states and ``gres_used`` are live there). A hint wakes the loop at
+once; hints stored by another replica are picked up every ``HINT_POLL`` seconds. Jobs seen
+COMPLETING still hold their nodes and are read again every poll until they let go, so an
+Epilog hint that arrives while the job is COMPLETING still releases it. With
+``full_sync_interval`` set (hints expected), the full listings are a reconcile read that
+often, in the background (at 15,000 nodes one takes over a minute), and applied here, in the
+loop's one thread: a job a hint read after the listing began keeps the hint's version, so an
+older listing never undoes a newer hint. A changed slurmctld start time (``GET diag/``, each
+step) forces a full listing at once.
+The loop is a thin shell around ``step()`` and ``apply_hints()``, which tests call directly.
 """
 
 from __future__ import annotations
@@ -26,8 +39,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 
 from app.components import Health
@@ -42,13 +56,18 @@ from app.slurm.client import SlurmClient
 from app.slurm.counts import MIB, current_counts, desired_counts, node_gpus, withheld
 from app.slurm.errors import SlurmError
 from app.slurm.gres import gres_count
-from app.slurm.models import SlurmJob, SlurmNode
+from app.slurm.hints import JobHints
+from app.slurm.models import Listing, SlurmJob, SlurmNode
 from app.slurm.push import Pusher
 
 log = logging.getLogger(__name__)
 
 UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "INVALID_REG", "INVALID", "NOT_RESPONDING", "FAIL"})
 FULL_PASS_EVERY = 30  # steps
+HINT_POLL = 0.2  # seconds between the leader's looks for hints (and COMPLETING jobs)
+MAX_REREADS = 10_000  # hinted jobs whose read failed, kept to read again; beyond: full pass
+
+Listings = tuple[Listing[SlurmNode] | None, Listing[SlurmJob] | None]
 
 
 def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
@@ -61,37 +80,51 @@ def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
     return f"{text}: {node.reason}" if node.reason else text
 
 
-def slurm_snapshot(node: SlurmNode, jobs: list[SlurmJob]) -> dict[str, SnapshotEntry]:
-    """What Slurm holds on ``node``, per job, plus any allocation no job accounts for."""
+def slurm_snapshot(
+    node: SlurmNode, jobs: Iterable[SlurmJob], unlisted: Resources | None = None
+) -> dict[str, SnapshotEntry]:
+    """What Slurm holds on ``node``, per job, plus any allocation no job accounts for
+    (``unlisted``; default: what the node reports allocated beyond ``jobs``)."""
     snapshot: dict[str, SnapshotEntry] = {}
     for job in jobs:
-        for a in job.allocations:
-            if a.node == node.name:
-                snapshot[job.job_id] = SnapshotEntry(
-                    f"{job.name} ({job.user})" if job.user else job.name,
-                    Resources(a.cpus * 1000, a.memory_mb * MIB, a.gpus),
-                )
-    attributed = Resources.total([e.resources for e in snapshot.values()])
-    reported = Resources(
-        node.alloc_cpus * 1000, node.alloc_memory_mb * MIB, gres_count(node.gres_used, "gpu")
-    )
-    rest = Resources(
-        max(0, reported.cpu_millis - attributed.cpu_millis),
-        max(0, reported.memory_bytes - attributed.memory_bytes),
-        max(0, reported.gpus - attributed.gpus),
-    )
-    if not rest.is_zero():
-        snapshot[f"node:{node.name}"] = SnapshotEntry("allocated, no job listed yet", rest)
+        if (held := job_on(job, node.name)) is not None:
+            snapshot[job.job_id] = SnapshotEntry(
+                f"{job.name} ({job.user})" if job.user else job.name, held
+            )
+    if unlisted is None:
+        unlisted = unallocated_rest(node, [e.resources for e in snapshot.values()])
+    if not unlisted.is_zero():
+        snapshot[f"node:{node.name}"] = SnapshotEntry("allocated, no job listed yet", unlisted)
     return snapshot
 
 
-def _by_node(jobs: tuple[SlurmJob, ...]) -> dict[str, list[SlurmJob]]:
-    by_node: dict[str, list[SlurmJob]] = defaultdict(list)
-    for job in jobs:
-        if job.holds_resources:
-            for node in {a.node for a in job.allocations}:
-                by_node[node].append(job)
-    return dict(by_node)
+def job_on(job: SlurmJob, node: str) -> Resources | None:
+    """What ``job`` holds on ``node``; None when it holds nothing there."""
+    for a in job.allocations:
+        if a.node == node:
+            return Resources(a.cpus * 1000, a.memory_mb * MIB, a.gpus)
+    return None
+
+
+def unallocated_rest(node: SlurmNode, held: list[Resources]) -> Resources:
+    """What the node reports allocated (a full listing's figures) beyond what jobs hold."""
+    attributed = Resources.total(held)
+    reported = Resources(
+        node.alloc_cpus * 1000, node.alloc_memory_mb * MIB, gres_count(node.gres_used, "gpu")
+    )
+    return _minus(reported, attributed)
+
+
+def _minus(a: Resources, b: Resources) -> Resources:
+    return Resources(
+        max(0, a.cpu_millis - b.cpu_millis),
+        max(0, a.memory_bytes - b.memory_bytes),
+        max(0, a.gpus - b.gpus),
+    )
+
+
+def _nodes_of(job: SlurmJob | None) -> set[str]:
+    return {a.node for a in job.allocations} if job is not None else set()
 
 
 def _same(view: NodeView, snapshot: dict[str, SnapshotEntry]) -> bool:
@@ -111,6 +144,8 @@ class SlurmSync:
         pusher: Pusher,
         *,
         interval: float = 1.0,
+        full_sync_interval: float | None = None,
+        hints: JobHints | None = None,
         register_nodes: bool = False,
         pending_timeout: float = 60.0,
         leadership: Leadership | None = None,
@@ -118,6 +153,8 @@ class SlurmSync:
         metrics: Metrics = NO_METRICS,
         views: NodeViews | None = None,
     ) -> None:
+        """``full_sync_interval``: seconds between full listings, read in the background,
+        when slurmctld sends hints; None: listings every ``interval``, read in the step."""
         self.client = client
         # Every node each step: from memory (app.ledger.snapshot) in the service.
         self.node_views: NodeViews = views or ledger
@@ -131,18 +168,36 @@ class SlurmSync:
         self.ledger = ledger
         self.pusher = pusher
         self.interval = interval
+        self.full_sync_interval = full_sync_interval
+        self.hints = hints
         self.register_nodes = register_nodes
         self.monotonic = monotonic
         self._nodes: dict[str, SlurmNode] = {}
-        self._jobs_by_node: dict[str, list[SlurmJob]] = {}
+        # Jobs holding resources, by id and by node; both change only in the loop's thread.
+        self._jobs: dict[str, SlurmJob] = {}
+        self._jobs_by_node: dict[str, dict[str, SlurmJob]] = {}
+        # Per node: allocated, no job listed (from the last full listing of nodes).
+        self._unlisted: dict[str, Resources] = {}
+        self._hinted_at: dict[str, float] = {}  # job id -> when a hint's read of it began
+        self._rereads: set[str] = set()  # hinted jobs whose read failed
+        self._names: dict[str, list[str]] = {}  # Slurm node -> ledger nodes mapped to it
         self._nodes_time = 0
         self._jobs_time = 0
+        self._listing: Future[Listings] | None = None
+        self._listing_started = 0.0
+        self._listing_due = float("-inf")
+        self._full_due = False  # a flood of hints, or slurmctld restarted
+        self._ctld_started: int | None = None
+        self._reader: ThreadPoolExecutor | None = None
         self._ledger_key: tuple[tuple[str, str], ...] = ()
         self._steps = 0
         self._error: str | None = None
         self._last_ok: float | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        if hints is not None:
+            hints.on_hint(self._wake.set)
 
     # ------------------------------------------------------------------ component
 
@@ -153,8 +208,11 @@ class SlurmSync:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 10)
+        if self._reader is not None:
+            self._reader.shutdown(wait=False, cancel_futures=True)
         if self.leadership is not None:
             self.leadership.release()
 
@@ -167,7 +225,7 @@ class SlurmSync:
 
     def jobs_on(self, slurm_name: str) -> list[SlurmJob]:
         """The jobs holding resources on a Slurm node, as last read."""
-        return self._jobs_by_node.get(slurm_name, [])
+        return list(self._jobs_by_node.get(slurm_name, {}).values())
 
     def health(self) -> Health:
         if self._error is not None:
@@ -187,7 +245,19 @@ class SlurmSync:
                     self.step()
             except Exception:  # keep syncing whatever one step hit; health() says why
                 log.exception("Slurm sync step failed")
-            self._stop.wait(max(0.0, self.interval - (self.monotonic() - started)))
+            # Between steps: hints as they come (woken by this replica's own), and the ones
+            # other replicas stored, every HINT_POLL.
+            while (left := self.interval - (self.monotonic() - started)) > 0:
+                self._wake.wait(min(left, HINT_POLL) if self.hints is not None else left)
+                self._wake.clear()  # before taking: a hint stored from now on wakes us again
+                if self._stop.is_set():
+                    return
+                if self.hints is not None and not self._standby and self._last_ok is not None:
+                    try:
+                        if failures := self.apply_hints():
+                            self._report(failures)
+                    except Exception:
+                        log.exception("applying Slurm job hints failed")
 
     # ------------------------------------------------------------------ one step
 
@@ -215,20 +285,94 @@ class SlurmSync:
             views = self._register(views)
         key = tuple(sorted((v.name, v.slurm_name) for v in views))
         self._steps += 1
-        if not changed and key == self._ledger_key and self._steps % FULL_PASS_EVERY:
-            self._report(owed)
-            return
-        self._ledger_key = key
-        jobs_by_node = self._jobs_by_node
-        failures = []
-        drifted = 0
-        for view in views:
-            try:
-                drifted += self._sync_node(view, jobs_by_node.get(view.slurm_name, []))
-            except (SlurmError, LedgerError) as exc:
-                failures.append(f"{view.name}: {exc}")
-        self.metrics.slurm_drifted_nodes(drifted)
+        failures: list[str] = []
+        if changed or key != self._ledger_key or not self._steps % FULL_PASS_EVERY:
+            if key != self._ledger_key:
+                self._names = {}
+                for v in views:
+                    self._names.setdefault(v.slurm_name, []).append(v.name)
+            self._ledger_key = key
+            drifted = 0
+            for view in views:
+                try:
+                    drifted += self._sync_node(view)
+                except (SlurmError, LedgerError) as exc:
+                    failures.append(f"{view.name}: {exc}")
+            self.metrics.slurm_drifted_nodes(drifted)
+        if self.hints is not None:
+            failures += self.apply_hints()
         self._report(owed + failures)
+
+    def apply_hints(self) -> list[str]:
+        """Read each hinted job, each job seen COMPLETING and each whose read failed before,
+        move it in the job map, and sync the nodes it was on or is on now. Failures, by
+        node or job (a job whose read failed is read again next time)."""
+        assert self.hints is not None
+        taken = self.hints.take()
+        if taken is None:
+            log.warning("a flood of Slurm job hints: a full listing instead")
+            self._full_due, taken = True, set()
+        completing = {i for i, job in self._jobs.items() if "COMPLETING" in job.states}
+        failures: list[str] = []
+        touched: set[str] = set()
+        due = sorted(taken | completing | self._rereads, key=lambda i: (len(i), i))
+        for n, job_id in enumerate(due):
+            began = self.monotonic()
+            try:
+                job = self.client.get_job(job_id)
+            except SlurmError as exc:
+                failures.append(f"job {job_id}: {exc}")
+                self._rereads.update(due[n:])  # Slurm away: every one of them again later
+                if len(self._rereads) > MAX_REREADS:
+                    self._full_due = True
+                    self._rereads.clear()
+                break
+            self._rereads.discard(job_id)
+            self._hinted_at[job_id] = began
+            touched |= self._put_job(
+                job_id, job if job is not None and job.holds_resources else None
+            )
+        for slurm_name in sorted(touched):
+            try:
+                self._sync_slurm_node(slurm_name)
+            except (SlurmError, LedgerError) as exc:
+                failures.append(f"{slurm_name}: {exc}")
+        return failures
+
+    def _put_job(self, job_id: str, job: SlurmJob | None) -> set[str]:
+        """Put one job's latest state into the job map; the nodes whose jobs changed."""
+        old = self._jobs.pop(job_id, None)
+        if job is not None:
+            self._jobs[job_id] = job
+        if old == job:
+            return set()
+        # New dicts, never changed in place: the gate reads them from other threads.
+        by_node = self._jobs_by_node
+        for node in _nodes_of(old):
+            by_node[node] = {i: j for i, j in by_node.get(node, {}).items() if i != job_id}
+        for node in _nodes_of(job):
+            assert job is not None
+            by_node[node] = {**by_node.get(node, {}), job_id: job}
+            if node not in _nodes_of(old) and (held := job_on(job, node)) is not None:
+                # Newly listed here: it was part of what the node reported allocated.
+                self._unlisted[node] = _minus(self._unlisted.get(node, Resources.ZERO), held)
+        return _nodes_of(old) | _nodes_of(job)
+
+    def _sync_slurm_node(self, slurm_name: str) -> None:
+        """Sync the ledger nodes mapped to one Slurm node, read afresh."""
+        names = self._names.get(slurm_name)
+        if not names:
+            return
+        node = self.client.get_node(slurm_name)
+        if (listed := self._nodes.get(slurm_name)) is not None:
+            # A single-node read's alloc_* figures are stale (app.slurm.gate): keep the
+            # listing's, which only the next listing replaces.
+            node = replace(
+                node, alloc_cpus=listed.alloc_cpus, alloc_memory_mb=listed.alloc_memory_mb
+            )
+        self._nodes[slurm_name] = node
+        for view in self.ledger.views_named(names):
+            self._sync_node(view)
 
     def _push_owed(self) -> list[str]:
         """Push the nodes whose last push failed (admitted while Slurm was unreachable, with
@@ -266,15 +410,82 @@ class SlurmSync:
         self._error = None
         self._last_ok = self.monotonic()
 
+    # ------------------------------------------------------------------ full listings
+
     def _read_slurm(self) -> bool:
-        nodes = self.client.get_nodes(self._nodes_time or None)
-        jobs = self.client.get_jobs(self._jobs_time or None)
+        """Whether a listing brought news. Without ``full_sync_interval``: both listings,
+        read now. With it: started in the background when due (or slurmctld restarted, or
+        hints flooded), applied once read."""
+        if self.full_sync_interval is None:
+            began = self.monotonic()
+            return self._apply_listings(self._read_listings(), began)
+        if self._restarted():
+            self._full_due = True
+        if self._listing is None:
+            if self._full_due or self.monotonic() >= self._listing_due:
+                if self._full_due:
+                    self._nodes_time = self._jobs_time = 0
+                self._full_due = False
+                self._listing_started = self.monotonic()
+                self._reader = self._reader or ThreadPoolExecutor(1, "slurm-listing")
+                self._listing = self._reader.submit(self._read_listings)
+            return False
+        if not self._listing.done():
+            return False
+        listing, self._listing = self._listing, None
+        try:
+            listings = listing.result()
+        except SlurmError:
+            self._listing_due = float("-inf")  # again at the next step
+            raise
+        self._listing_due = self._listing_started + self.full_sync_interval
+        return self._apply_listings(listings, self._listing_started)
+
+    def _restarted(self) -> bool:
+        started = self.client.started_at()
+        restarted = self._ctld_started is not None and started != self._ctld_started
+        if restarted:
+            log.info("slurmctld restarted: a full listing now")
+        self._ctld_started = started
+        return restarted
+
+    def _read_listings(self) -> Listings:
+        return (
+            self.client.get_nodes(self._nodes_time or None),
+            self.client.get_jobs(self._jobs_time or None),
+        )
+
+    def _apply_listings(self, listings: Listings, began: float) -> bool:
+        """Apply listings read from ``began`` on; a job a hint read after that keeps the
+        hint's version (the listing may predate its start, end or requeue)."""
+        nodes, jobs = listings
+        newer = {i for i, at in self._hinted_at.items() if at >= began}
+        self._hinted_at = {i: self._hinted_at[i] for i in newer}
         if nodes is not None:
             self._nodes = {n.name: n for n in nodes.items}
             self._nodes_time = nodes.last_update
         if jobs is not None:
-            self._jobs_by_node = _by_node(jobs.items)
             self._jobs_time = jobs.last_update
+            listed = {
+                j.job_id: j for j in jobs.items if j.holds_resources and j.job_id not in newer
+            }
+            listed.update((i, self._jobs[i]) for i in newer if i in self._jobs)
+            if nodes is None:  # the nodes' figures are older: only jobs newly listed change
+                for job_id in self._jobs.keys() | listed.keys():
+                    self._put_job(job_id, listed.get(job_id))
+            else:
+                by_node: dict[str, dict[str, SlurmJob]] = {}
+                for job_id, job in listed.items():
+                    for node in _nodes_of(job):
+                        by_node.setdefault(node, {})[job_id] = job
+                self._jobs, self._jobs_by_node = listed, by_node
+        if nodes is not None:
+            self._unlisted = {
+                name: unallocated_rest(
+                    node, [h for j in self.jobs_on(name) if (h := job_on(j, name)) is not None]
+                )
+                for name, node in self._nodes.items()
+            }
         return nodes is not None or jobs is not None
 
     def _register(self, views: list[NodeView]) -> list[NodeView]:
@@ -284,7 +495,7 @@ class SlurmSync:
                 self.ledger.upsert_node(node.name, NodeSpec(capacity=capacity))
         return self.node_views.list_nodes() if len(known) < len(self._nodes) else views
 
-    def _sync_node(self, view: NodeView, jobs: list[SlurmJob]) -> bool:
+    def _sync_node(self, view: NodeView) -> bool:
         """Whether Slurm's counts differed from what the ledger withholds."""
         node = self._nodes.get(view.slurm_name)
         reason = health_reason(node, view.slurm_name)
@@ -292,7 +503,8 @@ class SlurmSync:
             view = self.ledger.set_health(view.name, reason)
         if node is None:
             return False
-        snapshot = slurm_snapshot(node, jobs)
+        unlisted = self._unlisted.get(node.name, Resources.ZERO)
+        snapshot = slurm_snapshot(node, self.jobs_on(node.name), unlisted)
         if not _same(view, snapshot):
             self.ledger.replace_holdings(view.name, HolderKind.SLURM_JOB, snapshot)
         drifted = current_counts(node) != desired_counts(node, withheld(view))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from app.db.locks import Leadership
 from app.slurm.client import SlurmClient
 from app.slurm.gate import SlurmGate
+from app.slurm.hints import JobHints
 from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
@@ -44,11 +45,14 @@ def attach_slurm(services: Services, settings: Settings) -> None:
     )
     pusher = Pusher(client, services.ledger, metrics=services.metrics)
     caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
+    services.job_hints = JobHints(services.db)
     services.slurm = SlurmSync(
         client,
         services.ledger,
         pusher,
         interval=slurm.sync_interval,
+        full_sync_interval=slurm.full_sync_interval,
+        hints=services.job_hints,
         register_nodes=slurm.register_nodes,
         pending_timeout=slurm.pending_timeout,
         leadership=Leadership(services.db, "slurm-sync"),

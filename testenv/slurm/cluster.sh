@@ -65,6 +65,10 @@ NODE_PORTS=($((PORT_BASE + 101)) $((PORT_BASE + 102)) $((PORT_BASE + 103)))
 RUN=/srv/run            # runtime state, inside the chroot
 TOKEN_FILE="$RUN/slurm.jwt"
 REST_API=v0.0.42        # the one slurmrestd API version that 24.11, 25.11 and 26.05 all serve
+# slurm-plugins/hooks/nodeledger-job-hint, installed at every `up`: PrologSlurmctld and
+# EpilogSlurmctld. It does nothing until a test writes its configuration (HINT_CONFIG).
+HINT_HOOK=/usr/local/sbin/nodeledger-job-hint
+HINT_CONFIG=/etc/slurm/nodeledger-hint.conf
 
 in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
 
@@ -305,6 +309,8 @@ MessageTimeout=10
 InactiveLimit=0
 KillWait=2
 MinJobAge=30
+PrologSlurmctld=$HINT_HOOK
+EpilogSlurmctld=$HINT_HOOK
 $plugin_lines
 EOF
   if [ "$SCALE_NODES" -gt 0 ]; then
@@ -465,6 +471,8 @@ up() {
   in_root chown -R slurm:slurm "$RUN/state"
   chmod 777 "$ROOT$RUN/log"
   write_config
+  install -m 755 "$REPO/slurm-plugins/hooks/nodeledger-job-hint" "$ROOT$HINT_HOOK"
+  rm -f "$ROOT$HINT_CONFIG"
   install_plugins
   start_daemons
   wait_for 60 "nodes" nodes_ok || { logs_tail; die "nodes did not become idle"; }
@@ -508,7 +516,8 @@ case "${1:-}" in
     echo "export SLURM_RUNDIR=$ROOT$RUN"
     echo "export SLURM_SRC=$ROOT/usr/src/slurm"
     echo "export SLURM_VERSION=$version"
-    echo "export SLURM_PLUGIN_DIR=$PLUGIN_DIR" ;;
+    echo "export SLURM_PLUGIN_DIR=$PLUGIN_DIR"
+    echo "export SLURM_HINT_CONFIG=$ROOT$HINT_CONFIG" ;;
   exec) shift; cd / && in_cluster "$@" ;;
   restart-ctld)
     in_cluster scontrol shutdown slurmctld >/dev/null 2>&1 || true

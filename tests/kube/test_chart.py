@@ -138,6 +138,7 @@ def test_rbac_is_least_privilege(helm: str) -> None:
     [
         "slurm.failOpen=yes",
         "slurm.kubeMaxCpuFraction=2",
+        "slurm.fullSyncInterval=0",
         "kube.listPageSize=0",
         "logLevel=loud",
         "unknown=1",
@@ -314,6 +315,13 @@ def test_list_page_size_and_status_rate(helm: str) -> None:
     env = env_of(find(docs, "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_KUBE_LIST_PAGE_SIZE"] == "200"
     assert (env["NODELEDGER_KUBE_STATUS_QPS"], env["NODELEDGER_KUBE_STATUS_BURST"]) == ("50", "100")
+
+
+def test_full_sync_interval_only_when_set(helm: str) -> None:
+    env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
+    assert "NODELEDGER_SLURM_FULL_SYNC_INTERVAL" not in env
+    env = env_of(find(render(helm, "slurm.fullSyncInterval=300"), "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_SLURM_FULL_SYNC_INTERVAL"] == "300"
 
 
 def test_protected_reads_and_the_cache_ttl(helm: str) -> None:

@@ -40,6 +40,9 @@ class SlurmCluster:
     token_file: Path
     user: str
     nodes: tuple[str, ...] = ("n1", "n2", "n3")
+    # The job hint hook's configuration (slurm-plugins/hooks/nodeledger-job-hint), seen
+    # from the host; absent: the hook does nothing.
+    hint_config: Path | None = None
 
     @classmethod
     def from_env(cls, version: str) -> SlurmCluster:
@@ -50,6 +53,7 @@ class SlurmCluster:
             env["SLURMRESTD_URL"],
             Path(env["SLURM_JWT_TOKEN_FILE"]),
             env["SLURM_USER"],
+            hint_config=Path(env["SLURM_HINT_CONFIG"]) if "SLURM_HINT_CONFIG" in env else None,
         )
 
     def script(self, *args: str, timeout: float = 300, check: bool = True) -> str:

@@ -1,0 +1,47 @@
+"""Hints from slurmctld (slurm-plugins/hooks/nodeledger-job-hint): "these jobs changed"."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from app.api.schemas import ErrorOut
+from app.auth.guard import require
+from app.slurm.hints import JobHints
+
+router = APIRouter(prefix="/v1/slurm", tags=["slurm"])
+
+MAX_JOB_ID = 2**32 - 1  # Slurm job ids are uint32
+MAX_PER_REQUEST = 1000
+
+
+class JobHintsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_ids: list[Annotated[StrictInt, Field(ge=1, le=MAX_JOB_ID)]] = Field(
+        min_length=1,
+        max_length=MAX_PER_REQUEST,
+        description="Slurm job ids that started, ended or were requeued (1 to 4294967295)",
+    )
+
+
+class JobHintsOut(BaseModel):
+    accepted: int = Field(description="Distinct job ids queued for the Slurm sync")
+
+
+@router.post(
+    "/job-hints",
+    status_code=202,
+    responses={409: {"model": ErrorOut, "description": "The Slurm integration is off"}},
+    dependencies=[require("create", "jobhints")],
+)
+async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut:
+    """Queue the jobs for the Slurm sync, which reads each from Slurm; answers at once."""
+    hints: JobHints | None = request.app.state.services.job_hints
+    if hints is None:
+        raise HTTPException(409, "the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
+    await run_in_threadpool(hints.post, body.job_ids)
+    return JobHintsOut(accepted=len(set(body.job_ids)))

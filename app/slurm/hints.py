@@ -1,0 +1,59 @@
+"""Job hints: slurmctld's PrologSlurmctld and EpilogSlurmctld (slurm-plugins/hooks/
+nodeledger-job-hint) say "job N started, ended or was requeued", so the sync reads that one
+job instead of waiting for a full listing (tens of seconds at 15,000 nodes).
+
+Why the database: the Kubernetes Service hands a hint to any replica, but only the replica
+holding the ``slurm-sync`` leadership writes the ledger. A hint stored in a table reaches
+whichever replica leads now, or next after a failover, with no way needed to address the
+leader and no writes from a standby; it costs one INSERT per request and, on the leader, one
+short query per poll. The receiving replica also wakes its own sync loop, so on the leader
+(and on a single replica) a hint is applied at once; from a standby it waits for the
+leader's next poll (``HINT_POLL`` in app.slurm.sync).
+
+Bounded: the leader takes at most ``MAX_TAKEN`` hints at once; more mean a flood, which
+collapses into "do a full pass" (the table is emptied). A hint is only ever a reason to
+read Slurm again, never data: a lost or repeated one costs freshness, not correctness,
+and the sync's full listing repairs whatever a lost one left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from sqlalchemy import delete, insert, select
+
+from app.db.engine import Database
+from app.ledger.tables import SlurmJobHintRow
+
+MAX_TAKEN = 10_000  # job ids taken at once; beyond: a full pass instead
+Row = SlurmJobHintRow
+
+
+class JobHints:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._wake: Callable[[], None] = lambda: None
+
+    def on_hint(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` after each hint this replica stores (the sync loop's wake-up)."""
+        self._wake = wake
+
+    def post(self, job_ids: Collection[int]) -> None:
+        with self.db.write_statements() as connection:
+            connection.execute(insert(Row), [{"job_id": j} for j in set(job_ids)])
+        self._wake()
+
+    def take(self) -> set[str] | None:
+        """The job ids hinted since the last take (removed from the table); None when there
+        were more than ``MAX_TAKEN``: every one is dropped, do a full pass instead."""
+        query = select(Row.id, Row.job_id).order_by(Row.id).limit(MAX_TAKEN + 1)
+        with self.db.read_statements() as connection:  # mostly empty: no write lock for that
+            rows = connection.execute(query).all()
+        if not rows:
+            return set()
+        flood = len(rows) > MAX_TAKEN
+        with self.db.write_statements() as connection:
+            # Exactly the rows read: on PostgreSQL a lower id may commit after a higher one.
+            read = [row.id for row in rows]
+            connection.execute(delete(Row) if flood else delete(Row).where(Row.id.in_(read)))
+        return None if flood else {str(row.job_id) for row in rows}

@@ -1,0 +1,304 @@
+"""Job hints with a fake slurmrestd and a real database: a hinted job reaches the ledger
+without any full listing, leaves it once it stops holding its nodes (COMPLETING included),
+moves when requeued, and an older listing never undoes a newer hint. The same against real
+slurmctld hooks: tests/slurm/test_job_hints_cluster.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.db.engine import Database
+from app.ledger.records import HolderKind, NodeSpec
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger
+from app.main import build_services, create_app
+from app.settings import Settings
+from app.slurm import hints as hints_module
+from app.slurm.hints import JobHints
+from app.slurm.models import JobAllocation, Listing, SlurmJob, SlurmNode
+from app.slurm.push import Pusher
+from app.slurm.sync import SlurmSync
+from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.realenv import wait_until
+
+MIB = 2**20
+
+
+def job(job_id: str, node: str, *states: str, cpus: int = 2) -> SlurmJob:
+    allocation = JobAllocation(node, cpus, 1000, 0)
+    return SlurmJob(job_id, "wrap", "alice", frozenset(states or {"RUNNING"}), (allocation,))
+
+
+class Cluster(FakeSlurm):
+    """Nodes n1, n2 and their jobs; listings are counted, and can be held up mid-read
+    (``hold_listing``) to reproduce a listing that began before a hint."""
+
+    def __init__(self) -> None:
+        super().__init__(slurm_node(), latency=0)
+        self.nodes = {n: slurm_node(name=n) for n in ("n1", "n2")}
+        self.jobs: dict[str, SlurmJob] = {}
+        self.listings = 0
+        self.ctld_started = 1000
+        self.hold_listing = threading.Event()
+        self.hold_listing.set()
+        self._listed_jobs: tuple[SlurmJob, ...] = ()
+
+    def get_nodes(self, update_time: int | None = None) -> Listing[SlurmNode]:
+        self.listings += 1
+        self._listed_jobs = tuple(self.jobs.values())  # the listing's moment
+        self.hold_listing.wait(10)
+        return Listing(tuple(self.nodes.values()), self.listings)
+
+    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob]:
+        return Listing(self._listed_jobs, self.listings)
+
+    def get_node(self, name: str) -> SlurmNode:
+        return self.nodes[name]
+
+    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+        if gres is not None:
+            self.nodes[name] = replace(self.nodes[name], gres=gres)
+        if extra is not None:
+            self.nodes[name] = replace(self.nodes[name], extra=extra)
+
+    def get_job(self, job_id: str) -> SlurmJob | None:
+        return self.jobs.get(job_id)
+
+    def started_at(self) -> int:
+        return self.ctld_started
+
+
+@pytest.fixture
+def slurm() -> Cluster:
+    return Cluster()
+
+
+@pytest.fixture
+def hints(database: Database) -> JobHints:
+    return JobHints(database)
+
+
+@pytest.fixture
+def sync(ledger: Ledger, slurm: Cluster, hints: JobHints) -> Iterator[SlurmSync]:
+    for name in ("n1", "n2"):
+        ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32000 * MIB)))
+    sync = SlurmSync(
+        slurm,  # type: ignore[arg-type]
+        ledger,
+        Pusher(slurm, ledger),  # type: ignore[arg-type]
+        full_sync_interval=300,
+        hints=hints,
+    )
+    full_listing(sync)
+    yield sync
+    sync.stop()
+
+
+def full_listing(sync: SlurmSync) -> None:
+    """One step that starts a background listing (slurmctld "restarted", so one is due),
+    and the step that applies it."""
+    sync.client.ctld_started += 1  # type: ignore[attr-defined]
+    sync.step()
+    assert sync._listing is not None
+    sync._listing.result(timeout=10)
+    sync.step()
+
+
+def held(ledger: Ledger, node: str) -> dict[str, int]:
+    return {
+        h.holder.id: h.resources.cpu_millis
+        for h in ledger.get_node(node).holdings
+        if h.holder.kind is HolderKind.SLURM_JOB
+    }
+
+
+def test_a_hinted_start_reaches_the_ledger_with_no_listing(
+    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+) -> None:
+    listings = slurm.listings
+    slurm.jobs["7"] = job("7", "n1", "RUNNING", "CONFIGURING")
+    hints.post([7])
+    assert sync.apply_hints() == []
+    assert held(ledger, "n1") == {"7": 2000}
+    assert sync.jobs_on("n1") == [slurm.jobs["7"]]
+    sync.step()  # not due: no listing
+    assert slurm.listings == listings
+
+
+def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: JobHints) -> None:
+    """Steps 30 s apart: only the hint's wake-up can explain a holding within a second."""
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
+    sync = SlurmSync(
+        slurm,  # type: ignore[arg-type]
+        ledger,
+        Pusher(slurm, ledger),  # type: ignore[arg-type]
+        interval=30,
+        full_sync_interval=300,
+        hints=hints,
+    )
+    sync.start()
+    try:
+        wait_until(lambda: sync.health().status == "ok", 5, what="the first step")
+        slurm.jobs["7"] = job("7", "n1")
+        posted = time.monotonic()
+        hints.post([7])
+        wait_until(lambda: held(ledger, "n1") == {"7": 2000}, 1, interval=0.01, what="held")
+        print(f"hint -> ledger in {time.monotonic() - posted:.3f}s")
+    finally:
+        sync.stop()
+
+
+def test_a_job_hinted_while_completing_is_released_once_it_lets_go(
+    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+) -> None:
+    slurm.jobs["7"] = job("7", "n1")
+    hints.post([7])
+    sync.apply_hints()
+    slurm.jobs["7"] = job("7", "n1", "COMPLETING")  # the Epilog hint comes this early
+    hints.post([7])
+    sync.apply_hints()
+    assert held(ledger, "n1") == {"7": 2000}  # COMPLETING still holds the node
+    slurm.jobs["7"] = job("7", "n1", "COMPLETED")
+    sync.apply_hints()  # no hint: read again because it was COMPLETING
+    assert held(ledger, "n1") == {}
+
+
+def test_a_requeued_job_moves(
+    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+) -> None:
+    slurm.jobs["7"] = job("7", "n1")
+    hints.post([7])
+    sync.apply_hints()
+    slurm.jobs["7"] = replace(job("7", "n1", "PENDING", "REQUEUED"), allocations=())
+    hints.post([7])
+    sync.apply_hints()
+    assert held(ledger, "n1") == {}
+    slurm.jobs["7"] = job("7", "n2")
+    hints.post([7])
+    sync.apply_hints()
+    assert (held(ledger, "n1"), held(ledger, "n2")) == ({}, {"7": 2000})
+
+
+def test_an_older_listing_never_undoes_a_newer_hint(
+    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+) -> None:
+    slurm.jobs["8"] = job("8", "n2")
+    hints.post([8])
+    sync.apply_hints()
+    slurm.ctld_started += 1  # a restart: a listing at once, although not due
+    slurm.hold_listing.clear()
+    sync.step()
+    assert sync._listing is not None  # reading: it sees job 8 running, not job 7
+    slurm.jobs["7"] = job("7", "n1")
+    del slurm.jobs["8"]
+    hints.post([7, 8])
+    sync.apply_hints()
+    slurm.hold_listing.set()
+    sync._listing.result(timeout=10)
+    sync.step()  # applies the listing
+    assert (held(ledger, "n1"), held(ledger, "n2")) == ({"7": 2000}, {})
+    full_listing(sync)  # a listing that began after the hints: the same
+    assert (held(ledger, "n1"), held(ledger, "n2")) == ({"7": 2000}, {})
+
+
+def test_a_job_listed_as_allocated_before_its_hint_is_not_counted_twice(
+    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+) -> None:
+    """The node reports the CPUs of a job the job listing missed (``node:n1``); when the
+    job's hint comes, those CPUs are the job's, not on top of it."""
+    slurm.nodes["n1"] = replace(slurm.nodes["n1"], alloc_cpus=2, alloc_memory_mb=1000)
+    full_listing(sync)
+    assert held(ledger, "n1") == {"node:n1": 2000}
+    slurm.jobs["7"] = job("7", "n1")
+    hints.post([7])
+    sync.apply_hints()
+    assert held(ledger, "n1") == {"7": 2000}
+
+
+def test_a_flood_of_hints_becomes_one_full_listing(
+    sync: SlurmSync, slurm: Cluster, hints: JobHints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hints_module, "MAX_TAKEN", 3)
+    hints.post([1, 2, 3, 4])
+    listings = slurm.listings
+    sync.apply_hints()
+    assert hints.take() == set()  # dropped
+    full_listing(sync)
+    assert slurm.listings == listings + 1
+
+
+def test_a_standby_leaves_hints_for_the_leader(
+    ledger: Ledger, slurm: Cluster, hints: JobHints, database: Database
+) -> None:
+    class Standby:
+        def check(self) -> bool:
+            return False
+
+        def release(self) -> None:
+            pass
+
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
+    standby = SlurmSync(
+        slurm,  # type: ignore[arg-type]
+        ledger,
+        Pusher(slurm, ledger),  # type: ignore[arg-type]
+        hints=hints,
+        leadership=Standby(),  # type: ignore[arg-type]
+    )
+    slurm.jobs["7"] = job("7", "n1")
+    hints.post([7])
+    standby.step()
+    assert held(ledger, "n1") == {}
+    assert JobHints(database).take() == {"7"}  # still there, for whoever leads
+
+
+# ---------------------------------------------------------------------------- the endpoint
+
+
+@pytest.fixture
+def hints_api(sqlite_url: str) -> Iterator[tuple[TestClient, JobHints]]:
+    settings = Settings(database_url=sqlite_url)
+    services = build_services(settings)
+    services.job_hints = JobHints(services.db)  # as the Slurm wiring does, without a sync
+    with TestClient(create_app(settings, services)) as api:
+        yield api, services.job_hints
+
+
+def test_hints_are_accepted_at_once(hints_api: tuple[TestClient, JobHints]) -> None:
+    api, hints = hints_api
+    answer = api.post("/v1/slurm/job-hints", json={"job_ids": [12, 12, 4294967295]})
+    assert (answer.status_code, answer.json()) == (202, {"accepted": 2})
+    assert hints.take() == {"12", "4294967295"}
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        pytest.param({}, ["body", "job_ids"], id="missing"),
+        pytest.param({"job_ids": []}, ["body", "job_ids"], id="empty"),
+        pytest.param({"job_ids": ["12"]}, ["body", "job_ids", 0], id="string"),
+        pytest.param({"job_ids": [True]}, ["body", "job_ids", 0], id="bool"),
+        pytest.param({"job_ids": [1, 0]}, ["body", "job_ids", 1], id="zero"),
+        pytest.param({"job_ids": [2**32]}, ["body", "job_ids", 0], id="too-big"),
+        pytest.param({"job_ids": list(range(1, 1002))}, ["body", "job_ids"], id="too-many"),
+        pytest.param({"job_ids": [1], "node": "n1"}, ["body", "node"], id="unknown-field"),
+    ],
+)
+def test_bad_hints_are_422_naming_the_field(
+    hints_api: tuple[TestClient, JobHints], body: dict[str, object], loc: list[object]
+) -> None:
+    answer = hints_api[0].post("/v1/slurm/job-hints", json=body)
+    assert answer.status_code == 422
+    assert loc in [e["loc"] for e in answer.json()["detail"]]
+
+
+def test_hints_without_the_slurm_integration_are_409(api: TestClient) -> None:
+    answer = api.post("/v1/slurm/job-hints", json={"job_ids": [1]})
+    assert answer.status_code == 409
+    assert "NODELEDGER_SLURM_ENABLED" in answer.json()["detail"]

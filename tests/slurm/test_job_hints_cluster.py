@@ -1,0 +1,209 @@
+"""Job hints end to end: real slurmctld runs slurm-plugins/hooks/nodeledger-job-hint as
+PrologSlurmctld/EpilogSlurmctld, which posts to a real `nodeledger serve` (static auth, the
+hook's token may only ``create jobhints``). The service's full listing runs every 300 s and
+its first one is over before the jobs start, so only the hints can explain what the ledger
+shows within a second of Slurm."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.databases import migrated
+from tests.support.service import ServiceProcess, running_service
+from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_fixtures import LEDGER_NODES
+
+pytestmark = pytest.mark.slurm
+
+HOOK_TOKEN = "slurmctld-hint-token-0123456789"
+ADMIN_TOKEN = "test-admin-token-0123456789"
+WITHIN = 1.5  # seconds from Slurm's change to the ledger's (the target is ~1 s)
+JOB = ("-c", "2", "--mem=1000", "--gres=k8scpu:2,k8smemory:1000")
+
+
+class Hinted:
+    def __init__(self, service: ServiceProcess, slurm: SlurmCluster) -> None:
+        self.service = service
+        self.slurm = slurm
+        self.api = httpx.Client(
+            base_url=service.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
+        )
+
+    def holdings(self, node: str) -> dict[str, dict[str, Any]]:
+        rows = self.api.get("/v1/holdings", params={"node": node, "holder_kind": "slurm_job"})
+        return {row["holder"]["id"]: row for row in rows.raise_for_status().json()}
+
+    def running(self, job: str, node: str) -> float:
+        """When Slurm showed ``job`` RUNNING on ``node`` (polled: at most ~0.1 s late)."""
+        wait_until(
+            lambda: self.slurm.job_state(job) == "RUNNING" and self.slurm.job(job)["nodes"] == node,
+            30,
+            interval=0.05,
+            what=f"job {job} running on {node}",
+        )
+        return time.monotonic()
+
+    def seen(self, node: str, job: str, present: bool, since: float) -> float:
+        """Seconds from ``since`` until the ledger shows ``job`` on ``node`` (or not)."""
+        wait_until(
+            lambda: (job in self.holdings(node)) == present,
+            WITHIN + 5,
+            interval=0.05,
+            what=f"job {job} {'held' if present else 'released'} on {node}",
+        )
+        return time.monotonic() - since
+
+    def hook_log(self) -> str:
+        assert self.slurm.hint_config is not None
+        log = self.slurm.hint_config.parent.parent.parent / "srv/run/log/hint.log"
+        return log.read_text() if log.exists() else ""
+
+
+def hook_config(slurm: SlurmCluster, url: str) -> Path:
+    if slurm.hint_config is None:
+        pytest.fail("this Slurm test cluster has no job hint hook (testenv/slurm/cluster.sh)")
+    token = slurm.hint_config.with_name("nodeledger-hint.token")
+    token.write_text(HOOK_TOKEN)
+    slurm.hint_config.write_text(
+        f"url={url}\ntoken_file=/etc/slurm/{token.name}\ntimeout=2\nlog=/srv/run/log/hint.log\n"
+    )
+    return token
+
+
+def service_env(slurm: SlurmCluster, tmp_path: Path) -> dict[str, str]:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(
+        json.dumps(
+            [
+                {"user": "slurmctld", "token": HOOK_TOKEN, "allow": ["create jobhints"]},
+                {"user": "test", "token": ADMIN_TOKEN, "allow": ["*"]},
+            ]
+        )
+    )
+    return {
+        "NODELEDGER_SLURM_ENABLED": "true",
+        "NODELEDGER_SLURM_URL": slurm.url,
+        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        "NODELEDGER_SLURM_FULL_SYNC_INTERVAL": "300",
+        "NODELEDGER_AUTH_MODE": "static",
+        "NODELEDGER_AUTH_TOKEN_FILE": str(tokens),
+        "NODELEDGER_LOG_LEVEL": "info",
+    }
+
+
+@contextmanager
+def hooked(slurm: SlurmCluster, service: ServiceProcess) -> Iterator[Hinted]:
+    """slurmctld's hook posting to ``service``; the ledger's nodes registered there."""
+    token = hook_config(slurm, service.url)
+    hinted = Hinted(service, slurm)
+    for name, alias in LEDGER_NODES.items():
+        body = {
+            "capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 4 if alias == "n3" else 0},
+            "slurm_name": alias if alias != name else None,
+        }
+        hinted.api.put(f"/v1/nodes/{name}", json=body).raise_for_status()
+    time.sleep(2)  # the sync's first steps: its one full listing is applied
+    try:
+        yield hinted
+    finally:
+        assert slurm.hint_config is not None
+        slurm.hint_config.unlink(missing_ok=True)
+        token.unlink(missing_ok=True)
+        hinted.api.close()
+
+
+@pytest.fixture
+def hinted(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Hinted]:
+    database = migrated(f"sqlite:///{tmp_path / 'ledger.db'}")
+    env = service_env(slurm, tmp_path)
+    with running_service(database, tmp_path, env=env) as service, hooked(slurm, service) as h:
+        yield h
+
+
+def test_a_job_start_and_end_reach_the_ledger_within_a_second_by_hints(
+    hinted: Hinted, slurm: SlurmCluster
+) -> None:
+    job = slurm.sbatch("-w", "n1", *JOB, "--wrap", "sleep 60")
+    started = hinted.running(job, "n1")
+    took = hinted.seen("n1", job, True, started)
+    held = hinted.holdings("n1")[job]
+    assert (held["requests"]["cpu_millis"], held["requests"]["memory_bytes"]) == (2000, 1000 << 20)
+    slurm.scancel(job)
+    cancelled = time.monotonic()
+    released = hinted.seen("n1", job, False, cancelled)
+    print(f"Slurm {slurm.version}: start -> ledger {took:.2f}s, end -> ledger {released:.2f}s")
+    assert took <= WITHIN
+    assert released <= WITHIN
+    assert f"prolog_slurmctld job={job} posted" in hinted.hook_log()
+    assert f"epilog_slurmctld job={job} posted" in hinted.hook_log()
+
+
+def test_a_requeued_job_moves_to_its_new_node(hinted: Hinted, slurm: SlurmCluster) -> None:
+    job = slurm.sbatch("-w", "n1", *JOB, "--wrap", "sleep 120")
+    hinted.seen("n1", job, True, hinted.running(job, "n1"))
+    slurm.run("scontrol", "requeuehold", job)  # back to PENDING, held so it cannot restart
+    requeued = time.monotonic()
+    released = hinted.seen("n1", job, False, requeued)
+    # A requeued job waits 120 s (BeginTime) unless told otherwise.
+    slurm.run("scontrol", "update", f"jobid={job}", "nodelist=n2", "starttime=now")
+    slurm.run("scontrol", "release", job)
+    moved = hinted.seen("n2", job, True, hinted.running(job, "n2"))
+    print(f"Slurm {slurm.version}: requeue -> n1 released {released:.2f}s, n2 held {moved:.2f}s")
+    assert released <= WITHIN
+    assert moved <= WITHIN
+    assert job not in hinted.holdings("n1")
+
+
+def test_hints_keep_working_after_a_slurmctld_restart_and_nothing_is_lost(
+    hinted: Hinted, slurm: SlurmCluster
+) -> None:
+    before = slurm.sbatch("-w", "n2", *JOB, "--wrap", "sleep 120")
+    hinted.seen("n2", before, True, hinted.running(before, "n2"))
+    slurm.restart_ctld()
+    time.sleep(2)  # the service notices the restart (diag/) and lists everything again
+    assert before in hinted.holdings("n2")  # still running: still held
+    after = slurm.sbatch("-w", "n1", *JOB, "--wrap", "sleep 120")
+    took = hinted.seen("n1", after, True, hinted.running(after, "n1"))
+    slurm.scancel(before)
+    released = hinted.seen("n2", before, False, time.monotonic())
+    print(f"Slurm {slurm.version} after restart: start {took:.2f}s, end {released:.2f}s")
+    assert took <= WITHIN
+    assert released <= WITHIN
+
+
+@pytest.mark.postgres
+def test_a_hint_posted_to_a_standby_replica_is_applied_by_the_leader(
+    slurm: SlurmCluster, postgres_url: str, tmp_path: Path
+) -> None:
+    env = service_env(slurm, tmp_path)
+    with (
+        running_service(postgres_url, tmp_path, env=env, name="first") as first,
+        running_service(postgres_url, tmp_path, env=env, name="second") as second,
+    ):
+
+        def standby() -> ServiceProcess | None:
+            for service in (first, second):
+                checks = httpx.get(f"{service.url}/readyz", timeout=5).json()["checks"]
+                if "standby" in checks.get("slurm", ""):
+                    return service
+            return None
+
+        replica = wait_until(standby, 10, what="one replica standing by")
+        with hooked(slurm, replica) as hinted:
+            job = slurm.sbatch("-w", "n1", *JOB, "--wrap", "sleep 60")
+            took = hinted.seen("n1", job, True, hinted.running(job, "n1"))
+            slurm.scancel(job)
+            released = hinted.seen("n1", job, False, time.monotonic())
+        print(
+            f"Slurm {slurm.version}, hints to the standby: start {took:.2f}s, end {released:.2f}s"
+        )
+        assert took <= WITHIN
+        assert released <= WITHIN
