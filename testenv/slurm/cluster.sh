@@ -461,9 +461,15 @@ logs_tail() {
   done >&2
 }
 
+# What a running cluster was brought up with: one brought up by another version of this
+# script (its slurm.conf, the hint hook) is restarted, never reused as it is.
+recipe() { cat "$REPO/testenv/slurm/cluster.sh" "$REPO/slurm-plugins/hooks/nodeledger-job-hint" | sha256sum | cut -c1-16; }
+
 up() {
   build
-  if status >/dev/null 2>&1; then return 0; fi
+  if status >/dev/null 2>&1 && [ "$(cat "$ROOT$RUN/recipe" 2>/dev/null)" = "$(recipe)" ]; then
+    return 0
+  fi
   down >/dev/null 2>&1 || true
   local started=$SECONDS
   rm -rf "${ROOT:?}$RUN"
@@ -480,6 +486,7 @@ up() {
   wait_for 30 "slurmrestd" restd_ok || { logs_tail; die "slurmrestd did not answer"; }
   mkdir -p "$(dirname "$RUNLINK")"
   ln -sfn "$ROOT$RUN" "$RUNLINK"
+  recipe >"$ROOT$RUN/recipe"
   log "up in $((SECONDS - started)) s: slurmrestd http://127.0.0.1:$RESTD_PORT, nodes ${NODES[*]}"
 }
 
