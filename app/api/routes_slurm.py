@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.api.schemas import ErrorOut
@@ -35,13 +36,19 @@ class JobHintsOut(BaseModel):
 @router.post(
     "/job-hints",
     status_code=202,
+    response_model=JobHintsOut,
     responses={409: {"model": ErrorOut, "description": "The Slurm integration is off"}},
     dependencies=[require("create", "jobhints")],
 )
-async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut:
+async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut | JSONResponse:
     """Queue the jobs for the Slurm sync, which reads each from Slurm; answers at once."""
     hints: JobHints | None = request.app.state.services.job_hints
     if hints is None:
-        raise HTTPException(409, "the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
+        off = ErrorOut(
+            detail="the Slurm integration is off (NODELEDGER_SLURM_ENABLED)",
+            code="slurm_disabled",
+            retryable=False,
+        )
+        return JSONResponse(off.model_dump(), status_code=409)
     await run_in_threadpool(hints.post, body.job_ids)
     return JobHintsOut(accepted=len(set(body.job_ids)))
