@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
 VERSION = "26.05"
 API = "v0.0.45"
 CACHE = Path.home() / ".cache" / "nodeledger-scale"
+TARGET_S = 0.5  # Slurm -> ledger staleness target (p99)
 
 
 def scale_environment(nodes: int) -> None:
@@ -118,31 +120,68 @@ def holds(client: httpx.Client, job: str) -> bool:
     return any(r["holder"]["id"] == job for r in rows)
 
 
-def hinted_staleness(
-    url: str, slurm: SlurmCluster, jobs: int, limit: float
-) -> tuple[list[float], list[float]]:
+@dataclass
+class Sample:
+    job: str
+    event: str  # "start" or "end"
+    at: float  # wall clock: RUNNING seen, or scancel returned
+    seconds: float  # until the ledger showed it (``inf``: not within the limit)
+
+
+def hinted_staleness(url: str, slurm: SlurmCluster, jobs: int, limit: float) -> list[Sample]:
     """Per job: seconds from RUNNING (as polled here, so up to one poll late) to the
-    ledger's holding, and from scancel returning to the holding gone (``inf``: not
-    within ``limit``)."""
-    starts: list[float] = []
-    ends: list[float] = []
+    ledger's holding, and from scancel returning to the holding gone."""
+    samples: list[Sample] = []
     with httpx.Client(base_url=url, timeout=30) as client:
         for _ in range(jobs):
             job = slurm.sbatch("-w", "n3", "-c", "2", "--mem=100", "--wrap", "sleep 600")
             while slurm.job_state(job) != "RUNNING":
                 time.sleep(0.02)
-            for samples, present in ((starts, True), (ends, False)):
+            for event, present in (("start", True), ("end", False)):
                 if not present:
                     slurm.scancel(job)
-                t0 = time.monotonic()
+                at, t0 = time.time(), time.monotonic()
                 seen = float("inf")
                 while time.monotonic() - t0 < limit:
                     if holds(client, job) == present:
                         seen = time.monotonic() - t0
                         break
                     time.sleep(0.02)
-                samples.append(seen)
-    return starts, ends
+                samples.append(Sample(job, event, at, seen))
+    return samples
+
+
+def outliers(samples: list[Sample], hook_log: Path, service_log: str) -> list[dict[str, Any]]:
+    """The samples over the target, each with what the hook and the service said about it:
+    when the hook posted (or failed to), relative to the sample's start, and the service's
+    warnings within its window."""
+    posts: dict[str, list[str]] = {}
+    if hook_log.exists():  # "<epoch> <context> job=<id> posted|failed"
+        for line in hook_log.read_text().splitlines():
+            stamp, context, job, result = line.split()
+            posts.setdefault(job.removeprefix("job="), []).append(f"{context} {result} @{stamp}")
+    found = []
+    for sample in samples:
+        if sample.seconds <= TARGET_S:
+            continue
+        hook = [
+            f"{p.split(' @')[0]} at {float(p.split(' @')[1]) - sample.at:+.3f}s"
+            for p in posts.get(sample.job, [])
+        ]
+        found.append(
+            {
+                "job": sample.job,
+                "event": sample.event,
+                "seconds": sample.seconds,
+                "hook": hook,
+                "service_warnings": [
+                    line
+                    for line in service_log.splitlines()
+                    if ("WARNING" in line or "ERROR" in line) and f" {sample.job}" in line
+                ][:5],
+            }
+        )
+    return found
 
 
 def seconds(samples: list[float]) -> dict[str, Any]:
@@ -228,12 +267,16 @@ def main() -> None:
                 result["admissions_per_s"] = round(rate, 1)
                 if args.hints:
                     assert slurm.hint_config is not None
-                    slurm.hint_config.write_text(f"url={service.url}\ntimeout=2\n")
-                    starts, ends = hinted_staleness(
-                        service.url, slurm, args.staleness_jobs, limit=300
+                    # The hook's own log, inside the chroot: when each hint was posted.
+                    hook_log = slurm.hint_config.parents[2] / "tmp" / "nodeledger-hint.log"
+                    hook_log.unlink(missing_ok=True)
+                    slurm.hint_config.write_text(
+                        f"url={service.url}\ntimeout=2\nlog=/tmp/{hook_log.name}\n"
                     )
-                    result["staleness_s"] = seconds(starts)
-                    result["release_staleness_s"] = seconds(ends)
+                    samples = hinted_staleness(service.url, slurm, args.staleness_jobs, limit=300)
+                    for event, key in (("start", "staleness_s"), ("end", "release_staleness_s")):
+                        result[key] = seconds([s.seconds for s in samples if s.event == event])
+                    result["staleness_outliers"] = outliers(samples, hook_log, service.log())
                 else:
                     stale = staleness(
                         service.url, slurm, args.staleness_jobs, limit=300, runtime=600

@@ -419,24 +419,11 @@ class Ledger:
                     return Admission(holding, False)
                 repo.delete_holding_returning(existing.id)
                 if existing.node_name != node:  # the event below names only the new node
-                    repo.append_event(
-                        now,
-                        EventKind.RELEASED,
-                        existing.node_name,
-                        f"moved to node {node!r}: {reason}",
-                        holder=holding.holder,
-                        resources=holding.resources,
+                    repo.append_events(
+                        [_moved_event(now, existing.node_name, node, holding, reason)]
                     )
             repo.insert_holding(_holding_values(row.id, holder, requests, HoldingState.HELD, now))
-            repo.append_event(
-                now,
-                EventKind.ADMITTED,
-                node,
-                f"recorded {holder.display_name or holder.id}: {reason}",
-                holder=holder,
-                resources=requests,
-                details={"recorded": True},
-            )
+            repo.append_events([_recorded_event(now, node, holder, requests, reason)])
             held = HoldingState.HELD
             return Admission(Holding(node, holder, requests, held, now, now), True)
 
@@ -490,28 +477,12 @@ class Ledger:
                     stale.append(old.id)
                     if old.node_name != entry.node:  # its own event: followers go by node
                         changed.add(old.node_name)
-                        events.append(
-                            event_values(
-                                now,
-                                EventKind.RELEASED,
-                                old.node_name,
-                                f"moved to node {entry.node!r}: {reason}",
-                                holder=entry.holder,
-                                resources=amounts,
-                            )
-                        )
+                        moved = Recording(old.node_name, entry.holder, amounts)
+                        events.append(_moved_event(now, old.node_name, entry.node, moved, reason))
                 held = HoldingState.HELD
                 holdings.append(_holding_values(node_id, entry.holder, entry.resources, held, now))
                 events.append(
-                    event_values(
-                        now,
-                        EventKind.ADMITTED,
-                        entry.node,
-                        f"recorded {entry.holder.display_name or entry.holder.id}: {reason}",
-                        holder=entry.holder,
-                        resources=entry.resources,
-                        details={"recorded": True},
-                    )
+                    _recorded_event(now, entry.node, entry.holder, entry.resources, reason)
                 )
                 changed.add(entry.node)
             repo.delete_holdings(stale)
@@ -661,6 +632,34 @@ def _rejection(
     if short:
         return AdmissionRejected(describe_shortfalls(node, short), short)
     return None
+
+
+def _moved_event(
+    now: datetime, old: str, new: str, holding: Holding | Recording, reason: str
+) -> dict[str, Any]:
+    """A holder recorded on another node: released on the old one (followers go by node)."""
+    return event_values(
+        now,
+        EventKind.RELEASED,
+        old,
+        f"moved to node {new!r}: {reason}",
+        holder=holding.holder,
+        resources=holding.resources,
+    )
+
+
+def _recorded_event(
+    now: datetime, node: str, holder: Holder, resources: Resources, reason: str
+) -> dict[str, Any]:
+    return event_values(
+        now,
+        EventKind.ADMITTED,
+        node,
+        f"recorded {holder.display_name or holder.id}: {reason}",
+        holder=holder,
+        resources=resources,
+        details={"recorded": True},
+    )
 
 
 def _holding_values(

@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "INVALID_REG", "INVALID", "NOT_RESPONDING", "FAIL"})
 FULL_PASS_EVERY = 30  # steps
 HINT_POLL = 0.2  # seconds between the leader's looks for hints (and COMPLETING jobs)
+SLOW_HINTS = 0.5  # seconds: applying hints slower than this is logged as a warning
 MAX_REREADS = 10_000  # hinted jobs whose read failed, kept to read again; beyond: full pass
 
 Listings = tuple[Listing[SlurmNode] | None, Listing[SlurmJob] | None]
@@ -316,6 +317,9 @@ class SlurmSync:
         failures: list[str] = []
         touched: set[str] = set()
         due = sorted(taken | completing | self._rereads, key=lambda i: (len(i), i))
+        if not due:
+            return []
+        started = self.monotonic()
         for n, job_id in enumerate(due):
             began = self.monotonic()
             try:
@@ -332,11 +336,23 @@ class SlurmSync:
             touched |= self._put_job(
                 job_id, job if job is not None and job.holds_resources else None
             )
+        read = self.monotonic()
         for slurm_name in sorted(touched):
             try:
                 self._sync_slurm_node(slurm_name)
             except (SlurmError, LedgerError) as exc:
                 failures.append(f"{slurm_name}: {exc}")
+        done = self.monotonic()
+        # Hints exist to be applied within a fraction of a second: say when they were not.
+        log.log(
+            logging.WARNING if done - started > SLOW_HINTS else logging.DEBUG,
+            "Slurm job hints: read %d jobs in %.3fs, synced %d nodes in %.3fs (hinted: %s)",
+            len(due),
+            read - started,
+            len(touched),
+            done - read,
+            ", ".join(sorted(taken, key=lambda i: (len(i), i))[:10]) or "none",
+        )
         return failures
 
     def _put_job(self, job_id: str, job: SlurmJob | None) -> set[str]:
