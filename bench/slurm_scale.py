@@ -48,6 +48,7 @@ from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
 VERSION = "26.05"
 API = "v0.0.45"
 CACHE = Path.home() / ".cache" / "nodeledger-scale"
+SERVICE_LOG = Path("/tmp/nodeledger-scale-service.log")
 TARGET_S = 0.5  # Slurm -> ledger staleness target (p99)
 
 
@@ -282,6 +283,12 @@ def main() -> None:
                         service.url, slurm, args.staleness_jobs, limit=300, runtime=600
                     )
                     result["staleness_s"] = seconds(stale)
+                result["service_metrics"] = [
+                    line
+                    for line in httpx.get(f"{service.url}/metrics").text.splitlines()
+                    if line.startswith(("nodeledger_slurm_push", "nodeledger_slurm_sync_duration"))
+                ]
+                shutil.copy(service.log_path, SERVICE_LOG)  # for a look at what it did
         result["cluster_wide_reads"] = cluster_wide_reads(slurm)
     finally:
         cluster_sh(VERSION, "down", timeout=300, check=False)

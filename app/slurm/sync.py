@@ -294,11 +294,18 @@ class SlurmSync:
                     self._names.setdefault(v.slurm_name, []).append(v.name)
             self._ledger_key = key
             drifted = 0
+            hinted = self.monotonic()
             for view in views:
                 try:
                     drifted += self._sync_node(view)
                 except (SlurmError, LedgerError) as exc:
                     failures.append(f"{view.name}: {exc}")
+                if self.hints is not None and self.monotonic() - hinted >= HINT_POLL:
+                    # A long pass (every node pushed after a slurmctld restart: minutes at
+                    # 15,000 nodes) must not hold hints up. Views it made stale cost at
+                    # most a push that finds the counts in place.
+                    failures += self.apply_hints()
+                    hinted = self.monotonic()
             self.metrics.slurm_drifted_nodes(drifted)
         if self.hints is not None:
             failures += self.apply_hints()
@@ -379,16 +386,19 @@ class SlurmSync:
         names = self._names.get(slurm_name)
         if not names:
             return
-        node = self.client.get_node(slurm_name)
-        if (listed := self._nodes.get(slurm_name)) is not None:
+        self._remember(self.client.get_node(slurm_name))
+        for view in self.ledger.views_named(names):
+            self._sync_node(view)
+
+    def _remember(self, node: SlurmNode) -> None:
+        """Keep a single-node read (a hint's, or a push's read-back) as the node's latest."""
+        if (listed := self._nodes.get(node.name)) is not None:
             # A single-node read's alloc_* figures are stale (app.slurm.gate): keep the
             # listing's, which only the next listing replaces.
             node = replace(
                 node, alloc_cpus=listed.alloc_cpus, alloc_memory_mb=listed.alloc_memory_mb
             )
-        self._nodes[slurm_name] = node
-        for view in self.ledger.views_named(names):
-            self._sync_node(view)
+        self._nodes[node.name] = node
 
     def _push_owed(self) -> list[str]:
         """Push the nodes whose last push failed (admitted while Slurm was unreachable, with
@@ -526,6 +536,9 @@ class SlurmSync:
         drifted = current_counts(node) != desired_counts(node, withheld(view))
         if drifted:
             result = self.pusher.push(view.name, reason="drift")
+            # Else every later pass would see the listing's old counts and push again: at
+            # 15,000 nodes, a read per node per pass, while hints wait.
+            self._remember(result.node)
             if result.updated and result.drifted:
                 self.metrics.slurm_drift_corrected()
                 self.ledger.record_event(
