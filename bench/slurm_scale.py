@@ -14,6 +14,7 @@ Prints one JSON object:
   ledger dropping the job.
 
     python -m bench.slurm_scale [--nodes 15000] [--jobs 20000] [--samples 100] [--no-hints]
+        [--database-url postgresql://user@host/db]
 
 The cluster gets its own cache (a copy of the 26.05 test cluster's chroot), run directory and
 ports, so it never disturbs the test clusters; it is taken down at the end.
@@ -22,6 +23,7 @@ ports, so it never disturbs the test clusters; it is taken down at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -41,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.slurm_admission import admissions, raw_updates, staleness, summary, timed  # noqa: E402
-from tests.support.databases import migrated  # noqa: E402
+from tests.support.databases import migrated, postgres_database  # noqa: E402
 from tests.support.service import running_service  # noqa: E402
 from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
 
@@ -213,6 +215,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--staleness-jobs", type=int, default=3)
     parser.add_argument(
+        "--database-url",
+        help="a PostgreSQL server (postgresql://user@host/db): a new database on it "
+        "(default: a SQLite file)",
+    )
+    parser.add_argument(
         "--no-hints", dest="hints", action="store_false", help="poll only (no job hints)"
     )
     args = parser.parse_args()
@@ -252,8 +259,14 @@ def main() -> None:
         if args.hints:
             env["NODELEDGER_SLURM_FULL_SYNC_INTERVAL"] = "600"
         result["job_hints"] = args.hints
-        with tempfile.TemporaryDirectory() as tmp:
-            database = migrated(f"sqlite:///{tmp}/bench.db")
+        result["database"] = "postgresql" if args.database_url else "sqlite"
+        with contextlib.ExitStack() as stack:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
+            database = (
+                stack.enter_context(postgres_database(args.database_url))
+                if args.database_url
+                else migrated(f"sqlite:///{tmp}/bench.db")
+            )
             t0 = time.monotonic()
             with running_service(database, Path(tmp), env=env, ready_timeout=900) as service:
                 names = ["n1", "n2", "n3", f"s{args.nodes}"]
