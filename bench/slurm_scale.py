@@ -51,7 +51,13 @@ VERSION = "26.05"
 API = "v0.0.45"
 CACHE = Path.home() / ".cache" / "nodeledger-scale"
 SERVICE_LOG = Path("/tmp/nodeledger-scale-service.log")
-TARGET_S = 0.5  # Slurm -> ledger staleness target (p99)
+TARGET_S = 0.5
+METRICS = (  # what the service says about itself (by prefix; histograms: sum and count)
+    "nodeledger_slurm_push",
+    "nodeledger_slurm_sync_duration",
+    "nodeledger_slurm_request_duration",
+    "nodeledger_admission_duration",
+)  # Slurm -> ledger staleness target (p99)
 
 
 def scale_environment(nodes: int) -> None:
@@ -123,19 +129,32 @@ def holds(client: httpx.Client, job: str) -> bool:
     return any(r["holder"]["id"] == job for r in rows)
 
 
+def slurm_holds(slurm: httpx.Client, job: str) -> bool:
+    """Whether Slurm still holds the job's node: RUNNING, or COMPLETING (its epilogs run,
+    no other job may have the node yet)."""
+    states = slurm.get(f"/slurm/{API}/job/{job}").json()["jobs"][0]["job_state"]
+    return bool({"RUNNING", "COMPLETING"} & set(states))
+
+
 @dataclass
 class Sample:
     job: str
     event: str  # "start" or "end"
     at: float  # wall clock: RUNNING seen, or scancel returned
     seconds: float  # until the ledger showed it (``inf``: not within the limit)
+    slurm_seconds: float = 0.0  # end: until Slurm itself let go of the node
 
 
 def hinted_staleness(url: str, slurm: SlurmCluster, jobs: int, limit: float) -> list[Sample]:
     """Per job: seconds from RUNNING (as polled here, so up to one poll late) to the
-    ledger's holding, and from scancel returning to the holding gone."""
+    ledger's holding, and from scancel returning to the holding gone; for the end also
+    when Slurm let go (the job no longer COMPLETING), polled alongside."""
     samples: list[Sample] = []
-    with httpx.Client(base_url=url, timeout=30) as client:
+    headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
+    with (
+        httpx.Client(base_url=url, timeout=30) as client,
+        httpx.Client(base_url=slurm.url, headers=headers, timeout=30) as rest,
+    ):
         for _ in range(jobs):
             job = slurm.sbatch("-w", "n3", "-c", "2", "--mem=100", "--wrap", "sleep 600")
             while slurm.job_state(job) != "RUNNING":
@@ -145,12 +164,15 @@ def hinted_staleness(url: str, slurm: SlurmCluster, jobs: int, limit: float) -> 
                     slurm.scancel(job)
                 at, t0 = time.time(), time.monotonic()
                 seen = float("inf")
+                let_go = 0.0 if present else float("inf")
                 while time.monotonic() - t0 < limit:
+                    if let_go == float("inf") and not slurm_holds(rest, job):
+                        let_go = time.monotonic() - t0
                     if holds(client, job) == present:
                         seen = time.monotonic() - t0
                         break
                     time.sleep(0.02)
-                samples.append(Sample(job, event, at, seen))
+                samples.append(Sample(job, event, at, seen, min(let_go, seen)))
     return samples
 
 
@@ -165,7 +187,7 @@ def outliers(samples: list[Sample], hook_log: Path, service_log: str) -> list[di
             posts.setdefault(job.removeprefix("job="), []).append(f"{context} {result} @{stamp}")
     found = []
     for sample in samples:
-        if sample.seconds <= TARGET_S:
+        if sample.seconds - sample.slurm_seconds <= TARGET_S:  # stale only once Slurm let go
             continue
         hook = [
             f"{p.split(' @')[0]} at {float(p.split(' @')[1]) - sample.at:+.3f}s"
@@ -176,6 +198,7 @@ def outliers(samples: list[Sample], hook_log: Path, service_log: str) -> list[di
                 "job": sample.job,
                 "event": sample.event,
                 "seconds": sample.seconds,
+                "slurm_let_go_s": sample.slurm_seconds,
                 "hook": hook,
                 "service_warnings": [
                     line
@@ -290,6 +313,12 @@ def main() -> None:
                     samples = hinted_staleness(service.url, slurm, args.staleness_jobs, limit=300)
                     for event, key in (("start", "staleness_s"), ("end", "release_staleness_s")):
                         result[key] = seconds([s.seconds for s in samples if s.event == event])
+                    ends = [s for s in samples if s.event == "end"]
+                    # Slurm holds a COMPLETING job's node: the ledger is stale only after.
+                    result["slurm_completing_s"] = seconds([s.slurm_seconds for s in ends])
+                    result["release_after_slurm_s"] = seconds(
+                        [s.seconds - s.slurm_seconds for s in ends]
+                    )
                     result["staleness_outliers"] = outliers(samples, hook_log, service.log())
                 else:
                     stale = staleness(
@@ -299,7 +328,7 @@ def main() -> None:
                 result["service_metrics"] = [
                     line
                     for line in httpx.get(f"{service.url}/metrics").text.splitlines()
-                    if line.startswith(("nodeledger_slurm_push", "nodeledger_slurm_sync_duration"))
+                    if line.startswith(METRICS) and "_bucket" not in line
                 ]
                 shutil.copy(service.log_path, SERVICE_LOG)  # for a look at what it did
         result["cluster_wide_reads"] = cluster_wide_reads(slurm)
