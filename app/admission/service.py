@@ -22,7 +22,6 @@ from app.ledger.records import (
     HolderKind,
     Holding,
     HoldingState,
-    NodeView,
     Recorded,
     Recording,
 )
@@ -37,9 +36,9 @@ log = logging.getLogger(__name__)
 class AdmissionGate(Protocol):
     """An external system that must agree before a hold counts (Slurm, when enabled)."""
 
-    def confirm(self, node: NodeView, holding: Holding) -> None:
+    def confirm(self, holding: Holding) -> None:
         """Return when the external system agrees; raise AdmissionRejected otherwise.
-        ``node`` already includes ``holding``."""
+        ``holding`` is in the ledger already (PENDING)."""
 
     def changed(self, node: str) -> None:
         """Holdings on ``node`` changed without a confirmation (a release, or a pod another
@@ -74,9 +73,8 @@ class Admissions:
                 return admission
             # A PENDING holding, new or left by an earlier try: the gate decides either way.
             try:
-                view = self.ledger.get_node(node)
                 with timer.phase("slurm"):
-                    self.gate.confirm(view, admission.holding)
+                    self.gate.confirm(admission.holding)
             except Exception as exc:
                 self._undo(holder, exc)
                 raise

@@ -21,6 +21,7 @@ from sqlalchemy import (
     or_,
     select,
     tuple_,
+    update,
 )
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Subquery
@@ -96,6 +97,12 @@ _INSERT_HOLDING = insert(HOLDINGS)
 _INSERT_EVENT = insert(EVENTS)
 _DELETE_HOLDING = (
     delete(HOLDINGS).where(HOLDINGS.c.id == bindparam("holding_id")).returning(*HOLDINGS.c)
+)
+_CONFIRM_HOLDING = (
+    update(HOLDINGS)
+    .where(HOLDINGS.c.id == bindparam("holding_id"))
+    .values(state=HoldingState.HELD.value, updated_at=bindparam("confirmed_at"))
+    .returning(*HOLDINGS.c)
 )
 _EVENTS_AFTER = (
     select(EVENTS)
@@ -313,6 +320,11 @@ class LedgerStatements:
 
     def delete_holding_returning(self, holding_id: int) -> Row[Any] | None:
         return self.session.execute(_DELETE_HOLDING, {"holding_id": holding_id}).one_or_none()
+
+    def confirm_holding_returning(self, holding_id: int, at: datetime) -> Row[Any]:
+        """PENDING -> HELD."""
+        values = {"holding_id": holding_id, "confirmed_at": at}
+        return self.session.execute(_CONFIRM_HOLDING, values).one()
 
     def append_event(
         self,

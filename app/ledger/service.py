@@ -499,17 +499,14 @@ class Ledger:
 
     def confirm(self, kind: HolderKind, holder_id: str) -> Holding:
         """PENDING -> HELD once the external system confirmed the hold."""
-        with self.db.write() as session:
-            repo = LedgerRepository(session)
+        with self.db.write_statements() as connection:
+            repo = LedgerStatements(connection)
             found = self._locked_single(repo, holder_id, kind)
-            row = session.get_one(HoldingRow, found.id)
-            row.state = HoldingState.HELD.value
-            row.updated_at = self.clock()
-            session.flush()
-            holding = holding_record(row, found.node_name)
+            now = self.clock()
+            holding = holding_record(repo.confirm_holding_returning(found.id, now), found.node_name)
             # Followers of the log (app.ledger.snapshot) learn of every change from it.
             repo.append_event(
-                row.updated_at,
+                now,
                 EventKind.CONFIRMED,
                 holding.node,
                 f"confirmed {holding.holder.display_name or holding.holder.id}",
@@ -616,8 +613,8 @@ class Ledger:
         self, kind: EventKind, node: str | None, message: str, details: dict[str, Any] | None = None
     ) -> None:
         """Append an event for something that happened outside the ledger (a Slurm push)."""
-        with self.db.write() as session:
-            LedgerRepository(session).append_event(
+        with self.db.write_statements() as connection:
+            LedgerStatements(connection).append_event(
                 self.clock(), kind, node, message, details=details
             )
 

@@ -1,6 +1,7 @@
 """Admission confirmed by Slurm (the AdmissionGate the admission service calls).
 
-1. Cap: Kubernetes may hold only its share of the node (app.slurm.policy).
+1. Cap: Kubernetes may hold only its share of the node (app.slurm.policy), checked on the
+   ledger's node as the push reads it, before anything is sent.
 2. Push the lowered counts (the hold is already in the ledger, so the push includes it); the
    push ends with a read of that one node, made after the update landed.
 3. From that read: if Slurm's jobs already use more than the remainder (a job started
@@ -59,14 +60,15 @@ class SlurmGate:
         self.fail_open = fail_open
         self.jobs_on = jobs_on
 
-    def confirm(self, node: NodeView, holding: Holding) -> None:
-        if (violation := self.caps.violation(node)) is not None:
-            raise AdmissionRejected(violation)
+    def confirm(self, holding: Holding) -> None:
+        reason = f"admitting {holding.holder.display_name}"
         try:
-            result = self.pusher.push(node.name, reason=f"admitting {holding.holder.display_name}")
+            # The cap is checked on the ledger's node as the push reads it (the hold
+            # included), before any count is sent.
+            result = self.pusher.push(holding.node, reason=reason, check=self._within_cap)
         except SlurmError as exc:
             if self.fail_open:
-                log.warning("admitting on %s without Slurm's confirmation: %s", node.name, exc)
+                log.warning("admitting on %s without Slurm's confirmation: %s", holding.node, exc)
                 return
             raise AdmissionRejected(f"Slurm cannot confirm the admission: {exc.message}") from exc
         if problems := slurm_overlap(result.node, gres_usage(result.node), result.withheld):
@@ -74,6 +76,10 @@ class SlurmGate:
                 f"Slurm already holds it on node {result.node.name}: {'; '.join(problems)}"
                 f"{_jobs(self.jobs_on(result.node.name))}"
             )
+
+    def _within_cap(self, node: NodeView) -> None:
+        if (violation := self.caps.violation(node)) is not None:
+            raise AdmissionRejected(violation)
 
     def changed(self, node: str) -> None:
         self.pusher.push(node, reason="holdings changed")

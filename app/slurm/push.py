@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.ledger.records import EventKind
+from app.ledger.records import EventKind, NodeView
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
@@ -48,8 +49,12 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 3  # update + read back, again if the read shows other counts (a reset meanwhile)
 
 
+Check = Callable[[NodeView], None]
+
+
 @dataclass(frozen=True, slots=True)
 class PushResult:
+    view: NodeView  # the ledger's node the push computed from (held against every replica)
     node: SlurmNode  # as read back from Slurm after the push
     withheld: SlurmUnits  # what the push withheld from Slurm
     updated: bool  # False when Slurm already had the right counts
@@ -80,7 +85,12 @@ class Pusher:
         with self._counter_lock:
             return sorted(self._owed)
 
-    def push(self, node: str, *, reason: str = "ledger changed") -> PushResult:
+    def push(
+        self, node: str, *, reason: str = "ledger changed", check: Check | None = None
+    ) -> PushResult:
+        """``check`` sees the ledger's node as the push computes from it, before anything is
+        sent to Slurm (or, for a push that another caller's covered, as that one did); what
+        it raises ends the push (the gate's cap: no over-cap counts pushed first)."""
         with self._counter_lock:
             slot = self._slots.setdefault(node, _Slot())
             slot.requested += 1
@@ -88,12 +98,13 @@ class Pusher:
         with slot.lock:
             if slot.covered >= ticket and slot.last is not None:
                 self.metrics.slurm_push_coalesced()
+                if check is not None:
+                    check(slot.last.view)
                 return slot.last
             with self._counter_lock:
                 start = slot.requested  # this push reads the ledger after all these requests
-            self.metrics.slurm_pushed(reason)
             try:
-                result = self._push_now(node, reason, slot)
+                result = self._push_now(node, reason, slot, check)
             except SlurmError:
                 with self._counter_lock:
                     self._owed.add(node)
@@ -103,10 +114,13 @@ class Pusher:
             slot.covered, slot.last = start, result
             return result
 
-    def _push_now(self, name: str, reason: str, slot: _Slot) -> PushResult:
+    def _push_now(self, name: str, reason: str, slot: _Slot, check: Check | None) -> PushResult:
         pushed: list[str] = []
         drifted = False
         with self.ledger.exclusive(name) as view:
+            if check is not None:
+                check(view)
+            self.metrics.slurm_pushed(reason)  # a push that runs (the check let it)
             held = withheld(view)
             # The node as last read back: CPUs, memory, the GRES string and ``extra`` change
             # only by reconfiguration, and the read-back below catches that case too.
@@ -140,7 +154,7 @@ class Pusher:
                 {"gres": pushed[-1], "withheld": _units(held)},
             )
             log.debug("pushed %s to %s (%s)", pushed[-1], view.slurm_name, reason)
-        return PushResult(node, held, updated=bool(pushed), drifted=drifted)
+        return PushResult(view, node, held, updated=bool(pushed), drifted=drifted)
 
 
 def _in_place(node: SlurmNode, held: SlurmUnits) -> bool:

@@ -7,12 +7,12 @@ import pytest
 
 from app.admission.service import Admissions
 from app.db.engine import Database
-from app.ledger.records import Holding, NodeView
+from app.ledger.records import Holding
 from app.ledger.service import Ledger
 
 
 class _Gate:
-    def confirm(self, node: NodeView, holding: Holding) -> None:
+    def confirm(self, holding: Holding) -> None:
         """Agrees with everything."""
 
     def changed(self, node: str) -> None:

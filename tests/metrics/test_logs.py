@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from app.cli import _settings, parser
-from app.ledger.records import Holding, NodeView
+from app.ledger.records import Holding
 from app.metrics.logs import JsonFormatter, configure_logging, log_context
 from tests.metrics.apps import NODE_N1, MakeApp
 from tests.support.service import running_service
@@ -25,7 +25,7 @@ log = logging.getLogger("tests.metrics.gate")
 class LoggingGate:
     """Agrees with everything, and says so in a log line."""
 
-    def confirm(self, node: NodeView, holding: Holding) -> None:
+    def confirm(self, holding: Holding) -> None:
         log.info("confirming %s", holding.holder.display_name)
 
     def changed(self, node: str) -> None:
