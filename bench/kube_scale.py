@@ -112,7 +112,8 @@ def idle(service: Service, plane: ControlPlane, seconds: float) -> dict[str, Any
 
 
 def periodic_resync(service: Service, period: float, idle_percent: float) -> dict[str, Any]:
-    """Wait for the next periodic relist of the pods and the status resync after it."""
+    """Wait for the next periodic resync of the pods (from the watch, no LIST) and the
+    status resync after it."""
     seen = len(service.resyncs())
     window = CpuWindow(service.pid).start()
     deadline = time.monotonic() + period + 600

@@ -67,6 +67,9 @@ class PodAccounting:
     def decode(self, obj: dict[str, Any]) -> PodInfo:
         return pod_info(obj, self.gpu_resource)
 
+    def key(self, pod: PodInfo) -> str:
+        return pod.uid
+
     def resync(self, items: list[PodInfo]) -> None:
         pods = {p.uid: p for p in items if p.holds}
         with self._sweeping:

@@ -111,6 +111,9 @@ class NodeDiscovery:
         alias = (meta.get("labels") or {}).get(self.slurm_node_label) or None
         return NodeInfo(meta["name"], alias, allocatable(obj, self.gpu_resource))
 
+    def key(self, node: NodeInfo) -> str:
+        return node.name
+
     def resync(self, items: list[NodeInfo]) -> None:
         with self._lock:
             self._nodes = {n.name: n for n in items}

@@ -86,6 +86,9 @@ class AdmissionRequests:
     def decode(self, obj: dict[str, Any]) -> Requests:
         return requests_of(obj)
 
+    def key(self, item: Requests) -> str:
+        return item.node  # a GenericNode is named after its node
+
     def resync(self, items: list[Requests]) -> None:
         for item in items:
             self.answer(item)

@@ -5,8 +5,14 @@ starts from that snapshot's resourceVersion, so an object created after the list
 as an event and none is seen twice. Bookmarks advance the resourceVersion without events;
 an expired resourceVersion (410 Gone) or any failure means list again, and the handler's
 ``resync`` converges to the listed truth, so nothing is lost or counted twice across
-watch restarts. A full relist also happens every ``resync_period``. The loop is a thin
-shell: the handler decides.
+watch restarts. The loop is a thin shell: the handler decides.
+
+Every ``resync_period`` the handler resyncs again, from the objects as the list and the
+watch's events since have left them (one decoded record per object, by the handler's
+``key``), not from a new LIST: the way client-go's informers resync. At 150,000 pods a LIST
+costs the API server and this process seconds each (bench/kube_scale.py), and a periodic
+one from every replica is load a large cluster should not carry; a watch that breaks off
+or expires lists again anyway.
 
 Objects are passed through the handler's ``decode`` as they arrive (page by page, event by
 event): what a handler keeps is its own compact record, never the API's object dicts.
@@ -35,6 +41,9 @@ class WatchHandler(Protocol[T]):
     def decode(self, obj: dict[str, Any]) -> T:
         """The part of an API object the handler keeps (called for every listed object and
         every event's object)."""
+
+    def key(self, item: T) -> str:
+        """The object's identity among the watched ones (uid, or name if cluster-scoped)."""
 
     def resync(self, items: list[T]) -> None:
         """The complete current set of objects."""
@@ -107,17 +116,27 @@ class ListWatch(Generic[T]):
         if stop.is_set():
             return  # leadership was lost while listing: another replica acts on it now
         listed = time.monotonic()
-        self.handler.resync(items)
+        key = handler.key
+        known = {key(item): item for item in items}  # kept current by the events below
+        del items
+        handler.resync(list(known.values()))
         self.synced.set()
         self.error = None
         resynced = time.monotonic()
-        # What a resync costs at scale (bench/kube_scale.py reads this line).
+        # What a resync costs at scale (bench/kube_scale.py reads these lines).
         log.info(
             "%s: listed %d in %.2f s, resync %.2f s",
-            self.name, len(items), listed - started, resynced - listed,
+            self.name, len(known), listed - started, resynced - listed,
         )  # fmt: skip
-        del items  # not kept while watching
-        while not stop.is_set() and time.monotonic() - resynced < self.resync_period:
+        while not stop.is_set():
+            if time.monotonic() - resynced >= self.resync_period:
+                started = time.monotonic()
+                handler.resync(list(known.values()))
+                resynced = time.monotonic()
+                log.info(
+                    "%s: resync of %d from the watch, %.2f s",
+                    self.name, len(known), resynced - started,
+                )  # fmt: skip
             for event in self.client.watch(self.path, version, self.watch_timeout, **self.query):
                 if stop.is_set():
                     return
@@ -128,4 +147,9 @@ class ListWatch(Generic[T]):
                     raise KubeError(f"watch error: {obj.get('message')}", obj.get("code"))
                 version = obj.get("metadata", {}).get("resourceVersion", version)
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self.handler.on_event(kind, self.handler.decode(obj))
+                    item = handler.decode(obj)
+                    if kind == "DELETED":
+                        known.pop(key(item), None)
+                    else:
+                        known[key(item)] = item
+                    handler.on_event(kind, item)

@@ -220,7 +220,7 @@ class Metrics:
         )
         self.relists = Counter(
             "nodeledger_kube_relists",
-            "Full Kubernetes lists after the first (restart or resync period)",
+            "Full Kubernetes lists after the first (a watch broke off or expired)",
             ["watch"],
             registry=r,
         )

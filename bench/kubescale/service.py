@@ -21,6 +21,7 @@ from bench.kubescale.load import MANAGED
 
 # ListWatch's line after every list: "pods: listed 150000 in 3.21 s, resync 1.02 s".
 LISTED = re.compile(r"^(\w+): listed (\d+) in ([\d.]+) s, resync ([\d.]+) s$")
+RESYNCED = re.compile(r"^(\w+): resync of (\d+) from the watch, ([\d.]+) s$")
 MIRROR = re.compile(r"^GenericNode status resync: (\d+) of (\d+) differ .*\(([\d.]+) s\)$")
 
 
@@ -126,6 +127,8 @@ class Service:
                     {"watch": m[1], "objects": int(m[2]),
                      "list_s": float(m[3]), "resync_s": float(m[4])}
                 )  # fmt: skip
+            elif m := RESYNCED.match(message):  # periodic: no LIST
+                found.append({"watch": m[1], "objects": int(m[2]), "resync_s": float(m[3])})
             elif m := MIRROR.match(message):
                 found.append(
                     {"watch": "genericnode-status", "objects": int(m[2]),

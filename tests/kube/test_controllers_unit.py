@@ -134,6 +134,9 @@ class Recorder:
     def decode(self, obj: dict[str, Any]) -> str:
         return str(obj["metadata"]["name"])
 
+    def key(self, name: str) -> str:
+        return name
+
     def resync(self, items: list[str]) -> None:
         self.resyncs.append(items)
 
@@ -150,6 +153,46 @@ def test_an_expired_watch_relists_and_the_handler_resyncs() -> None:
     assert client.watched_from == ["rv-1", "rv-2"]  # each watch from its list's version
     assert handler.resyncs == [["x"], ["x"]]
     assert handler.events == [("ADDED", "y")]  # bookmarks are not events
+
+
+class ChangingClient:
+    """One list (x, z), then watches: x deleted, y added; the second watch stops it."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.lists = 0
+        self.watches = 0
+
+    def list(
+        self, path: str, decode: Callable[[dict[str, Any]], Any], shape: Any = None, **query: Any
+    ) -> tuple[list[Any], str]:
+        self.lists += 1
+        return [decode({"metadata": {"name": n}}) for n in ("x", "z")], "1"
+
+    def watch(self, path: str, version: str, timeout: int, **query: Any) -> Any:
+        self.watches += 1
+        if self.watches == 1:
+            yield {"type": "DELETED", "object": {"metadata": {"name": "x", "resourceVersion": "2"}}}
+            yield {"type": "ADDED", "object": {"metadata": {"name": "y", "resourceVersion": "3"}}}
+        else:
+            self.stop.set()
+            yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "4"}}}
+
+
+class Keeper(Recorder):
+    def on_event(self, kind: str, name: str) -> None:
+        self.events.append((kind, name))  # goes on watching
+
+
+def test_the_periodic_resync_is_of_what_the_watch_kept_not_a_new_list() -> None:
+    """At 150,000 pods a LIST costs seconds of API server time: the resync period replays
+    the list as the events changed it, as client-go's informers do."""
+    stop = threading.Event()
+    client, handler = ChangingClient(stop), Keeper(stop)
+    ListWatch("things", client, "/things", handler, resync_period=0).run(stop)  # type: ignore[arg-type]
+    assert client.lists == 1
+    assert handler.resyncs == [["x", "z"], ["x", "z"], ["z", "y"]]
+    assert handler.events == [("DELETED", "x"), ("ADDED", "y")]
 
 
 class FakeStatusClient:

@@ -112,6 +112,9 @@ class Seen:
     def decode(self, obj: dict[str, Any]) -> str:
         return str(obj["metadata"]["name"])
 
+    def key(self, item: str) -> str:
+        return item
+
     def resync(self, items: list[str]) -> None:
         self.listed = items
 
