@@ -89,8 +89,8 @@ class Pusher:
         self, node: str, *, reason: str = "ledger changed", check: Check | None = None
     ) -> PushResult:
         """``check`` sees the ledger's node as the push computes from it, before anything is
-        sent to Slurm (or, for a push that another caller's covered, as that one did); what
-        it raises ends the push (the gate's cap: no over-cap counts pushed first)."""
+        sent to Slurm (when another caller's push covers this call: as that push read it);
+        what it raises ends the push (the gate's cap: no over-cap counts pushed first)."""
         with self._counter_lock:
             slot = self._slots.setdefault(node, _Slot())
             slot.requested += 1
