@@ -28,11 +28,9 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +43,19 @@ sys.path.insert(0, str(REPO))
 from bench.slurm_admission import admissions, raw_updates, staleness, summary, timed  # noqa: E402
 from tests.support.databases import migrated, postgres_database  # noqa: E402
 from tests.support.service import running_service  # noqa: E402
-from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
+from tests.support.slurm_cluster import (  # noqa: E402
+    SlurmCluster,
+    cluster_sh,
+    scale_env,
+    seed_cache,
+)
 
 VERSION = "26.05"
 API = "v0.0.45"
 CACHE = Path.home() / ".cache" / "nodeledger-scale"
+# The test clusters' cache, whose chroot the scale cluster copies (read before os.environ
+# points NODELEDGER_CACHE at the scale cluster's).
+MAIN_CACHE = Path(os.environ.get("NODELEDGER_CACHE_MAIN", Path.home() / ".cache" / "nodeledger"))
 SERVICE_LOG = Path("/tmp/nodeledger-scale-service.log")
 TARGET_S = 0.5
 METRICS = (  # what the service says about itself (by prefix; histograms: sum and count)
@@ -58,55 +64,6 @@ METRICS = (  # what the service says about itself (by prefix; histograms: sum an
     "nodeledger_slurm_request_duration",
     "nodeledger_admission_duration",
 )  # Slurm -> ledger staleness target (p99)
-
-
-def scale_environment(nodes: int) -> None:
-    """Point testenv/slurm/cluster.sh (and so cluster_sh) at the scale cluster."""
-    os.environ.update(
-        NODELEDGER_CACHE=str(CACHE),
-        NODELEDGER_RUNDIR="/tmp/nodeledger-scale",
-        NODELEDGER_SLURM_PORT_BASE="17400",
-        NODELEDGER_SLURM_SCALE_NODES=str(nodes),
-    )
-
-
-def seed_cache() -> None:
-    """Copy the test cluster's built chroot instead of building Slurm a second time."""
-    main = Path(os.environ.get("NODELEDGER_CACHE_MAIN", Path.home() / ".cache" / "nodeledger"))
-    for built in main.glob(f"slurm-{VERSION}-trixie-r*"):
-        target = CACHE / built.name
-        if built.is_dir() and not target.exists():
-            CACHE.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["cp", "-a", str(built), str(target)], check=True)
-            shutil.rmtree(target / "srv" / "run", ignore_errors=True)
-
-
-def submit_held(slurm: SlurmCluster, count: int) -> float:
-    """``count`` held jobs in the scale partition; returns jobs per second."""
-    body = {
-        "job": {
-            "name": "scale",
-            "partition": "scale",
-            "hold": True,
-            "cpus_per_task": 2,
-            "memory_per_node": {"set": True, "number": 1000},
-            "current_working_directory": "/tmp",
-            "environment": ["PATH=/usr/bin:/bin"],
-            "script": "#!/bin/sh\nsleep 600\n",
-        }
-    }
-    headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
-    limits = httpx.Limits(max_connections=16)
-    with httpx.Client(base_url=slurm.url, headers=headers, timeout=60, limits=limits) as client:
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            list(
-                pool.map(
-                    lambda _: client.post(f"/slurm/{API}/job/submit", json=body).raise_for_status(),
-                    range(count),
-                )
-            )
-        return count / (time.perf_counter() - t0)
 
 
 def cluster_wide_reads(slurm: SlurmCluster) -> dict[str, Any]:
@@ -246,15 +203,16 @@ def main() -> None:
         "--no-hints", dest="hints", action="store_false", help="poll only (no job hints)"
     )
     args = parser.parse_args()
-    scale_environment(args.nodes)
-    seed_cache()
+    # cluster.sh (and so cluster_sh) points at the scale cluster from here on.
+    os.environ.update(scale_env(args.nodes, CACHE, "/tmp/nodeledger-scale", 17400))
+    seed_cache(VERSION, CACHE, main=MAIN_CACHE)
     cluster_sh(VERSION, "up", timeout=1800)
     try:
         slurm = SlurmCluster.from_env(VERSION)
         result: dict[str, Any] = {
             "slurm": f"{slurm.release} (real slurmctld + slurmrestd {API}, JWT)",
             "nodes": args.nodes + len(slurm.nodes),
-            "jobs_submitted_per_s": round(submit_held(slurm, args.jobs), 1),
+            "jobs_submitted_per_s": round(slurm.submit_held(args.jobs, "scale"), 1),
         }
         running = [
             slurm.sbatch("-w", n, "-c", "2", "--mem=500", "--wrap", "sleep 3600")

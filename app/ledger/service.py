@@ -251,18 +251,31 @@ class Ledger:
     # nodes
 
     def upsert_node(
-        self, name: str, spec: NodeSpec, *, cordon_reason: str | None = None, force: bool = False
+        self,
+        name: str,
+        spec: NodeSpec,
+        *,
+        cordon_reason: str | None = None,
+        force: bool = False,
+        health_reason: str | None = None,
     ) -> tuple[NodeView, bool]:
         """Create or update a node; returns (view, created). Refuses to shrink capacity
-        below what is held unless ``force`` (the node then admits nothing until it fits)."""
+        below what is held unless ``force`` (the node then admits nothing until it fits).
+        ``health_reason``: a new node's, when the integration creating it knows it (a node
+        registered from Slurm is never admissible before its Slurm state says so)."""
         try:
-            return self._upsert_node(name, spec, cordon_reason, force)
+            return self._upsert_node(name, spec, cordon_reason, force, health_reason)
         except IntegrityError:
             # Another caller created the same node concurrently: now it is an update.
-            return self._upsert_node(name, spec, cordon_reason, force)
+            return self._upsert_node(name, spec, cordon_reason, force, health_reason)
 
     def _upsert_node(
-        self, name: str, spec: NodeSpec, cordon_reason: str | None, force: bool
+        self,
+        name: str,
+        spec: NodeSpec,
+        cordon_reason: str | None,
+        force: bool,
+        health_reason: str | None,
     ) -> tuple[NodeView, bool]:
         now = self.clock()
         with self.db.write() as session:
@@ -270,7 +283,7 @@ class Ledger:
             row = repo.find_node(name, lock=True)
             created = row is None
             if row is None:
-                row = NodeRow(name=name, health_reason=None, created_at=now)
+                row = NodeRow(name=name, health_reason=health_reason, created_at=now)
             else:
                 held = repo.view(row).held
                 if not force and not held.fits_within(spec.capacity - spec.reserved):
@@ -293,7 +306,9 @@ class Ledger:
                     now,
                     EventKind.NODE_CREATED,
                     name,
-                    "node created",
+                    f"node created, not admissible: {health_reason}"
+                    if health_reason
+                    else "node created",
                     resources=spec.capacity,
                     details=_spec_details(spec),
                 )

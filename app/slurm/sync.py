@@ -518,7 +518,11 @@ class SlurmSync:
         known = {v.slurm_name for v in views}
         for node in self._nodes.values():
             if node.name not in known and (capacity := self.node_size(node.name)):
-                self.ledger.upsert_node(node.name, NodeSpec(capacity=capacity))
+                self.ledger.upsert_node(
+                    node.name,
+                    NodeSpec(capacity=capacity),
+                    health_reason=health_reason(node, node.name),
+                )
         return self.node_views.list_nodes() if len(known) < len(self._nodes) else views
 
     def _sync_node(self, view: NodeView) -> bool:

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -16,7 +20,17 @@ import httpx
 from tests.support.realenv import REPO, run_script, wait_until
 
 SCRIPT = Path(REPO) / "testenv" / "slurm" / "cluster.sh"
-__all__ = ["SCRIPT", "SLURM_VERSIONS", "SlurmCluster", "cluster_sh", "wait_until"]
+__all__ = [
+    "SCRIPT",
+    "SLURM_VERSIONS",
+    "SlurmCluster",
+    "cluster_sh",
+    "k8s_counts",
+    "main_cache",
+    "scale_env",
+    "seed_cache",
+    "wait_until",
+]
 
 # The releases `make test` runs a cluster of; NODELEDGER_TEST_SLURM_VERSIONS narrows them for a
 # quick local run. 25.11 is only built against (plugins and their C tests).
@@ -27,9 +41,60 @@ SLURM_VERSIONS = tuple(
 REST_API = "v0.0.42"
 
 
-def cluster_sh(version: str, *args: str, timeout: float = 300, check: bool = True) -> str:
-    env = {"NODELEDGER_SLURM_VERSION": version}
+def cluster_sh(
+    version: str,
+    *args: str,
+    timeout: float = 300,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """``env``: more for the script (a cluster of its own: scale_env)."""
+    env = {**(env or {}), "NODELEDGER_SLURM_VERSION": version}
     return run_script(SCRIPT, *args, timeout=timeout, check=check, env=env)
+
+
+def main_cache() -> Path:
+    """Where cluster.sh caches the test clusters' chroots."""
+    return Path(os.environ.get("NODELEDGER_CACHE", Path.home() / ".cache" / "nodeledger"))
+
+
+def scale_env(nodes: int, cache: Path, rundir: str, port_base: int) -> dict[str, str]:
+    """cluster.sh's environment for a cluster beside the test clusters whose slurm.conf also
+    defines ``nodes`` nodes s1..sN that never register: its own cache (seed_cache), run
+    directory and ports."""
+    return {
+        "NODELEDGER_CACHE": str(cache),
+        "NODELEDGER_RUNDIR": rundir,
+        "NODELEDGER_SLURM_PORT_BASE": str(port_base),
+        "NODELEDGER_SLURM_SCALE_NODES": str(nodes),
+    }
+
+
+def seed_cache(version: str, cache: Path, main: Path | None = None) -> None:
+    """Copy the test cluster's built chroot into ``cache`` instead of building Slurm a
+    second time (the copy is keyed by the same recipe revision)."""
+    for built in (main or main_cache()).glob(f"slurm-{version}-trixie-r*"):
+        target = cache / built.name
+        if built.is_dir() and (built / ".complete").exists() and not target.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            partial = cache / f"{built.name}.copying"
+            shutil.rmtree(partial, ignore_errors=True)
+            subprocess.run(["cp", "-a", str(built), str(partial)], check=True)
+            shutil.rmtree(partial / "srv" / "run", ignore_errors=True)  # the cluster's state
+            partial.rename(target)
+
+
+def k8s_counts(gres: str) -> dict[str, int]:
+    """k8s GRES totals in a node's GRES string as Slurm shows it (scaled: 30K = 30720;
+    absent = 0)."""
+    counts = {"k8scpu": 0, "k8smemory": 0, "k8sgpu": 0}
+    for entry in gres.split(","):
+        key, _, count = entry.partition(":")
+        if key in counts:
+            number = count.split("(")[0]
+            scale = 1024 ** (" KMGT".index(number[-1]) if number[-1] in "KMGT" else 0)
+            counts[key] = int(number.rstrip("KMGT")) * scale
+    return counts
 
 
 @dataclass(frozen=True)
@@ -43,10 +108,13 @@ class SlurmCluster:
     # The job hint hook's configuration (slurm-plugins/hooks/nodeledger-job-hint), seen
     # from the host; absent: the hook does nothing.
     hint_config: Path | None = None
+    # cluster.sh's environment beyond the version (a cluster of its own: scale_env).
+    script_env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, version: str) -> SlurmCluster:
-        env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh(version, "env"), re.MULTILINE))
+    def from_env(cls, version: str, script_env: Mapping[str, str] | None = None) -> SlurmCluster:
+        exports = cluster_sh(version, "env", env=script_env)
+        env = dict(re.findall(r"^export (\w+)=(.*)$", exports, re.MULTILINE))
         return cls(
             version,
             env["SLURM_VERSION"],
@@ -54,17 +122,18 @@ class SlurmCluster:
             Path(env["SLURM_JWT_TOKEN_FILE"]),
             env["SLURM_USER"],
             hint_config=Path(env["SLURM_HINT_CONFIG"]) if "SLURM_HINT_CONFIG" in env else None,
+            script_env=dict(script_env or {}),
         )
 
     def script(self, *args: str, timeout: float = 300, check: bool = True) -> str:
-        return cluster_sh(self.version, *args, timeout=timeout, check=check)
+        return cluster_sh(self.version, *args, timeout=timeout, check=check, env=self.script_env)
 
     def script_in_background(self, *args: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             ["bash", str(SCRIPT), *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, "NODELEDGER_SLURM_VERSION": self.version},
+            env={**os.environ, **self.script_env, "NODELEDGER_SLURM_VERSION": self.version},
         )
 
     @property
@@ -97,15 +166,8 @@ class SlurmCluster:
         return node
 
     def k8s_counts(self, name: str) -> dict[str, int]:
-        """The node's k8s GRES totals as Slurm shows them (scaled: 30K = 30720; absent = 0)."""
-        counts = {"k8scpu": 0, "k8smemory": 0, "k8sgpu": 0}
-        for entry in self.node(name)["gres"].split(","):
-            key, _, count = entry.partition(":")
-            if key in counts:
-                number = count.split("(")[0]
-                scale = 1024 ** (" KMGT".index(number[-1]) if number[-1] in "KMGT" else 0)
-                counts[key] = int(number.rstrip("KMGT")) * scale
-        return counts
+        """The node's k8s GRES totals as Slurm shows them."""
+        return k8s_counts(self.node(name)["gres"])
 
     def job(self, job_id: str) -> dict[str, Any]:
         data = json.loads(self.run("scontrol", "--json", "show", "job", job_id))
@@ -147,11 +209,37 @@ class SlurmCluster:
         "n3": "k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4",
     }
 
-    def rest(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def rest(self, method: str, path: str, *, timeout: float = 10, **kwargs: Any) -> httpx.Response:
         headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token}
-        return httpx.request(
-            method, f"{self.url}/slurm/{REST_API}/{path}", headers=headers, timeout=10, **kwargs
-        )
+        url = f"{self.url}/slurm/{REST_API}/{path}"
+        return httpx.request(method, url, headers=headers, timeout=timeout, **kwargs)
+
+    def submit_held(self, count: int, partition: str) -> float:
+        """``count`` held jobs (2 CPUs, 1000 MB each) in ``partition``, 16 at a time through
+        slurmrestd; jobs submitted per second."""
+        body = {
+            "job": {
+                "name": "held",
+                "partition": partition,
+                "hold": True,
+                "cpus_per_task": 2,
+                "memory_per_node": {"set": True, "number": 1000},
+                "current_working_directory": "/tmp",
+                "environment": ["PATH=/usr/bin:/bin"],
+                "script": "#!/bin/sh\nsleep 600\n",
+            }
+        }
+        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token}
+        limits = httpx.Limits(max_connections=16)
+        with httpx.Client(base_url=self.url, headers=headers, timeout=60, limits=limits) as rest:
+
+            def submit(_: int) -> None:
+                rest.post(f"/slurm/{REST_API}/job/submit", json=body).raise_for_status()
+
+            started = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                list(pool.map(submit, range(count)))
+            return count / (time.perf_counter() - started)
 
     def set_gres(self, node: str, gres: str) -> None:
         self.rest("POST", f"node/{node}", json={"gres": gres}).raise_for_status()
