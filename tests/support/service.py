@@ -73,7 +73,9 @@ def running_service(
             process.kill()
             process.wait()
         # pytest shows a failed test's captured output: the service's last words with it.
-        print(f"--- {log_path.name} (last 60 lines)", *service.log().splitlines()[-60:], sep="\n")
+        # On stderr: a bench's stdout is its JSON alone.
+        tail = service.log().splitlines()[-60:]
+        print(f"--- {log_path.name} (last 60 lines)", *tail, sep="\n", file=sys.stderr)
 
 
 def _wait_ready(service: ServiceProcess, timeout: float, tls: ssl.SSLContext | None) -> None:
