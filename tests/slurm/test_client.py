@@ -11,7 +11,7 @@ import pytest
 
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmAuthError, SlurmRequestError, SlurmUnavailable
-from app.slurm.payloads import newest_supported, parse_job
+from app.slurm.payloads import newest_supported, parse_job, parse_node
 from app.slurm.tokens import FileToken, StaticToken
 
 OPENAPI = {"paths": {f"/slurm/v0.0.{n}/nodes/": {} for n in (40, 41, 42, 46)}}
@@ -177,3 +177,36 @@ def test_unchanged_jobs_are_none_although_slurm_answers_200() -> None:
     listing = client(routes(**{"jobs/": empty})).get_jobs(update_time=5)
     assert listing is not None
     assert listing.items == ()
+
+
+def test_listings_keep_only_the_fields_read_and_parse_as_whole_answers_do() -> None:
+    running = {
+        "job_id": {"set": True, "number": 7}, "name": "j", "user_name": "alice",
+        "job_state": ["RUNNING"], "gres_detail": ["k8scpu(CNT:2)"], "tres_alloc_str": "cpu=2",
+        "job_resources": {"select_type": ["CR_CORE_MEMORY"], "nodes": {"count": 1, "allocation": [
+            {"index": 0, "name": "n1", "cpus": {"count": 2, "used": 0},
+             "memory": {"used": 0, "allocated": 500},
+             "sockets": [{"index": 0, "cores": [{"index": 0, "status": ["ALLOCATED"]}]}]},
+        ]}},
+        "script": None, "array_job_id": {"set": False}, "comment": 3,  # never read
+    }  # fmt: skip
+    pending = {"job_id": 8, "name": "p", "job_state": "PENDING", "job_resources": None}
+    jobs = [running, pending]
+    nodes = [{**NODE, "features": ["a"], "energy": {"watts": 1}}]
+    answers = {
+        "jobs/": httpx.Response(200, json={"jobs": jobs, "last_update": 3, "meta": {}}),
+        "nodes/": httpx.Response(200, json={"nodes": nodes, "last_update": 4}),
+    }
+    c = client(routes(**answers))
+    listed_jobs, listed_nodes = c.get_jobs(), c.get_nodes()
+    assert listed_jobs is not None
+    assert listed_nodes is not None
+    assert listed_jobs.items == tuple(parse_job(j) for j in jobs)
+    assert listed_nodes.items == (parse_node(NODE),)
+    assert listed_jobs.items[0].allocations[0].memory_mb == 500
+
+
+def test_a_listing_of_another_shape_is_unavailable_naming_the_call() -> None:
+    odd = httpx.Response(200, json={"jobs": "all of them"})
+    with pytest.raises(SlurmUnavailable, match=r"GET /slurm/v0\.0\.42/jobs/: answer is not JSON"):
+        client(routes(**{"jobs/": odd}), retries=0).get_jobs()

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from app.slurm.client import SlurmClient
+from app.slurm.payloads import parse_job, parse_node
 from app.slurm.tokens import FileToken
 from tests.support.slurm_cluster import REST_API, SlurmCluster, wait_until
 
@@ -63,3 +64,39 @@ def test_a_job_runs_and_completes(slurm_cluster: SlurmCluster) -> None:
         "-w", "n1", "-c", "2", "--mem=100", "--gres=k8scpu:2,k8smemory:100", "--wrap", "sleep 1"
     )
     wait_until(lambda: slurm_cluster.job_state(job) == "COMPLETED", 30, what=f"job {job} done")
+
+
+OFFERED_APIS = {
+    "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),
+    "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+}
+
+
+def test_listings_decoded_to_their_read_fields_equal_a_full_parse(slurm: SlurmCluster) -> None:
+    """Listings are decoded into the fields the service reads only (app.slurm.payloads);
+    on every API version the release offers, that gives exactly what parsing the whole
+    answer gives, for a running, a GPU and a pending job and every node."""
+    slurm.sbatch("-w", "n1", "-c", "2", "--mem=500", "--wrap", "sleep 600")
+    slurm.sbatch("-w", "n3", "-c", "2", "--mem=500", "--gres=gpu:1", "--wrap", "sleep 600")
+    slurm.sbatch("-H", "-c", "2", "--mem=500", "--wrap", "sleep 600")
+    wait_until(
+        lambda: len(slurm.run("squeue", "-h", "-t", "R", "-o", "%i").split()) == 2,
+        30,
+        what="two jobs running",
+    )
+    headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
+    for api in OFFERED_APIS[slurm.version]:
+        client = SlurmClient(slurm.url, FileToken(slurm.token_file), api_version=api)
+        try:
+            jobs, nodes = client.get_jobs(), client.get_nodes()
+        finally:
+            client.close()
+        raw = {
+            kind: httpx.get(f"{slurm.url}/slurm/{api}/{kind}/", headers=headers).json()[kind]
+            for kind in ("jobs", "nodes")
+        }
+        assert jobs is not None
+        assert nodes is not None
+        assert jobs.items == tuple(parse_job(j) for j in raw["jobs"]), api
+        assert nodes.items == tuple(parse_node(n) for n in raw["nodes"]), api
+        assert sum(bool(j.allocations) for j in jobs.items) == 2, api
