@@ -14,7 +14,9 @@ Listings are decoded into dicts of just the fields read here (``NODES``, ``JOBS`
 site's size they are big (15,003 nodes: 37 MB; 20,000 jobs: 164-200 MB, most of each job
 its socket and core map), and msgspec skips what is not read without building it. On a
 200 MB listing of 20,000 jobs: 0.4 s and ~35 MB beyond the body, where ``json.loads``
-took 4.1 s and ~600 MB (bench figures in the README).
+took 4.1 s and ~600 MB (``python -m bench.slurm_listings``). A field ``parse_node`` or
+``parse_job`` reads must be in its shape: tests/slurm/test_cluster_smoke.py compares each
+real listing with a parse of the whole answer.
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ class Site:
     def reconciled(self, pods: frozenset[str]) -> None:
         """Wait until Slurm withholds exactly the pods on ``pods`` everywhere."""
         wait_until(
-            lambda: not self.wrong_counts(pods), 60, interval=1, what="every node's counts right"
+            lambda: not self.wrong_counts(pods), 120, interval=1, what="every node's counts right"
         )
 
     def job_holdings(self) -> set[str]:
@@ -153,7 +153,13 @@ def site(big_slurm: SlurmCluster, database_url: str, tmp_path: Path) -> Iterator
             big_slurm.hint_config.unlink(missing_ok=True)
             hook_token.unlink(missing_ok=True)
             site.api.close()
-            big_slurm.run("scancel", "--partition=debug", check=False)  # the held jobs stay
+            # The next test starts with no running job; the held ones stay queued.
+            big_slurm.run("scancel", "--partition=debug", check=False)
+            wait_until(
+                lambda: not big_slurm.run("squeue", "-h", "-p", "debug", "-o", "%i").strip(),
+                60,
+                what="the running jobs gone",
+            )
 
 
 def bulk_update(counts: dict[str, int]) -> dict[str, Any]:
