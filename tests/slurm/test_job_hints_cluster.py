@@ -67,15 +67,22 @@ class Hinted:
         return log.read_text() if log.exists() else ""
 
 
-def hook_config(slurm: SlurmCluster, url: str) -> Path:
-    if slurm.hint_config is None:
+@contextmanager
+def hook_posting_to(slurm: SlurmCluster, url: str) -> Iterator[None]:
+    """slurmctld's hint hook posts to ``url`` (with HOOK_TOKEN) until the context ends."""
+    config = slurm.hint_config
+    if config is None:
         pytest.fail("this Slurm test cluster has no job hint hook (testenv/slurm/cluster.sh)")
-    token = slurm.hint_config.with_name("nodeledger-hint.token")
+    token = config.with_name("nodeledger-hint.token")
     token.write_text(HOOK_TOKEN)
-    slurm.hint_config.write_text(
+    config.write_text(
         f"url={url}\ntoken_file=/etc/slurm/{token.name}\ntimeout=2\nlog=/srv/run/log/hint.log\n"
     )
-    return token
+    try:
+        yield
+    finally:
+        config.unlink(missing_ok=True)
+        token.unlink(missing_ok=True)
 
 
 def service_env(slurm: SlurmCluster, tmp_path: Path) -> dict[str, str]:
@@ -102,22 +109,19 @@ def service_env(slurm: SlurmCluster, tmp_path: Path) -> dict[str, str]:
 @contextmanager
 def hooked(slurm: SlurmCluster, service: ServiceProcess) -> Iterator[Hinted]:
     """slurmctld's hook posting to ``service``; the ledger's nodes registered there."""
-    token = hook_config(slurm, service.url)
-    hinted = Hinted(service, slurm)
-    for name, alias in LEDGER_NODES.items():
-        body = {
-            "capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 4 if alias == "n3" else 0},
-            "slurm_name": alias if alias != name else None,
-        }
-        hinted.api.put(f"/v1/nodes/{name}", json=body).raise_for_status()
-    time.sleep(2)  # the sync's first steps: its one full listing is applied
-    try:
-        yield hinted
-    finally:
-        assert slurm.hint_config is not None
-        slurm.hint_config.unlink(missing_ok=True)
-        token.unlink(missing_ok=True)
-        hinted.api.close()
+    with hook_posting_to(slurm, service.url):
+        hinted = Hinted(service, slurm)
+        for name, alias in LEDGER_NODES.items():
+            body = {
+                "capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 4 if alias == "n3" else 0},
+                "slurm_name": alias if alias != name else None,
+            }
+            hinted.api.put(f"/v1/nodes/{name}", json=body).raise_for_status()
+        time.sleep(2)  # the sync's first steps: its one full listing is applied
+        try:
+            yield hinted
+        finally:
+            hinted.api.close()
 
 
 @pytest.fixture

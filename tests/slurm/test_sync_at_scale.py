@@ -28,7 +28,7 @@ import pytest
 from app.ledger.records import Holder, HolderKind, Recording
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
-from tests.slurm.test_job_hints_cluster import ADMIN_TOKEN, hook_config, service_env
+from tests.slurm.test_job_hints_cluster import ADMIN_TOKEN, hook_posting_to, service_env
 from tests.support.realenv import unavailable
 from tests.support.service import ServiceProcess, running_service
 from tests.support.slurm_cluster import (
@@ -143,15 +143,14 @@ def site(big_slurm: SlurmCluster, database_url: str, tmp_path: Path) -> Iterator
         NODELEDGER_SLURM_TIMEOUT="60",  # a listing of every node and job is megabytes
     )
     big_slurm.rest("POST", "nodes/", json=bulk_update(FULL)).raise_for_status()
-    with running_service(database_url, tmp_path, env=env, ready_timeout=120) as service:
-        hook_token = hook_config(big_slurm, service.url)
+    with (
+        running_service(database_url, tmp_path, env=env, ready_timeout=120) as service,
+        hook_posting_to(big_slurm, service.url),
+    ):
         site = Site(service, big_slurm)
         try:
             yield site
         finally:
-            assert big_slurm.hint_config is not None
-            big_slurm.hint_config.unlink(missing_ok=True)
-            hook_token.unlink(missing_ok=True)
             site.api.close()
             # The next test starts with no running job; the held ones stay queued.
             big_slurm.run("scancel", "--partition=debug", check=False)
