@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import resource
+import os
 import subprocess
 import sys
 import threading
@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from app.slurm import payloads  # noqa: E402
 from app.slurm.client import SlurmClient  # noqa: E402
 from app.slurm.tokens import StaticToken  # noqa: E402
+from bench.kubescale.proc import peak_rss_mb  # noqa: E402
 from tests.support.slurm_cluster import SlurmCluster, cluster_sh, wait_until  # noqa: E402
 
 VERSION = "26.05"
@@ -98,7 +99,7 @@ def serve(bodies: dict[str, bytes]) -> ThreadingHTTPServer:
 
 def measure(url: str, kind: str, way: str) -> dict[str, Any]:
     """In this process: read one listing ``way`` ("client" or "json")."""
-    start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start_rss = peak_rss_mb(os.getpid())
     cpu, wall = time.process_time(), time.perf_counter()
     if way == "client":
         client = SlurmClient(url, StaticToken("bench"), timeout=300)
@@ -109,13 +110,13 @@ def measure(url: str, kind: str, way: str) -> dict[str, Any]:
         body = httpx.get(f"{url}/slurm/{API}/{kind}/", timeout=300).json()
         parse = payloads.parse_job if kind == "jobs" else payloads.parse_node
         count = len(tuple(parse(item) for item in body[kind]))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = peak_rss_mb(os.getpid())
     return {
         "items": count,
         "cpu_s": round(time.process_time() - cpu, 2),
         "wall_s": round(time.perf_counter() - wall, 2),
-        "peak_rss_mb": round(peak / 1024),
-        "rss_growth_mb": round((peak - start_rss) / 1024),
+        "peak_rss_mb": round(peak),  # VmHWM: ru_maxrss would keep the parent's across exec
+        "rss_growth_mb": round(peak - start_rss),
     }
 
 

@@ -11,7 +11,9 @@ Prints one JSON object:
 - staleness_s: from a job being RUNNING to the ledger showing it; with job hints (the
   default: slurmctld runs slurm-plugins/hooks/nodeledger-job-hint, the service lists
   everything only every 600 s) also release_staleness_s, from scancel returning to the
-  ledger dropping the job.
+  ledger dropping the job;
+- service: its CPU over 30 s left alone, its RSS, and its peak RSS since it started (every
+  node registered, the first full listings read).
 
     python -m bench.slurm_scale [--nodes 15000] [--jobs 20000] [--samples 100] [--no-hints]
         [--database-url postgresql://user@host/db]
@@ -40,6 +42,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb  # noqa: E402
 from bench.slurm_admission import admissions, raw_updates, staleness, summary, timed  # noqa: E402
 from tests.support.databases import migrated, postgres_database  # noqa: E402
 from tests.support.service import running_service  # noqa: E402
@@ -57,13 +60,14 @@ CACHE = Path.home() / ".cache" / "nodeledger-scale"
 # points NODELEDGER_CACHE at the scale cluster's).
 MAIN_CACHE = Path(os.environ.get("NODELEDGER_CACHE_MAIN", Path.home() / ".cache" / "nodeledger"))
 SERVICE_LOG = Path("/tmp/nodeledger-scale-service.log")
-TARGET_S = 0.5
+TARGET_S = 0.5  # Slurm -> ledger staleness target (p99)
+IDLE_S = 30  # seconds the service is left alone for its idle CPU
 METRICS = (  # what the service says about itself (by prefix; histograms: sum and count)
     "nodeledger_slurm_push",
     "nodeledger_slurm_sync_duration",
     "nodeledger_slurm_request_duration",
     "nodeledger_admission_duration",
-)  # Slurm -> ledger staleness target (p99)
+)
 
 
 def cluster_wide_reads(slurm: SlurmCluster) -> dict[str, Any]:
@@ -283,6 +287,15 @@ def main() -> None:
                         service.url, slurm, args.staleness_jobs, limit=300, runtime=600
                     )
                     result["staleness_s"] = seconds(stale)
+                pid = service.process.pid
+                idle = CpuWindow(pid).start()
+                time.sleep(IDLE_S)
+                result["service"] = {
+                    f"idle_cpu_percent_{IDLE_S}s": idle.percent(),
+                    "rss_mb": round(rss_mb(pid)),
+                    # Since start: every node registered and the first full listings read.
+                    "peak_rss_mb": round(peak_rss_mb(pid)),
+                }
                 result["service_metrics"] = [
                     line
                     for line in httpx.get(f"{service.url}/metrics").text.splitlines()
