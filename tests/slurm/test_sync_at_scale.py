@@ -142,7 +142,7 @@ def site(big_slurm: SlurmCluster, database_url: str, tmp_path: Path) -> Iterator
         NODELEDGER_SLURM_FULL_SYNC_INTERVAL=str(FULL_SYNC),
         NODELEDGER_SLURM_TIMEOUT="60",  # a listing of every node and job is megabytes
     )
-    big_slurm.rest("POST", "nodes/", json=bulk_update(FULL)).raise_for_status()
+    reset_counts(big_slurm)
     with (
         running_service(database_url, tmp_path, env=env, ready_timeout=120) as service,
         hook_posting_to(big_slurm, service.url),
@@ -161,10 +161,11 @@ def site(big_slurm: SlurmCluster, database_url: str, tmp_path: Path) -> Iterator
             )
 
 
-def bulk_update(counts: dict[str, int]) -> dict[str, Any]:
-    """One slurmrestd update of every s-node: these counts, no nodeledger token."""
-    gres = ",".join(f"{k}:{v}" for k, v in counts.items())
-    return {"name": [f"s[1-{SCALE_NODES}]"], "gres": gres, "extra": ""}
+def reset_counts(slurm: SlurmCluster) -> None:
+    """Full counts and no nodeledger token on every s-node, in one update (what the
+    node_features plugin would give them had they registered)."""
+    gres = ",".join(f"{k}:{v}" for k, v in FULL.items())
+    slurm.update_nodes(f"s[1-{SCALE_NODES}]", gres=gres, extra="")
 
 
 def test_the_sync_keeps_a_thousand_nodes_right(site: Site, ledger: Ledger) -> None:
@@ -197,7 +198,7 @@ def test_the_sync_keeps_a_thousand_nodes_right(site: Site, ledger: Ledger) -> No
     assert not site.wrong_counts(POD_NODES)
 
     # An administrator resets every node's counts at once: they come back where pods are.
-    slurm.rest("POST", "nodes/", json=bulk_update(FULL)).raise_for_status()
+    reset_counts(slurm)
     site.reconciled(POD_NODES)
     assert site.pushes("drift") - drift_before == 2 * len(POD_NODES)
 

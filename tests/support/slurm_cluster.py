@@ -244,6 +244,11 @@ class SlurmCluster:
     def set_gres(self, node: str, gres: str) -> None:
         self.rest("POST", f"node/{node}", json={"gres": gres}).raise_for_status()
 
+    def update_nodes(self, hostlist: str, **update: str) -> None:
+        """One update (``gres=``, ``extra=``, ...) of every node in ``hostlist``
+        (``s[1-1000]``)."""
+        self.rest("POST", "nodes/", json={"name": [hostlist], **update}).raise_for_status()
+
     def reset(self) -> None:
         """No jobs, full counts, no nodeledger token in ``extra``, every node usable."""
         self.cancel_all()
