@@ -105,9 +105,17 @@ class Leadership:
 
     def release(self) -> None:
         connection, self._connection = self._connection, None
-        if connection is not None:
-            try:
-                connection.invalidate()  # ending the session drops its advisory lock
-                connection.close()
-            except SQLAlchemyError:
-                pass
+        if connection is None:
+            return
+        try:
+            # Unlocked before the session ends: the server drops a closed session's locks
+            # only once its backend notices, and another replica may ask at once.
+            connection.execute(text(f"SELECT pg_advisory_unlock({_KEY})"), {"name": self.name})
+            connection.commit()
+        except SQLAlchemyError:
+            pass  # the connection is gone, and the lock with it
+        try:
+            connection.invalidate()  # ending the session drops its advisory lock too
+            connection.close()
+        except SQLAlchemyError:
+            pass

@@ -42,7 +42,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, overload
 
@@ -61,15 +61,16 @@ UNCHANGING = frozenset({EventKind.REJECTED, EventKind.SLURM_PUSHED, EventKind.SL
 
 
 class NodeViews(Protocol):
-    """Every node view, by name: the Ledger reads them, the NodeSnapshot has them."""
+    """Every node view, by name: the Ledger reads them, the NodeSnapshot has them (and hands
+    out the same sequence for as long as no node changed)."""
 
-    def list_nodes(self) -> list[NodeView]: ...
+    def list_nodes(self) -> Sequence[NodeView]: ...
 
 
 class Views(Mapping[str, NodeView]):
     """Immutable: a full load's views (``base``) with the nodes changed since (None: gone)."""
 
-    __slots__ = ("_base", "_changed", "_len")
+    __slots__ = ("_base", "_changed", "_len", "_sorted")
 
     def __init__(
         self, base: dict[str, NodeView], changed: dict[str, NodeView | None] | None = None
@@ -79,6 +80,13 @@ class Views(Mapping[str, NodeView]):
         added = sum(1 for n, v in self._changed.items() if v is not None and n not in base)
         gone = sum(1 for n, v in self._changed.items() if v is None and n in base)
         self._len = len(base) + added - gone
+        self._sorted: tuple[NodeView, ...] | None = None
+
+    def by_name(self) -> tuple[NodeView, ...]:
+        """Every view, sorted by name; sorted once (15,000 views: ~25 ms)."""
+        if self._sorted is None:
+            self._sorted = tuple(sorted(self.values(), key=lambda v: v.name))
+        return self._sorted
 
     def __getitem__(self, name: str) -> NodeView:
         if name in self._changed:
@@ -158,7 +166,7 @@ class NodeSnapshot:
 
     # reads
 
-    def views(self, max_age: float = 0.0) -> Mapping[str, NodeView]:
+    def views(self, max_age: float = 0.0) -> Views:
         """Every node's view by name, from a refresh that started at most ``max_age``
         seconds ago."""
         asked = self.monotonic()
@@ -170,11 +178,12 @@ class NodeSnapshot:
         assert loaded is not None
         return loaded.views
 
-    def list_nodes(self) -> list[NodeView]:
-        """NodeViews: every view, fresh, by name (as Ledger.list_nodes)."""
-        return sorted(self.views().values(), key=lambda v: v.name)
+    def list_nodes(self) -> tuple[NodeView, ...]:
+        """NodeViews: every view, fresh, by name (as Ledger.list_nodes); the same tuple
+        while no node changed."""
+        return self.views().by_name()
 
-    def node_totals(self) -> list[NodeView]:
+    def node_totals(self) -> tuple[NodeView, ...]:
         """What the metrics read (app.metrics.nodes): a view has its totals too."""
         return self.list_nodes()
 

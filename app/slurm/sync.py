@@ -39,7 +39,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
@@ -190,7 +190,10 @@ class SlurmSync:
         self._full_due = False  # a flood of hints, or slurmctld restarted
         self._ctld_started: int | None = None
         self._reader: ThreadPoolExecutor | None = None
-        self._ledger_key: tuple[tuple[str, str], ...] = ()
+        self._ledger_key: tuple[tuple[str, str], ...] = ()  # (name, Slurm name) of each node
+        self._views_seen: Sequence[NodeView] | None = None
+        # Per ledger node: what its last compare depended on, when it found all in place.
+        self._in_place: dict[str, tuple[object, ...]] = {}
         self._steps = 0
         self._error: str | None = None
         self._last_ok: float | None = None
@@ -274,7 +277,9 @@ class SlurmSync:
         leads = self.leadership is None or self.leadership.check()
         self.metrics.leader("slurm-sync", leads)
         if not leads:
-            self._standby, self._ledger_key = True, ()  # a new leader starts with a full pass
+            # A new leader starts with a full pass, comparing every node.
+            self._standby, self._ledger_key, self._views_seen = True, (), None
+            self._in_place = {}
             self.metrics.slurm_drifted_nodes(0)  # the leader compares, not this replica
             self._ok()
             return
@@ -282,17 +287,21 @@ class SlurmSync:
         self._release_abandoned()
         owed = self._push_owed()
         views = self.node_views.list_nodes()
-        if self.register_nodes:
+        # The snapshot hands out the same views while no node changed: an idle step then
+        # costs no pass over them (15,000 nodes: ~40 ms a step, 4% of a core).
+        if self.register_nodes and (changed or views is not self._views_seen):
             views = self._register(views)
-        key = tuple(sorted((v.name, v.slurm_name) for v in views))
-        self._steps += 1
-        failures: list[str] = []
-        if changed or key != self._ledger_key or not self._steps % FULL_PASS_EVERY:
-            if key != self._ledger_key:
-                self._names = {}
+        renamed = False
+        if views is not self._views_seen:
+            self._views_seen = views
+            key = tuple(sorted((v.name, v.slurm_name) for v in views))
+            if renamed := key != self._ledger_key:
+                self._ledger_key, self._names = key, {}
                 for v in views:
                     self._names.setdefault(v.slurm_name, []).append(v.name)
-            self._ledger_key = key
+        self._steps += 1
+        failures: list[str] = []
+        if changed or renamed or not self._steps % FULL_PASS_EVERY:
             drifted = 0
             hinted = self.monotonic()
             for view in views:
@@ -514,7 +523,7 @@ class SlurmSync:
             }
         return nodes is not None or jobs is not None
 
-    def _register(self, views: list[NodeView]) -> list[NodeView]:
+    def _register(self, views: Sequence[NodeView]) -> Sequence[NodeView]:
         known = {v.slurm_name for v in views}
         for node in self._nodes.values():
             if node.name not in known and (capacity := self.node_size(node.name)):
@@ -528,16 +537,33 @@ class SlurmSync:
     def _sync_node(self, view: NodeView) -> bool:
         """Whether Slurm's counts differed from what the ledger withholds."""
         node = self._nodes.get(view.slurm_name)
+        # All it depends on, each immutable or replaced whole when it changes: if each is
+        # the very object a compare found in place, this one would find the same (a pass
+        # over 15,000 nodes that changed nothing: ~1 s of CPU, every FULL_PASS_EVERY steps).
+        inputs = (
+            view,
+            node,
+            self._jobs_by_node.get(view.slurm_name),
+            self._unlisted.get(view.slurm_name),
+        )
+        last = self._in_place.pop(view.name, None)
+        if last is not None and all(a is b for a, b in zip(last, inputs, strict=True)):
+            self._in_place[view.name] = last
+            return False
         reason = health_reason(node, view.slurm_name)
-        if reason != view.health_reason:
+        in_place = reason == view.health_reason
+        if not in_place:
             view = self.ledger.set_health(view.name, reason)
         if node is None:
             return False
         unlisted = self._unlisted.get(node.name, Resources.ZERO)
         snapshot = slurm_snapshot(node, self.jobs_on(node.name), unlisted)
         if not _same(view, snapshot):
+            in_place = False
             self.ledger.replace_holdings(view.name, HolderKind.SLURM_JOB, snapshot)
         drifted = current_counts(node) != desired_counts(node, withheld(view))
+        if in_place and not drifted:
+            self._in_place[view.name] = inputs
         if drifted:
             result = self.pusher.push(view.name, reason="drift")
             # Else every later pass would see the listing's old counts and push again: at
