@@ -8,12 +8,13 @@ from app.admission.service import Admissions
 from app.ledger.records import Holder, HolderKind, NodeSpec
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
+from app.ledger.snapshot import NodeSnapshot
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
 from app.slurm.models import Listing, SlurmJob, SlurmNode
 from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
-from app.slurm.sync import SlurmSync
+from app.slurm.sync import FULL_PASS_EVERY, SlurmSync
 from tests.metrics.apps import FlakySlurm
 from tests.slurm.test_push_coalescing import slurm_node
 
@@ -56,3 +57,22 @@ def test_a_fail_open_admission_is_pushed_by_the_next_sync_step_that_reaches_slur
     assert slurm.node.gres == "k8scpu:14,k8smemory:30976"  # 32000 MiB - 1 GiB
     assert pusher.owed() == []
     assert sync.health().status == "ok"
+
+
+def test_a_pod_recorded_behind_the_syncs_back_is_pushed_by_its_periodic_pass(
+    ledger: Ledger,
+) -> None:
+    """Another replica recorded the pod and died before pushing: nothing in Slurm changed,
+    and no push is owed here. The pass every FULL_PASS_EVERY steps compares that node again:
+    its view is not the one its last compare found in place."""
+    for name in ("n1", "n2"):
+        ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    slurm = UnchangedSlurm(slurm_node())
+    sync = SlurmSync(slurm, ledger, Pusher(slurm, ledger), views=NodeSnapshot(ledger))  # type: ignore[arg-type]
+    sync.step()  # the first, full pass: n2 is not in Slurm's listing, n1 is in place
+    ledger.record("n1", Holder(HolderKind.POD, "u1"), Resources(2000, GIB), reason="bound pod")
+
+    for _ in range(FULL_PASS_EVERY):
+        sync.step()
+
+    assert slurm.updates == ["k8scpu:14,k8smemory:30976"]
