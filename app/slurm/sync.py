@@ -290,6 +290,7 @@ class SlurmSync:
         # The snapshot hands out the same views while no node changed: an idle step then
         # costs no pass over them (15,000 nodes: ~40 ms a step, 4% of a core).
         if self.register_nodes and (changed or views is not self._views_seen):
+            self._views_seen = None  # until registered: a failure is tried again next step
             views = self._register(views)
         renamed = False
         if views is not self._views_seen:
