@@ -82,7 +82,9 @@ def test_follows_every_kind_of_change_reading_only_the_changed_nodes(
         named = {e.node for e in counting.events(after_id=last)}
         assert counting.reads == [named], name
     assert "d" not in snapshot.views()
-    assert snapshot.list_nodes() == counting.list_nodes()
+    nodes = snapshot.list_nodes()
+    assert list(nodes) == counting.list_nodes()
+    assert snapshot.list_nodes() is nodes  # the same while no node changed (app.slurm.sync)
 
 
 def test_a_change_by_another_replica_shows_on_the_next_read(
