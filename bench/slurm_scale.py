@@ -49,6 +49,7 @@ from tests.support.service import running_service  # noqa: E402
 from tests.support.slurm_cluster import (  # noqa: E402
     SlurmCluster,
     cluster_sh,
+    main_cache,
     scale_env,
     seed_cache,
 )
@@ -58,7 +59,7 @@ API = "v0.0.45"
 CACHE = Path.home() / ".cache" / "nodeledger-scale"
 # The test clusters' cache, whose chroot the scale cluster copies (read before os.environ
 # points NODELEDGER_CACHE at the scale cluster's).
-MAIN_CACHE = Path(os.environ.get("NODELEDGER_CACHE_MAIN", Path.home() / ".cache" / "nodeledger"))
+MAIN_CACHE = Path(os.environ.get("NODELEDGER_CACHE_MAIN", main_cache()))
 SERVICE_LOG = Path("/tmp/nodeledger-scale-service.log")
 TARGET_S = 0.5  # Slurm -> ledger staleness target (p99)
 IDLE_S = 30  # seconds the service is left alone for its idle CPU

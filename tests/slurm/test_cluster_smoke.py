@@ -11,7 +11,12 @@ from app.slurm.tokens import FileToken
 from tests.support.slurm_cluster import REST_API, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
-NEWEST_API = {"24.11": "v0.0.42", "25.11": "v0.0.44", "26.05": "v0.0.45"}
+OFFERED_APIS = {  # what each release's slurmrestd offers, oldest first
+    "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),
+    "25.11": ("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44"),
+    "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+}
+NEWEST_API = {release: apis[-1] for release, apis in OFFERED_APIS.items()}
 
 
 def test_the_daemons_are_the_release_under_test(slurm_cluster: SlurmCluster) -> None:
@@ -64,12 +69,6 @@ def test_a_job_runs_and_completes(slurm_cluster: SlurmCluster) -> None:
         "-w", "n1", "-c", "2", "--mem=100", "--gres=k8scpu:2,k8smemory:100", "--wrap", "sleep 1"
     )
     wait_until(lambda: slurm_cluster.job_state(job) == "COMPLETED", 30, what=f"job {job} done")
-
-
-OFFERED_APIS = {
-    "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),
-    "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
-}
 
 
 def test_listings_decoded_to_their_read_fields_equal_a_full_parse(slurm: SlurmCluster) -> None:
