@@ -5,6 +5,8 @@
 #   cluster.sh build            chroot + Slurm + its configured source tree (cached)
 #   cluster.sh source           print the configured source tree (for slurm-plugins/),
 #                               building only what it needs
+#   cluster.sh fetch-source     print the release tarball (25.11, 26.05): found in the
+#                               source dir or the cache, else fetched; checked either way
 #   cluster.sh plugins-check    build slurm-plugins/ against that tree (-Werror), compare its
 #                               node_features ops with the version's, run the C unit tests
 #                               plain and under valgrind (no cluster needed)
@@ -19,9 +21,12 @@
 #                               connections (the kernel does) but never answers: a hung server
 #
 # NODELEDGER_SLURM_VERSION picks Slurm: 24.11 (default: Debian trixie's packages), 25.11 or
-# 26.05 (compiled from the release tarballs in NODELEDGER_SLURM_SRC_DIR, default
-# ../shared/slurm-src beside the repository). Every version has its own cache, ports and
-# runtime link, so clusters of different versions run side by side.
+# 26.05 (compiled from release tarballs pinned by hash in testenv/slurm/sources.lock, taken
+# from NODELEDGER_SLURM_SRC_DIR, default ../shared/slurm-src beside the repository, or
+# $NODELEDGER_CACHE/slurm-src; when in neither, fetched with git from
+# NODELEDGER_SLURM_GIT_URL, default SchedMD's GitHub repository, into the latter). Every
+# version has its own cache, ports and runtime link, so clusters of different versions run
+# side by side.
 # NODELEDGER_SLURM_SCALE_NODES=N adds N nodes s1..sN (partition "scale") that have no slurmd
 # and never register, and room for 50,000 jobs: the scale bench's cluster (bench/scale).
 # Daemons run in a private mount namespace (only /proc is mounted, the host sees nothing);
@@ -42,11 +47,12 @@ LIBDIR=/usr/lib/x86_64-linux-gnu
 # it when the recipe changes, the cache key changes with it. Debian renamed the plugin
 # directory slurm-wlm. Each version has its own default ports.
 case "$VERSION" in
-  24.11) KIND=debian   RECIPE=3 PORTS=16800 PLUGIN_DIR=$LIBDIR/slurm-wlm TARBALL= ;;
-  25.11) KIND=upstream RECIPE=1 PORTS=17000 PLUGIN_DIR=$LIBDIR/slurm TARBALL=slurm-25.11.7.tar.gz ;;
-  26.05) KIND=upstream RECIPE=1 PORTS=17200 PLUGIN_DIR=$LIBDIR/slurm TARBALL=slurm-26.05.3.tar.gz ;;
+  24.11) KIND=debian   RECIPE=3 PORTS=16800 PLUGIN_DIR=$LIBDIR/slurm-wlm RELEASE= ;;
+  25.11) KIND=upstream RECIPE=1 PORTS=17000 PLUGIN_DIR=$LIBDIR/slurm RELEASE=25.11.7 ;;
+  26.05) KIND=upstream RECIPE=1 PORTS=17200 PLUGIN_DIR=$LIBDIR/slurm RELEASE=26.05.3 ;;
   *) die "NODELEDGER_SLURM_VERSION=$VERSION: expected 24.11, 25.11 or 26.05" ;;
 esac
+TARBALL=${RELEASE:+slurm-$RELEASE.tar.gz}
 
 CACHE_ROOT="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}"
 ROOT="$CACHE_ROOT/slurm-$VERSION-trixie-r$RECIPE"
@@ -77,6 +83,111 @@ in_root_with_proc() {   # in_root, with /proc mounted in a private mount namespa
     /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"' "$ROOT" "$@"
 }
 
+# ---------------------------------------------------------------------------- sources
+# The upstream releases' tarballs, pinned by hash in sources.lock so that a clone needs
+# nothing beside it. Looked up in SRC_DIR (an offline copy, e.g. ../shared/slurm-src), then
+# in SRC_CACHE; when in neither, a shallow clone of the pinned tag is checked against the
+# pinned commit and archived into SRC_CACHE, the same tarball layout. Whatever the tarball's
+# origin, it is checked against the pinned sha256 before anything is built from it.
+SOURCES_LOCK="${NODELEDGER_SLURM_SOURCES_LOCK:-$REPO/testenv/slurm/sources.lock}"
+GIT_URL="${NODELEDGER_SLURM_GIT_URL:-https://github.com/SchedMD/slurm.git}"
+SRC_CACHE="$CACHE_ROOT/slurm-src"
+SOURCE_TARBALL=   # set by source_tarball: the checked tarball the build extracts
+FETCH_WORK=       # a fetch's scratch directory, removed however the script exits
+
+read_pin() {      # PIN_TAG, PIN_COMMIT, PIN_SHA256, PIN_TAR_SHA256 of $RELEASE
+  local release tag commit sha tar_sha
+  while read -r release tag commit sha tar_sha; do
+    [ "$release" = "$RELEASE" ] || continue
+    # A malformed line would otherwise surface as a confusing hash mismatch.
+    [[ $commit =~ ^[0-9a-f]{40}$ && $sha =~ ^[0-9a-f]{64}$ && $tar_sha =~ ^[0-9a-f]{64}$ ]] \
+      || die "$SOURCES_LOCK: the line of $RELEASE is malformed"
+    PIN_TAG=$tag PIN_COMMIT=$commit PIN_SHA256=$sha PIN_TAR_SHA256=$tar_sha
+    return 0
+  done < <(grep -v '^[[:space:]]*\(#\|$\)' "$SOURCES_LOCK")
+  die "Slurm $RELEASE is not pinned in $SOURCES_LOCK"
+}
+
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# Accepted when the file is the pinned tarball, or (another gzip compresses other bytes)
+# decompresses to the pinned tar. Anything else is refused, whatever its origin.
+check_tarball() { # check_tarball FILE
+  local found
+  found=$(sha256_of "$1")
+  [ "$found" = "$PIN_SHA256" ] && return 0
+  [ "$(gzip -dc "$1" 2>/dev/null | sha256sum | cut -d' ' -f1)" = "$PIN_TAR_SHA256" ] && return 0
+  die "Slurm $RELEASE: refused $1, nothing is built from it:
+  expected sha256 $PIN_SHA256 (pinned in $SOURCES_LOCK)
+  found    sha256 $found
+Remove or replace that file; a missing tarball is fetched again."
+}
+
+source_tarball() {  # sets SOURCE_TARBALL: the offline copy, else the cache, else fetched
+  local f
+  read_pin
+  for f in "$SRC_DIR/$TARBALL" "$SRC_CACHE/$TARBALL"; do
+    if [ -f "$f" ]; then
+      check_tarball "$f"
+      SOURCE_TARBALL=$f
+      return 0
+    fi
+  done
+  fetch_tarball
+  SOURCE_TARBALL=$SRC_CACHE/$TARBALL
+}
+
+fetch_tarball() { # the pinned tag, checked, archived into $SRC_CACHE/$TARBALL
+  local repo found
+  mkdir -p "$SRC_CACHE"
+  # Two builds of one release at once (two worktrees, say): one fetches, the other waits.
+  exec 8>"$SRC_CACHE/.$TARBALL.lock"
+  flock 8
+  if [ -f "$SRC_CACHE/$TARBALL" ]; then
+    check_tarball "$SRC_CACHE/$TARBALL"
+    return 0
+  fi
+  rm -rf "$SRC_CACHE/.fetch-$RELEASE".*   # left by a fetch that was killed
+  FETCH_WORK=$(mktemp -d "$SRC_CACHE/.fetch-$RELEASE.XXXXXX")
+  trap 'rm -rf "$FETCH_WORK"' EXIT
+  repo=$FETCH_WORK/repo
+  log "Slurm $RELEASE: not in $SRC_DIR nor $SRC_CACHE; fetching tag $PIN_TAG from $GIT_URL"
+  # --no-checkout: git archive reads the objects, a work tree would only cost 40 MB more.
+  # No prompt for credentials: a wrong URL has to fail, not wait for a user.
+  GIT_TERMINAL_PROMPT=0 git -c advice.detachedHead=false clone --quiet --depth 1 \
+    --no-checkout --branch "$PIN_TAG" "$GIT_URL" "$repo" 2>"$FETCH_WORK/clone.log" \
+    || fetch_failed "$(tail -5 "$FETCH_WORK/clone.log")"
+  found=$(git -C "$repo" rev-parse 'HEAD^{commit}')
+  [ "$found" = "$PIN_COMMIT" ] || die "Slurm $RELEASE: refused tag $PIN_TAG of $GIT_URL, nothing is built from it:
+  expected commit $PIN_COMMIT (pinned in $SOURCES_LOCK)
+  found    commit $found"
+  # gzip -9n: the bytes of the offline tarballs (no name, no time stamp in the header).
+  git -C "$repo" archive --format=tar --prefix="slurm-$RELEASE/" HEAD | gzip -9n \
+    >"$FETCH_WORK/$TARBALL" || die "Slurm $RELEASE: git archive of $PIN_TAG failed"
+  check_tarball "$FETCH_WORK/$TARBALL"
+  mv "$FETCH_WORK/$TARBALL" "$SRC_CACHE/$TARBALL"   # whole or not at all
+  rm -rf "$FETCH_WORK"
+  trap - EXIT
+  log "Slurm $RELEASE: fetched $SRC_CACHE/$TARBALL ($(du -h "$SRC_CACHE/$TARBALL" | cut -f1))"
+}
+
+fetch_failed() { # fetch_failed GIT_ERROR: what was tried, and how to do without a network
+  local all
+  all=$(grep -v '^[[:space:]]*\(#\|$\)' "$SOURCES_LOCK" | awk '{printf " slurm-%s.tar.gz", $1}')
+  die "Slurm $RELEASE: no sources, and fetching them failed.
+  looked for $TARBALL in NODELEDGER_SLURM_SRC_DIR ($SRC_DIR) and in $SRC_CACHE
+  tried      git clone --depth 1 --branch $PIN_TAG $GIT_URL
+$(sed 's/^/             /' <<<"$1")
+To run offline, put $TARBALL into the directory NODELEDGER_SLURM_SRC_DIR names (or into
+$SRC_CACHE), with sha256 $PIN_SHA256.
+A machine with network makes it with
+  NODELEDGER_SLURM_VERSION=$VERSION bash testenv/slurm/cluster.sh fetch-source   (prints its path)
+or, in a clone of SchedMD's repository (tag $PIN_TAG is commit $PIN_COMMIT), with
+  git archive --format=tar --prefix=slurm-$RELEASE/ $PIN_TAG | gzip -9n >$TARBALL
+make test uses every release pinned in $SOURCES_LOCK:$all.
+Or set NODELEDGER_SLURM_GIT_URL to a copy of the repository this machine reaches."
+}
+
 # ---------------------------------------------------------------------------- build
 # Two stages, each cached in $ROOT and marked there by a file (.complete: every stage done):
 #   .configured  the chroot with its packages and Slurm's configured source in /usr/src/slurm,
@@ -97,7 +208,7 @@ prepare() {       # stage one
   command -v debootstrap >/dev/null || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
   }
-  [ -z "$TARBALL" ] || check_tarball   # before minutes of work, not after
+  [ -z "$TARBALL" ] || source_tarball  # before minutes of work, not after
   lock_cache
   configured && return 0
   local tmp="$ROOT.building.$$" started=$SECONDS
@@ -176,12 +287,6 @@ install_debian() { :; }   # the packages came with stage one
 
 # Upstream: a release tarball, configured here with what the test cluster uses and little
 # else, then compiled and installed into /usr like Debian's packages.
-check_tarball() {
-  [ -f "$SRC_DIR/$TARBALL" ] || die "$SRC_DIR/$TARBALL not found (set NODELEDGER_SLURM_SRC_DIR)"
-  (cd "$SRC_DIR" && grep -F " $TARBALL" SHA256SUMS | sha256sum --check --quiet --strict) \
-    || die "$SRC_DIR/$TARBALL does not match $SRC_DIR/SHA256SUMS"
-}
-
 prepare_upstream() {
   # munge creates its user; python3 renders 25.11's HTML docs during make.
   in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
@@ -192,7 +297,7 @@ prepare_upstream() {
   in_root useradd --system --user-group --uid 64030 --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin slurm
   mkdir -p "$ROOT/usr/src/slurm"
-  tar xzf "$SRC_DIR/$TARBALL" -C "$ROOT/usr/src/slurm" --strip-components=1 --no-same-owner
+  tar xzf "$SOURCE_TARBALL" -C "$ROOT/usr/src/slurm" --strip-components=1 --no-same-owner
   # --enable-slurmrestd and --with-* make configure fail, instead of silently leaving out
   # slurmrestd or auth/jwt, when a library is missing. --enable-multiple-slurmd: three
   # slurmd on one host (Debian builds so too). The rest is for a quick compile: the debug
@@ -509,6 +614,9 @@ status() {
 case "${1:-}" in
   build) build; echo "$ROOT" ;;
   source) prepare; echo "$ROOT/usr/src/slurm" ;;
+  fetch-source)
+    [ -n "$TARBALL" ] || { log "Slurm $VERSION comes from Debian's packages: no sources to fetch"; exit 0; }
+    source_tarball; echo "$SOURCE_TARBALL" ;;
   plugins-check) plugins_check ;;
   up) up ;;
   down) down ;;
