@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import tarfile
@@ -112,6 +113,9 @@ class Env:
         return self.root / "src"
 
     def fetch_source(self, url: str) -> subprocess.CompletedProcess[str]:
+        return self.cluster_sh("fetch-source", url)
+
+    def cluster_sh(self, command: str, url: str, **more: str) -> subprocess.CompletedProcess[str]:
         lock = self.root / "sources.lock"
         lock.write_text(
             "# release tag commit sha256 tar_sha256\n"
@@ -124,9 +128,10 @@ class Env:
             "NODELEDGER_SLURM_SRC_DIR": str(self.src),
             "NODELEDGER_SLURM_SOURCES_LOCK": str(lock),
             "NODELEDGER_SLURM_GIT_URL": url,
+            **more,
         }
         return subprocess.run(
-            ["bash", str(SCRIPT), "fetch-source"],
+            ["bash", str(SCRIPT), command],
             env=env,
             capture_output=True,
             text=True,
@@ -213,6 +218,20 @@ def test_a_tarball_of_other_content_is_refused(env: Env, where: str) -> None:
     assert f"found    sha256 {sha256(other)}" in done.stderr
     assert "fetching" not in done.stderr
     assert env.leftovers() == ([TARBALL] if where == "cache" else [])
+
+
+@pytest.mark.skipif(shutil.which("debootstrap") is None, reason="no debootstrap")
+def test_a_build_refuses_before_any_work(env: Env) -> None:
+    """`cluster.sh source` (stage one of a build) checks the tarball before debootstrap."""
+    other = env.upstream.tarball(env.upstream.later)
+    (env.src / TARBALL).write_bytes(other)
+    # Were the check skipped, debootstrap would fail at once on this mirror, not build.
+    done = env.cluster_sh("source", closed_port_url(), NODELEDGER_DEBIAN_MIRROR=closed_port_url())
+    assert done.returncode != 0
+    assert f"Slurm {RELEASE}: refused {env.src / TARBALL}" in done.stderr
+    assert f"found    sha256 {sha256(other)}" in done.stderr
+    assert "debootstrap" not in done.stderr
+    assert list((env.root / "cache").glob(f"slurm-{VERSION}-*")) == []  # no chroot begun
 
 
 def test_a_tag_on_another_commit_is_refused(env: Env) -> None:
