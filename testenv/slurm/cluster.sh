@@ -97,6 +97,7 @@ FETCH_WORK=       # a fetch's scratch directory, removed however the script exit
 
 read_pin() {      # PIN_TAG, PIN_COMMIT, PIN_SHA256, PIN_TAR_SHA256 of $RELEASE
   local release tag commit sha tar_sha
+  [ -f "$SOURCES_LOCK" ] || die "$SOURCES_LOCK not found (NODELEDGER_SLURM_SOURCES_LOCK)"
   while read -r release tag commit sha tar_sha; do
     [ "$release" = "$RELEASE" ] || continue
     # A malformed line would otherwise surface as a confusing hash mismatch.
