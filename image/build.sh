@@ -22,7 +22,7 @@
 # Output: ${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}/image/out/
 # nodeledger-<version>-<key>.oci.tar, where <key> hashes the inputs (the files git
 # knows under app/ migrations/ image/, pyproject.toml, README.md, as they are in the work
-# tree, and IMAGE): a second run with the same inputs reuses it. BUILD_SECONDS in
+# tree, and IMAGE): a second run with the same inputs reuses it. "build_seconds" in
 # <archive>.json records how long the build took; the unpacked root is <archive>.rootfs.
 # The cached Debian base (debootstrap) is image/base-trixie-r<BASE_RECIPE>.
 set -euo pipefail
@@ -86,7 +86,7 @@ prepare_build_root() {   # prepare_build_root BASE ROOT
     pip install -q --no-compile --require-hashes --no-deps --only-binary=:all: \
       -r /src/image/requirements.txt
     pip install -q --no-compile --no-deps /tmp/wheels/nodeledger-*.whl
-    pip check
+    pip check >&2
   "
 }
 

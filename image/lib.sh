@@ -133,8 +133,14 @@ oci_archive() {
   find "$rootfs" -newermt "@$SOURCE_DATE_EPOCH" -print0 | xargs -0r touch -h -d "@$SOURCE_DATE_EPOCH"
   umoci init --layout "$layout"
   umoci new --image "$layout:$tag"
-  umoci insert --rootless --no-history --image "$layout:$tag" "$rootfs" / 2>/dev/null \
-    || umoci insert --no-history --image "$layout:$tag" "$rootfs" /
+  # unpack (empty), move the root in, repack: one layer of plain relative entries.
+  umoci unpack --image "$layout:$tag" "$work/bundle" >/dev/null
+  rmdir "$work/bundle/rootfs"
+  mv "$rootfs" "$work/bundle/rootfs"
+  touch -h -d "@$SOURCE_DATE_EPOCH" "$work/bundle/rootfs"
+  umoci repack --image "$layout:$tag" --history.created "$created" \
+    --history.created_by "$(basename "$0") (umoci repack)" "$work/bundle"
+  mv "$work/bundle/rootfs" "$rootfs"
   umoci config --no-history --image "$layout:$tag" --created "$created" \
     --config.workingdir / --os linux --architecture amd64 "$@"
   umoci gc --layout "$layout"
