@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test venv deps lint testenv testenv-down bench clean
+.PHONY: run test venv deps lint testenv testenv-down bench clean image
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,13 @@ testenv-down:
 bench: venv testenv
 	$(BIN)/python -m bench.http_admissions
 	$(BIN)/python -m bench.slurm_admission
+
+# The service's OCI image (image/build.sh): prints the archive's path. IMAGE=REF names it
+# (default registry.nodeledger.test/nodeledger:<version>); push with
+# skopeo copy oci-archive:FILE docker://REF.
+IMAGE ?=
+image:
+	IMAGE=$(IMAGE) bash image/build.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis nodeledger.db*

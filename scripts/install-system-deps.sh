@@ -7,6 +7,10 @@ PACKAGES=(postgresql debootstrap openssl ca-certificates make gcc valgrind iprou
 # tests/web: the page in a real headless browser (Playwright drives this Chromium; it never
 # downloads one), with a font that has the page's metrics.
 PACKAGES+=(chromium fonts-liberation)
+# OCI images without a Docker engine (image/build.sh, testenv/images/build.sh): umoci
+# writes them, skopeo pushes them, runc runs one by hand; busybox-static and binutils (strip)
+# go into them.
+PACKAGES+=(umoci skopeo runc busybox-static binutils)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -1,0 +1,54 @@
+"""The service's OCI image: its size unpacked and as stored, its file count, and how long
+its build took (``bash image/build.sh``: built now, or reused from the cache, then the
+figure recorded when it was built). Needs root (debootstrap, chroot) for a build. Prints
+one JSON object.
+
+    python -m bench.image
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support.oci import SERVICE_BUILD, build, read_image  # noqa: E402
+
+
+def measure() -> dict[str, Any]:
+    started = time.monotonic()
+    archive, stderr = build(SERVICE_BUILD)
+    seconds = time.monotonic() - started
+    image = read_image(archive)
+    recorded = json.loads(Path(f"{archive}.json").read_text())
+    kinds = [e.kind for e in image.entries.values()]
+    return {
+        "image": image.ref,
+        "archive": str(archive),
+        "built_now": "up to date" not in stderr,
+        "build_seconds": recorded["build_seconds"],
+        "this_call_seconds": round(seconds, 1),
+        "uncompressed_bytes": image.uncompressed,
+        "uncompressed_mb": round(image.uncompressed / 1e6, 1),
+        "uncompressed_mib": round(image.uncompressed / 2**20, 1),
+        "compressed_bytes": sum(image.layer_sizes),
+        "compressed_mb": round(sum(image.layer_sizes) / 1e6, 1),
+        "archive_mb": round(archive.stat().st_size / 1e6, 1),
+        "layers": len(image.layer_sizes),
+        "files": kinds.count("file"),
+        "symlinks": kinds.count("symlink"),
+        "directories": kinds.count("dir"),
+    }
+
+
+def main() -> None:
+    print(json.dumps(measure(), indent=2))
+
+
+if __name__ == "__main__":
+    main()
