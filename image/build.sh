@@ -126,7 +126,7 @@ assemble_rootfs() {   # assemble_rootfs BUILD_ROOT ROOTFS
   mkdir -p "$rootfs/data"
   chown 65532:65532 "$rootfs/data"
   # Bytecode for the stdlib and the venv, checked by nothing at import (unchecked-hash):
-  # the same bytes on every build, valid whatever the files' mtimes, never rewritten.
+  # valid whatever the files' mtimes (oci_archive fixes them), never rewritten.
   # Not for kubernetes.aio (the asyncio twin of the client, 21 MB of bytecode): the
   # service uses the synchronous client only (tests/image checks app/ never imports it);
   # its source stays, importable.
