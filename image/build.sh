@@ -33,8 +33,8 @@ source "$HERE/lib.sh"
 
 BASE_RECIPE=1   # bump when BASE_PACKAGES change
 BASE_PACKAGES=python3,python3-venv,ca-certificates,tzdata,netbase,media-types
-RECIPE=2        # bump when the assembly below changes: every archive is rebuilt
-VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO_ROOT/pyproject.toml" | head -1)
+RECIPE=3        # bump when the assembly below changes: every archive is rebuilt
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p;T;q' "$REPO_ROOT/pyproject.toml")
 IMAGE="${IMAGE:-registry.nodeledger.test/nodeledger:$VERSION}"
 PREFIX=/opt/nodeledger
 # The Debian packages whose files the image carries: these and their Depends/Pre-Depends,
@@ -126,7 +126,7 @@ assemble_rootfs() {   # assemble_rootfs BUILD_ROOT ROOTFS
   mkdir -p "$rootfs/data"
   chown 65532:65532 "$rootfs/data"
   # Bytecode for the stdlib and the venv, checked by nothing at import (unchecked-hash):
-  # the same bytes on every build, valid whatever the files' mtimes, never rewritten.
+  # valid whatever the files' mtimes (oci_archive fixes them), never rewritten.
   # Not for kubernetes.aio (the asyncio twin of the client, 21 MB of bytecode): the
   # service uses the synchronous client only (tests/image checks app/ never imports it);
   # its source stays, importable.
@@ -141,7 +141,9 @@ assemble_rootfs() {   # assemble_rootfs BUILD_ROOT ROOTFS
 strip_extensions() {   # strip_extensions DIR
   local f
   find "$1" -name '*.so*' -type f -not -path '*.libs/*' | while read -r f; do
-    readelf -S "$f" 2>/dev/null | grep -q ' \.symtab' || continue
+    # grep reads it all (no -q): readelf killed by SIGPIPE would fail the pipeline
+    # (pipefail) and skip the file, at random.
+    readelf -S "$f" 2>/dev/null | grep ' \.symtab' >/dev/null || continue
     strip --strip-unneeded "$f"
   done
 }

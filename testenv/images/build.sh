@@ -57,7 +57,7 @@ ca_bundle() {   # ca_bundle ROOTFS: the Mozilla roots Debian's ca-certificates s
 build_pause() {
   local ref=${1:-$REGISTRY/pause:3.10} key out rootfs
   need_tools gcc:gcc
-  key=$( { echo "recipe $RECIPE $ref"; gcc --version | head -1; cat "$HERE/pause.c"; } | sha256sum | cut -c1-16)
+  key=$( { echo "recipe $RECIPE $ref"; gcc -dumpfullversion; cat "$HERE/pause.c"; } | sha256sum | cut -c1-16)
   out=$(out_path "pause-${ref##*:}" "$key")
   [ -f "$out" ] && { echo "$out"; return 0; }
   lock "$out"
@@ -97,7 +97,7 @@ build_static() {
   local binary=${1:-} ref=${2:-} key out rootfs name
   [ -n "$binary" ] && [ -n "$ref" ] || die "usage: build.sh static BINARY REF"
   [ -f "$binary" ] || die "no such file: $binary"
-  ! readelf -l "$binary" 2>/dev/null | grep -q 'Requesting program interpreter' \
+  ! readelf -l "$binary" 2>/dev/null | grep 'Requesting program interpreter' >/dev/null \
     || die "$binary is dynamically linked (build it with CGO_ENABLED=0)"
   name=$(basename "$binary")
   key=$( { echo "recipe $RECIPE $ref $name"; sha256sum <"$binary";

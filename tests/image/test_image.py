@@ -118,6 +118,18 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
+def test_pins_cover_every_dependency_of_pyproject() -> None:
+    """image/requirements.txt is regenerated when pyproject.toml's dependencies change."""
+    project = tomllib.loads((Path(REPO) / "pyproject.toml").read_text())["project"]
+    names = {
+        _normal(re.split(r"[\[<>=!~; ]", dep, maxsplit=1)[0]) for dep in project["dependencies"]
+    }
+    missing = names - set(_pins())
+    assert not missing, (
+        f"not in image/requirements.txt: {missing}; bash image/build.sh requirements"
+    )
+
+
 def test_python_packages_are_the_pinned_ones(service: OciImage) -> None:
     installed = {}
     for name in service.entries:
