@@ -116,7 +116,9 @@ def create_app(
     )
     app.state.services = services
     app.state.settings = settings
-    errors.install(app)
+    errors.install(
+        app, max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_timeout_seconds
+    )
     auth.install(app, guard)
     metrics_http.install(app)
     for module in (routes_health, routes_nodes, routes_admissions, routes_slurm, web_routes):
