@@ -117,7 +117,7 @@ def create_app(
     app.state.services = services
     app.state.settings = settings
     errors.install(
-        app, max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_timeout_seconds
+        app, max_body_bytes=settings.max_body_bytes, body_timeout=settings.request_timeout_seconds
     )
     auth.install(app, guard)
     metrics_http.install(app)

@@ -35,7 +35,7 @@ class Settings(BaseSettings):
         le=1024**3,
         description="Request bodies larger than this are refused (413) before they are read",
     )
-    body_timeout_seconds: float = Field(
+    request_timeout_seconds: float = Field(
         default=10.0,
         gt=0,
         le=600,

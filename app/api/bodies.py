@@ -4,7 +4,7 @@ work an unauthenticated caller can cause must stay small.
 - Size: at most ``max_bytes`` (NODELEDGER_MAX_BODY_BYTES); a larger Content-Length is
   refused before reading, a chunked body as soon as it passes the limit (413).
 - Time: the whole body within ``timeout`` seconds of the request's start
-  (NODELEDGER_BODY_TIMEOUT_SECONDS), else 408 and the connection is closed.
+  (NODELEDGER_REQUEST_TIMEOUT_SECONDS), else 408 and the connection is closed.
 - What Python's JSON parser accepts but nothing after it can handle, 422 naming the field:
   ``NaN``, ``Infinity`` and numbers that overflow a double (no answer quoting them can be
   written as JSON); integers past Python's digit limit (the parser fails without saying
@@ -162,7 +162,7 @@ class BodyGuard:
         except TimeoutError:
             detail = (
                 f"the request body did not arrive within {self.timeout:g} s "
-                "(the limit is NODELEDGER_BODY_TIMEOUT_SECONDS)"
+                "(the limit is NODELEDGER_REQUEST_TIMEOUT_SECONDS)"
             )
             await _error(408, "body_too_slow", detail)(scope, receive, send)
             return

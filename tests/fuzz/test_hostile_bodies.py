@@ -220,7 +220,7 @@ def test_a_422_quotes_no_large_input(client: TestClient) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     tmp = tmp_path_factory.mktemp("hostile")
-    env = {"NODELEDGER_BODY_TIMEOUT_SECONDS": "2", "NODELEDGER_AUTH_MODE": "none"}
+    env = {"NODELEDGER_REQUEST_TIMEOUT_SECONDS": "2", "NODELEDGER_AUTH_MODE": "none"}
     with running_service(sqlite_database(tmp), tmp, env=env) as service:
         yield service
 
@@ -264,7 +264,21 @@ def test_bodies_that_never_finish_are_answered_408_and_closed(server: ServicePro
     for answer in answers:
         assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
         assert b'"code":"body_too_slow"' in answer
-        assert b"NODELEDGER_BODY_TIMEOUT_SECONDS" in answer
+        assert b"NODELEDGER_REQUEST_TIMEOUT_SECONDS" in answer
+
+
+@pytest.mark.slow
+def test_connections_that_never_finish_their_head_are_closed(server: ServiceProcess) -> None:
+    heads = [b"", b"POST /v1/admissions HTTP/1.1\r\nhost: x\r\n", b"GET /healthz HTTP/1.1\r\n"]
+    started = time.monotonic()
+    sockets = [raw_request(server.url, heads[i % len(heads)]) for i in range(60)]
+    assert httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200
+    answers = [read_all(s) for s in sockets]  # returns when the server closes
+    waited = time.monotonic() - started
+    for s in sockets:
+        s.close()
+    assert waited < 10, waited
+    assert answers == [b""] * len(sockets)
 
 
 @pytest.mark.slow
