@@ -29,7 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     settings = _settings(args)
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, settings.log_library_level)
     app = create_app(settings)
     uvicorn.run(
         app,

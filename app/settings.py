@@ -27,6 +27,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     log_level: LogLevel = "info"
+    log_library_level: LogLevel = Field(
+        default="warning",
+        description="Level of the client libraries' own loggers (httpx, urllib3, kubernetes): "
+        "debug or info shows every request they make",
+    )
     log_format: LogFormat = Field(default="text", description="text, or json: one object per line")
     db_pool_size: int = Field(default=10, ge=1, le=200)
     max_body_bytes: int = Field(

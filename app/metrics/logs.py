@@ -99,11 +99,19 @@ def formatter(log_format: LogFormat) -> logging.Formatter:
     return JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
 
 
-def configure_logging(level: str, log_format: LogFormat) -> None:
-    """The root logger of ``nodeledger serve``: one stderr handler in ``log_format``."""
+# Client libraries that log every request they make (httpx: "HTTP Request: GET ..." at INFO
+# for each slurmrestd call); what the service has to say about them it says itself.
+LIBRARIES = ("httpx", "httpcore", "urllib3", "kubernetes")
+
+
+def configure_logging(level: str, log_format: LogFormat, library_level: str = "warning") -> None:
+    """The root logger of ``nodeledger serve``: one stderr handler in ``log_format``; the
+    client libraries at ``library_level`` (NODELEDGER_LOG_LIBRARY_LEVEL)."""
     handler = logging.StreamHandler()
     handler.setFormatter(formatter(log_format))
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    for library in LIBRARIES:
+        logging.getLogger(library).setLevel(library_level.upper())
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, RedactQueries) for f in access.filters):
         access.addFilter(RedactQueries())
