@@ -11,11 +11,12 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 
 from app.api.bodies import BodyGuard
 from app.api.schemas import ErrorOut, ShortfallOut
+from app.db.engine import is_outage
 from app.ledger import errors
 
 log = logging.getLogger(__name__)
@@ -131,9 +132,13 @@ def install(app: FastAPI, *, max_body_bytes: int, body_timeout: float) -> None:
     async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
         # A lost or refused connection (database restarted, failing over): the caller may
         # retry, and the pool reconnects by itself. Anything else is a bug: let it be a 500.
-        if not (isinstance(exc, OperationalError) or exc.connection_invalidated):
+        if not is_outage(exc):
             raise exc
-        log.error("database unavailable during %s %s: %s", request.method, request.url.path, exc)
+        # The outage itself is logged once, when it starts and ends (app.outages).
+        database = request.app.state.services.database
+        level = logging.DEBUG if database.down else logging.WARNING
+        where = f"{request.method} {request.url.path}"
+        log.log(level, "database unavailable during %s: %s", where, exc)
         body = ErrorOut(
             detail="database unavailable, try again", code="database_unavailable", retryable=True
         )

@@ -229,6 +229,18 @@ class Metrics:
             "GenericNode status writes (only nodes whose figures differ from Kubernetes')",
             registry=r,
         )
+        self.dependency_up = Gauge(
+            "nodeledger_dependency_up",
+            "1 while the dependency (database, slurmrestd, kubernetes) answers this replica",
+            ["dependency"],
+            registry=r,
+        )
+        self.dependency_outages = Counter(
+            "nodeledger_dependency_outages",
+            "Times the dependency stopped answering this replica",
+            ["dependency"],
+            registry=r,
+        )
         self._freshness = _SlurmFreshness(monotonic)
         if registry is not None:
             registry.register(self._freshness)
@@ -312,6 +324,16 @@ class Metrics:
     def slurm_sync_step(self) -> Iterator[None]:
         with self.slurm_sync_duration.time():
             yield
+
+    # ------------------------------------------------------------------ dependencies
+
+    def dependency(self, name: str, *, up: bool, outage: bool) -> None:
+        """``name`` (database, slurmrestd, kubernetes: a fixed set) answers or not;
+        ``outage``: an outage began."""
+        self.dependency_up.labels(name).set(1 if up else 0)
+        counter = self.dependency_outages.labels(name)
+        if outage:
+            counter.inc()
 
     # ------------------------------------------------------------------ roles, watches
 

@@ -23,9 +23,11 @@ from tenacity import (
 )
 
 from app.metrics.registry import NO_METRICS, Metrics
+from app.outages import Dependency
 from app.slurm import payloads
 from app.slurm.errors import (
     SlurmAuthError,
+    SlurmError,
     SlurmErrorDetail,
     SlurmRequestError,
     SlurmUnavailable,
@@ -61,9 +63,12 @@ class SlurmClient:
         api_version: str | None = None,
         transport: httpx.BaseTransport | None = None,
         metrics: Metrics = NO_METRICS,
+        availability: Dependency | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.metrics = metrics
+        # An outage logged once, not at every call (app.outages).
+        self.availability = availability or Dependency("slurmrestd", metrics=metrics)
         self.tokens = tokens
         self.user_name = user_name
         self.retries = retries
@@ -183,7 +188,16 @@ class SlurmClient:
         )
         for attempt in retrying:
             with attempt, self.metrics.slurm_request(method, path):  # each attempt
-                return self._once(method, path, params, json, shape)
+                try:
+                    answer = self._once(method, path, params, json, shape)
+                except SlurmUnavailable as exc:
+                    self.availability.failed(exc.message)
+                    raise
+                except SlurmError:
+                    self.availability.answered()  # it answered, even if to refuse
+                    raise
+                self.availability.answered()
+                return answer
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _once(

@@ -42,6 +42,7 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         retries=slurm.retries,
         api_version=slurm.api_version,
         metrics=services.metrics,
+        availability=services.dependency("slurmrestd"),
     )
     pusher = Pusher(client, services.ledger, metrics=services.metrics)
     caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
