@@ -229,6 +229,12 @@ class Metrics:
             "GenericNode status writes (only nodes whose figures differ from Kubernetes')",
             registry=r,
         )
+        self.slurm_plugins_ok = Gauge(
+            "nodeledger_slurm_plugins_ok",
+            "1 when slurmctld runs the plugins its release needs to share nodes safely "
+            "(node_features/k8s_resources from 25.11 on); 0: admissions refused",
+            registry=r,
+        )
         self.dependency_up = Gauge(
             "nodeledger_dependency_up",
             "1 while the dependency (database, slurmrestd, kubernetes) answers this replica",
@@ -306,6 +312,9 @@ class Metrics:
 
     def slurm_drifted_nodes(self, count: int) -> None:
         self.slurm_drifted.set(count)
+
+    def slurm_plugins(self, ok: bool) -> None:
+        self.slurm_plugins_ok.set(1 if ok else 0)
 
     def slurm_sync_attached(self) -> None:
         """A Slurm sync exists: staleness and up are exposed from now on."""

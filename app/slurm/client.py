@@ -148,6 +148,21 @@ class SlurmClient:
         body = self._call("GET", "diag/") or {}
         return payloads.number((body.get("statistics") or {}).get("req_time_start"))
 
+    def node_features_plugins(self) -> tuple[str, list[str] | None]:
+        """The Slurm release and slurmctld's NodeFeaturesPlugins; None when slurmrestd
+        cannot say (``GET conf`` exists from API v0.0.45 on, Slurm 26.05)."""
+        plugins: list[str] | None = None
+        if int(self.version.rsplit(".", 1)[1]) >= 45:
+            body = self._call("GET", "conf") or {}
+            listed = (body.get("slurm_conf") or {}).get("NodeFeaturesPlugins") or []
+            # A list in v0.0.45; a comma-separated string would be slurm.conf's own form.
+            items = listed.split(",") if isinstance(listed, str) else listed
+            plugins = [str(p).strip() for p in items if str(p).strip()]
+        else:
+            body = self._call("GET", "diag/") or {}
+        slurm = (body.get("meta") or {}).get("slurm") or {}
+        return str(slurm.get("release") or ""), plugins
+
     def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
         update = {k: v for k, v in (("gres", gres), ("extra", extra)) if v is not None}
         self._call("POST", f"node/{name}", json=update)
