@@ -107,8 +107,32 @@ def invalid_input(errors: Sequence[dict[str, Any]]) -> JSONResponse:
     return JSONResponse(body, status_code=422)
 
 
+BODY_REFUSALS = {
+    "408": "The body did not arrive within NODELEDGER_REQUEST_TIMEOUT_SECONDS",
+    "413": "The body is larger than NODELEDGER_MAX_BODY_BYTES",
+}
+
+
+def document_body_refusals(document: dict[str, Any]) -> dict[str, Any]:
+    """408 and 413 (app.api.bodies) on every operation that takes a body; idempotent."""
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            if isinstance(operation, dict) and "requestBody" in operation:
+                for status, what in BODY_REFUSALS.items():
+                    answer = {"description": what, "content": content}
+                    operation.setdefault("responses", {}).setdefault(status, answer)
+    return document
+
+
 def install(app: FastAPI, *, max_body_bytes: int, body_timeout: float) -> None:
     app.add_middleware(BodyGuard, max_bytes=max_body_bytes, timeout=body_timeout)
+    generate = app.openapi  # ErrorOut is in it: the routes' 404/409, the guard's refusals
+
+    def openapi() -> dict[str, Any]:
+        return document_body_refusals(generate())
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -311,3 +311,11 @@ def test_a_56_mb_body_is_refused_at_once_in_bounded_memory(server: ServiceProces
     assert declared_time < 2
     assert chunked_time < 5
     assert grown < 64 * 1024, grown
+
+
+def test_the_document_says_every_body_route_may_answer_408_and_413(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    for method, path, _ in ROUTES:
+        template = "/v1/nodes/{name}" if path.startswith("/v1/nodes/") else path
+        responses = document["paths"][template][method.lower()]["responses"]
+        assert {"408", "413"} <= set(responses), (method, path)
