@@ -16,6 +16,7 @@ from app.auth.model import Identity, Permission
 from app.auth.reviews import KubeReviews, ReviewError
 from app.auth.static import StaticTokens
 from app.kube.client import KubeClient, KubeError
+from app.outages import Dependency
 from tests.auth.fakes import READER_TOKEN, STATIC_ENTRIES, WRITER_TOKEN, bearer, write_tokens
 
 pytestmark = pytest.mark.anyio
@@ -115,6 +116,7 @@ class FakeKubeClient:
     def __init__(self, error: str | None = None) -> None:
         self.error = error
         self.posts: list[tuple[str, dict[str, Any]]] = []
+        self.availability = Dependency("kubernetes")  # the real client reports through it
 
     def request(self, method: str, path: str, *, body: Any = None) -> dict[str, Any]:
         assert method == "POST"
@@ -223,3 +225,16 @@ async def test_grants_with_more_spaces_still_grant(token_file: Path) -> None:
     ci = await tokens.authenticate(WRITER_TOKEN)
     assert (await tokens.authorize(ci, Permission("create", "admissions", "n1"))).allowed
     assert (await tokens.authorize(ci, Permission("update", "nodes", "n1"))).allowed
+
+
+def test_a_review_while_the_api_server_is_away_is_marked_so() -> None:
+    # Its failure is then a DEBUG line per request: the client logged the outage once.
+    client = FakeKubeClient(error="POST tokenreviews: connection refused")
+    reviews = KubeReviews(client)  # type: ignore[arg-type]
+    with pytest.raises(ReviewError) as answered:
+        reviews.token_review(WRITER_TOKEN)
+    assert not answered.value.away
+    client.availability.failed("POST tokenreviews: connection refused")
+    with pytest.raises(ReviewError) as away:
+        reviews.access_review({"user": "u"})
+    assert away.value.away
