@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from app.ledger.errors import AdmissionRejected
 from app.ledger.records import Holding, NodeView
 from app.slurm.counts import gres_usage, slurm_overlap
-from app.slurm.errors import SlurmError
+from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.models import SlurmJob
 from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
@@ -84,7 +84,11 @@ class SlurmGate:
             result = self.pusher.push(holding.node, reason=reason, check=self._within_cap)
         except SlurmError as exc:
             if self.fail_open:
-                log.warning("admitting on %s without Slurm's confirmation: %s", holding.node, exc)
+                # slurmrestd away: its client logs the outage once (app.outages).
+                away = isinstance(exc, SlurmUnavailable)
+                level = logging.DEBUG if away else logging.WARNING
+                what = "admitting on %s without Slurm's confirmation: %s"
+                log.log(level, what, holding.node, exc)
                 return
             raise AdmissionRejected(f"Slurm cannot confirm the admission: {exc.message}") from exc
         if problems := slurm_overlap(result.node, gres_usage(result.node), result.withheld):
