@@ -148,16 +148,18 @@ class SlurmClient:
         body = self._call("GET", "diag/") or {}
         return payloads.number((body.get("statistics") or {}).get("req_time_start"))
 
-    def node_features_plugins(self) -> tuple[str, list[str] | None]:
-        """The Slurm release and slurmctld's NodeFeaturesPlugins; None when slurmrestd
-        cannot say (``GET conf`` exists from API v0.0.45 on, Slurm 26.05)."""
-        plugins: list[str] | None = None
+    def plugins(self) -> tuple[str, dict[str, list[str]]]:
+        """The Slurm release and slurmctld's NodeFeaturesPlugins and JobSubmitPlugins, when
+        slurmrestd can say (``GET conf`` exists from API v0.0.45 on, Slurm 26.05; else {})."""
+        plugins: dict[str, list[str]] = {}
         if int(self.version.rsplit(".", 1)[1]) >= 45:
             body = self._call("GET", "conf") or {}
-            listed = (body.get("slurm_conf") or {}).get("NodeFeaturesPlugins") or []
-            # A list in v0.0.45; a comma-separated string would be slurm.conf's own form.
-            items = listed.split(",") if isinstance(listed, str) else listed
-            plugins = [str(p).strip() for p in items if str(p).strip()]
+            conf = body.get("slurm_conf") or {}
+            for key in ("NodeFeaturesPlugins", "JobSubmitPlugins"):
+                listed = conf.get(key) or []
+                # A list in v0.0.45; a comma-separated string would be slurm.conf's own form.
+                items = listed.split(",") if isinstance(listed, str) else listed
+                plugins[key] = [str(p).strip() for p in items if str(p).strip()]
         else:
             body = self._call("GET", "diag/") or {}
         slurm = (body.get("meta") or {}).get("slurm") or {}

@@ -1,4 +1,4 @@
-"""Is slurmctld set up to share nodes safely? The check of its node_features plugin.
+"""Is slurmctld set up to share nodes safely? The check of its plugins.
 
 From Slurm 25.11 on, slurmctld drains a node INVAL at a periodic re-registration when a
 runtime k8scpu/k8smemory count differs from what jobs use (measured on 26.05.3: "gres/
@@ -9,9 +9,13 @@ drains there. So on >= 25.11 the service fails closed: new admissions are refuse
 reason while slurmctld runs without the plugin; /readyz is degraded, the metric
 ``nodeledger_slurm_plugins_ok`` is 0, and one ERROR line says why (another when fixed).
 
+On every release ``job_submit/k8s_resource_completion`` must run too (else jobs ask for
+none of what pods hold); it is checked wherever slurmrestd can say.
+
 slurmrestd says which plugins slurmctld loaded from API v0.0.45 on (Slurm 26.05,
-``GET /slurm/v0.0.45/conf``: ``NodeFeaturesPlugins``). Slurm 25.11's slurmrestd (v0.0.44)
-has no such endpoint: there the check cannot see, and ``plugin_check`` decides (README).
+``GET /slurm/v0.0.45/conf``: ``NodeFeaturesPlugins``, ``JobSubmitPlugins``). Slurm 25.11's
+slurmrestd (v0.0.44) has no such endpoint: there the check cannot see, and
+``plugin_check`` decides (README). 24.11's cannot either, and needs no node_features plugin.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from app.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)
 PLUGIN = "node_features/k8s_resources"
+JOB_SUBMIT = "job_submit/k8s_resource_completion"
 REQUIRED_FROM = (25, 11)  # the first release whose re-registration drains without it
 PluginCheckMode = Literal["enforce", "warn", "off"]
 
@@ -40,31 +45,54 @@ class Verdict:
     message: str
 
 
-def verdict(release: str, node_features_plugins: list[str] | None) -> Verdict:
-    """Pure: is a slurmctld of ``release`` with these NodeFeaturesPlugins (None: slurmrestd
-    cannot say) safe to share nodes with?"""
+def verdict(
+    release: str, node_features_plugins: list[str] | None, job_submit_plugins: list[str] | None
+) -> Verdict:
+    """Pure: is a slurmctld of ``release`` with these NodeFeaturesPlugins and
+    JobSubmitPlugins (None: slurmrestd cannot say) safe to share nodes with?"""
+    problems = [p for p in (_node_features(release, node_features_plugins),) if p]
+    submit = [p.removeprefix("job_submit/") for p in job_submit_plugins or ()]
+    if job_submit_plugins is not None and JOB_SUBMIT.removeprefix("job_submit/") not in submit:
+        # Every release: without it jobs ask for no k8s GRES and land on what pods hold.
+        problems.append(
+            f"slurmctld (Slurm {release}) runs without JobSubmitPlugins={JOB_SUBMIT} (loaded: "
+            f"{', '.join(job_submit_plugins) or 'none'}): jobs then ask for none of what "
+            "pods hold"
+        )
+    if not problems:
+        return Verdict(True, f"Slurm {release}: {_needed(release)}")
+    fix = "add the plugins (README, Slurm plugins) and reconfigure slurmctld"
+    return Verdict(False, "; ".join(problems) + f"; so nodes cannot be shared safely: {fix}")
+
+
+def _new(release: str) -> bool:
     try:
         major, minor = (int(part) for part in release.split(".")[:2])
     except ValueError:
-        major, minor = REQUIRED_FROM  # an unknown release is treated as a new one
-    if (major, minor) < REQUIRED_FROM:
-        return Verdict(True, f"Slurm {release}: {PLUGIN} not required")
-    if node_features_plugins is None:
-        return Verdict(
-            False,
+        return True  # an unknown release is treated as a new one
+    return (major, minor) >= REQUIRED_FROM
+
+
+def _needed(release: str) -> str:
+    return f"{PLUGIN} loaded" if _new(release) else f"{PLUGIN} not required"
+
+
+def _node_features(release: str, loaded: list[str] | None) -> str | None:
+    """What is wrong with slurmctld's NodeFeaturesPlugins, or None."""
+    if not _new(release):
+        return None
+    if loaded is None:
+        return (
             f"Slurm {release} needs NodeFeaturesPlugins={PLUGIN} and its slurmrestd cannot "
             "say whether slurmctld loaded it (no /conf before API v0.0.45): once it is "
-            "configured, set NODELEDGER_SLURM_PLUGIN_CHECK=warn",
+            "configured, set NODELEDGER_SLURM_PLUGIN_CHECK=warn"
         )
-    if PLUGIN in node_features_plugins:
-        return Verdict(True, f"Slurm {release}: {PLUGIN} loaded")
-    loaded = ", ".join(node_features_plugins) or "none"
-    return Verdict(
-        False,
+    if PLUGIN in loaded:
+        return None
+    return (
         f"slurmctld (Slurm {release}) runs without NodeFeaturesPlugins={PLUGIN} (loaded: "
-        f"{loaded}): from 25.11 on it drains a node INVAL when a runtime k8s* count "
-        "changes while jobs use them, so nodes cannot be shared safely; add the plugin "
-        "(README, Slurm plugins) and reconfigure slurmctld",
+        f"{', '.join(loaded) or 'none'}): from 25.11 on it drains a node INVAL when a "
+        "runtime k8s* count changes while jobs use them"
     )
 
 
@@ -95,11 +123,12 @@ class PluginCheck:
     def check(self) -> Verdict | None:
         """Ask slurmrestd once; None when it cannot be reached (the sync says so)."""
         try:
-            release, plugins = self.client.node_features_plugins()
+            release, plugins = self.client.plugins()
         except SlurmError as exc:
             log.debug("checking Slurm's plugins: %s", exc)
             return self.verdict
-        found = verdict(release, plugins)
+        node_features = plugins.get("NodeFeaturesPlugins")
+        found = verdict(release, node_features, plugins.get("JobSubmitPlugins"))
         if found != self.verdict:
             if found.safe:
                 log.info("Slurm plugin check: %s", found.message)

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.slurm.plugins import PLUGIN, verdict
+from app.slurm.plugins import JOB_SUBMIT, PLUGIN, verdict
 from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import SlurmCluster, cluster_sh, seed_cache, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
@@ -26,21 +26,29 @@ PORT_BASE = int(os.environ.get("NODELEDGER_SLURM_PORT_BASE", "17200")) + 300
 RUNDIR = Path(os.environ.get("NODELEDGER_RUNDIR", "/tmp/nodeledger")) / "plugin-check"
 
 
+SUBMIT = ["k8s_resource_completion"]
+
+
 @pytest.mark.parametrize(
-    ("release", "plugins", "safe", "says"),
+    ("release", "plugins", "submit", "safe", "says"),
     [
-        ("24.11.5", None, True, "not required"),
-        ("24.11.5", [], True, "not required"),
-        ("25.11.7", None, False, "NODELEDGER_SLURM_PLUGIN_CHECK=warn"),
-        ("26.05.3", [], False, "loaded: none"),
-        ("26.05.3", ["node_features/helpers"], False, "loaded: node_features/helpers"),
-        ("26.05.3", [PLUGIN], True, "loaded"),
-        ("27.05.0", [PLUGIN], True, "loaded"),
-        ("", [], False, "runs without"),  # an unknown release counts as a new one
+        ("24.11.5", None, None, True, "not required"),
+        ("24.11.5", [], SUBMIT, True, "not required"),
+        ("25.11.7", None, None, False, "NODELEDGER_SLURM_PLUGIN_CHECK=warn"),
+        ("26.05.3", [], SUBMIT, False, "loaded: none"),
+        ("26.05.3", ["node_features/helpers"], SUBMIT, False, "loaded: node_features/helpers"),
+        ("26.05.3", [PLUGIN], SUBMIT, True, "loaded"),
+        ("26.05.3", [PLUGIN], ["job_submit/k8s_resource_completion"], True, "loaded"),
+        ("26.05.3", [PLUGIN], [], False, f"without JobSubmitPlugins={JOB_SUBMIT}"),
+        ("26.05.3", [PLUGIN], ["lua"], False, "(loaded: lua)"),
+        ("27.05.0", [PLUGIN], SUBMIT, True, "loaded"),
+        ("", [], SUBMIT, False, "runs without"),  # an unknown release counts as a new one
     ],
 )
-def test_the_verdict(release: str, plugins: list[str] | None, safe: bool, says: str) -> None:
-    found = verdict(release, plugins)
+def test_the_verdict(
+    release: str, plugins: list[str] | None, submit: list[str] | None, safe: bool, says: str
+) -> None:
+    found = verdict(release, plugins, submit)
     assert found.safe is safe
     assert says in found.message
 
@@ -99,13 +107,14 @@ def test_without_the_plugin_26_05_admits_nothing_and_says_why(
         ready = wait_until(
             lambda: (
                 (r := api.get("/readyz").json())["status"] == "degraded"
-                and "slurm-plugins" in r["checks"]
+                and PLUGIN in r["checks"].get("slurm-plugins", "")
                 and r
             ),
             timeout=30,
             what="/readyz degraded by the plugin check",
         )
         assert PLUGIN in ready["checks"]["slurm-plugins"]
+        assert JOB_SUBMIT in ready["checks"]["slurm-plugins"]
         assert "loaded: none" in ready["checks"]["slurm-plugins"]
         refused = api.post("/v1/admissions", json=admission("u-off"))
         assert refused.status_code == 409, refused.text
