@@ -29,7 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     settings = _settings(args)
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, settings.log_library_level)
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -40,7 +40,8 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=settings.log_level == "debug",
         workers=1,
         **uvicorn_log_options(settings.log_format),  # JSON: uvicorn's lines too
-        **uvicorn_options(settings.auth),  # HTTPS and client certificates, when configured
+        # The head deadline; HTTPS and client certificates, when configured.
+        **uvicorn_options(settings.auth, head_timeout=settings.request_timeout_seconds),
     )
     return 0
 

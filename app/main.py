@@ -33,6 +33,7 @@ from app.ledger.snapshot import NodeSnapshot
 from app.metrics import http as metrics_http
 from app.metrics.nodes import LedgerCollector
 from app.metrics.registry import Metrics
+from app.outages import Dependency
 from app.settings import Settings
 from app.slurm.hints import JobHints
 from app.slurm.sync import SlurmSync
@@ -55,6 +56,18 @@ class Services:
     job_hints: JobHints | None = None  # with the Slurm integration on
     extender: Extender | None = None
     metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry()))
+    # What this replica sees of the database, slurmrestd, the Kubernetes API (app.outages).
+    dependencies: dict[str, Dependency] = field(default_factory=dict)
+
+    @property
+    def database(self) -> Dependency:
+        return self.dependencies["database"]
+
+    def dependency(self, name: str) -> Dependency:
+        """The named dependency's tracker, made on first use."""
+        if name not in self.dependencies:
+            self.dependencies[name] = Dependency(name, metrics=self.metrics)
+        return self.dependencies[name]
 
 
 def build_services(
@@ -75,6 +88,8 @@ def build_services(
     )
     admissions = Admissions(ledger, gate, metrics=metrics)
     services = Services(db, ledger, admissions, snapshot, metrics=metrics)
+    database = services.dependency("database")
+    db.watch(database.failed, database.answered)
     if integrated:
         # Its readers' first component: started before them, stopped after them.
         services.components.append(snapshot)
@@ -116,7 +131,9 @@ def create_app(
     )
     app.state.services = services
     app.state.settings = settings
-    errors.install(app)
+    errors.install(
+        app, max_body_bytes=settings.max_body_bytes, body_timeout=settings.request_timeout_seconds
+    )
     auth.install(app, guard)
     metrics_http.install(app)
     for module in (routes_health, routes_nodes, routes_admissions, routes_slurm, web_routes):

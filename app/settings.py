@@ -27,8 +27,25 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     log_level: LogLevel = "info"
+    log_library_level: LogLevel = Field(
+        default="warning",
+        description="Level of the client libraries' own loggers (httpx, urllib3, kubernetes): "
+        "debug or info shows every request they make",
+    )
     log_format: LogFormat = Field(default="text", description="text, or json: one object per line")
     db_pool_size: int = Field(default=10, ge=1, le=200)
+    max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        le=1024**3,
+        description="Request bodies larger than this are refused (413) before they are read",
+    )
+    request_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="A request body must arrive whole within this many seconds (else 408)",
+    )
     migrate_on_start: bool = Field(default=True, description="Run Alembic upgrade before serving")
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kube: KubeSettings = Field(default_factory=KubeSettings)

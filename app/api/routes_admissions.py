@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Literal, ParamSpec, TypeVar
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
@@ -74,6 +74,12 @@ async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response
 async def release(
     holder_uid: Annotated[str, Path(min_length=1, max_length=253, pattern=HOLDER_ID_PATTERN)],
     admissions: AdmissionsDep,
-    kind: Annotated[HolderKind | None, Query(description="pod or manual; default either")] = None,
+    # slurm_job holdings are the Slurm sync's alone: not a kind a caller may release.
+    kind: Annotated[
+        Literal["pod", "manual"] | None, Query(description="pod or manual; default either")
+    ] = None,
 ) -> HoldingOut:
-    return HoldingOut.of(await _run(admissions, admissions.release, holder_uid, kind, path="rest"))
+    holder_kind = HolderKind(kind) if kind is not None else None
+    return HoldingOut.of(
+        await _run(admissions, admissions.release, holder_uid, holder_kind, path="rest")
+    )

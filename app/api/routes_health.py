@@ -26,13 +26,20 @@ def readyz(request: Request, response: Response) -> HealthOut:
     checks: dict[str, str] = {}
     try:
         services.db.ping()
+        services.database.answered()  # it may have come back on a pooled connection
         checks["database"] = "ok"
     except SQLAlchemyError as exc:
-        log.warning("readiness: database check failed: %s", exc)
-        checks["database"] = f"unavailable: {type(exc).__name__}"
+        # The outage is logged when it starts and ends (app.outages), not at every probe.
+        log.debug("readiness: database check failed: %s", exc)
+        outage = services.database.status()
+        checks["database"] = outage or f"unavailable: {type(exc).__name__}"
         response.status_code = 503
         return HealthOut(status="unavailable", checks=checks)
     degraded = False
+    for name, dependency in services.dependencies.items():
+        if name != "database" and (outage := dependency.status()) is not None:
+            checks[name] = f"degraded: {outage}"
+            degraded = True
     for component in services.components:
         health = component.health()
         checks[component.name] = (

@@ -28,7 +28,13 @@ SUBJECTACCESSREVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 class ReviewError(Exception):
-    """A review failed (no answer, or an error status); the message holds no credential."""
+    """A review failed (no answer, or an error status); the message holds no credential.
+    ``away``: the API server is not answering, an outage its client logs once
+    (app.outages): each request's failure is then only a DEBUG line."""
+
+    def __init__(self, message: str, *, away: bool = False) -> None:
+        super().__init__(message)
+        self.away = away
 
 
 class Reviews(Protocol):
@@ -61,7 +67,8 @@ class KubeReviews:
         try:
             answer = self.client.request("POST", TOKENREVIEWS, body=body)
         except KubeError as exc:
-            raise ReviewError(redact(str(exc), token)) from None
+            away = self.client.availability.down
+            raise ReviewError(redact(str(exc), token), away=away) from None
         return dict(answer.get("status") or {})
 
     def access_review(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +80,7 @@ class KubeReviews:
         try:
             answer = self.client.request("POST", SUBJECTACCESSREVIEWS, body=body)
         except KubeError as exc:
-            raise ReviewError(str(exc)) from None
+            raise ReviewError(str(exc), away=self.client.availability.down) from None
         return dict(answer.get("status") or {})
 
 
@@ -97,7 +104,8 @@ class TokenReviewer:
             try:
                 status = await run_in_threadpool(self.reviews.token_review, token)
             except ReviewError as exc:
-                log.warning("TokenReview failed: %s", exc)
+                level = logging.DEBUG if exc.away else logging.WARNING
+                log.log(level, "TokenReview failed: %s", exc)
                 raise _unavailable("check the bearer token", exc) from None
             cached = self._outcome(status, token)
             self.cache[key] = cached
@@ -137,7 +145,8 @@ class AccessReviewer:
             try:
                 status = await run_in_threadpool(self.reviews.access_review, spec)
             except ReviewError as exc:
-                log.warning("SubjectAccessReview failed: %s", exc)
+                level = logging.DEBUG if exc.away else logging.WARNING
+                log.log(level, "SubjectAccessReview failed: %s", exc)
                 what = f'check whether user "{identity.user}" may {permission}'
                 raise _unavailable(what, exc) from None
             allowed = bool(status.get("allowed")) and not status.get("denied")

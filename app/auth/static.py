@@ -21,14 +21,35 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from app.auth.errors import AuthUnavailable, Unauthenticated
 from app.auth.model import RESOURCES, VERBS, Decision, Identity, Permission
 
 log = logging.getLogger(__name__)
 MIN_TOKEN_LENGTH = 16
+
+
+def _grant(grant: str) -> str:
+    """A permission as the file writes it. Words are separated by ASCII spaces only: a tab
+    or a no-break space once made a grant that validated and granted nothing."""
+    words = [w for w in grant.split(" ") if w]
+    if any(not w.isprintable() or not w.isascii() for w in words) or not words:
+        raise ValueError(
+            "a permission's words are separated by spaces: no tab, line break, no-break "
+            "or other white space, no character outside ASCII"
+        )
+    if words != ["*"] and (
+        len(words) != 2 or words[0] not in {*VERBS, "*"} or words[1] not in {*RESOURCES, "*"}
+    ):
+        raise ValueError(
+            f'a permission is "<verb> <resource>" or "*", verb one of '
+            f"{', '.join(sorted(VERBS))}, resource one of {', '.join(sorted(RESOURCES))}"
+            ' (or "*")'
+        )
+    return " ".join(words)
 
 
 class _Entry(BaseModel):
@@ -38,26 +59,11 @@ class _Entry(BaseModel):
     token: str | None = Field(default=None, min_length=MIN_TOKEN_LENGTH)
     uid: str = ""
     groups: tuple[str, ...] = ()
-    allow: tuple[str, ...] = ()
+    allow: tuple[Annotated[str, AfterValidator(_grant)], ...] = ()
 
-    @field_validator("allow")
-    @classmethod
-    def _grants(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for grant in value:
-            words = grant.split()
-            if words == ["*"]:
-                continue
-            if (
-                len(words) != 2
-                or words[0] not in {*VERBS, "*"}
-                or words[1] not in {*RESOURCES, "*"}
-            ):
-                raise ValueError(
-                    f'a permission is "<verb> <resource>" or "*", verb one of '
-                    f"{', '.join(sorted(VERBS))}, resource one of {', '.join(sorted(RESOURCES))}"
-                    ' (or "*")'
-                )
-        return value
+
+# The keys a file may have: any other key is named by position only (it may be a token).
+_KEYS = frozenset(_Entry.model_fields)
 
 
 _FILE = TypeAdapter(list[_Entry])
@@ -80,10 +86,8 @@ def _parse(text: str, path: Path) -> _Table:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON (line {exc.lineno}, column {exc.colno})") from None
     except ValidationError as exc:
-        where = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-            for e in exc.errors(include_input=False, include_url=False)
-        )
+        errors = exc.errors(include_input=False, include_url=False, include_context=False)
+        where = "; ".join(_described(e["loc"], e["msg"]) for e in errors)
         raise ValueError(f"{path}: {where}") from None
     identities: dict[bytes, Identity] = {}
     grants: dict[str, set[tuple[str, str]]] = {}
@@ -94,10 +98,21 @@ def _parse(text: str, path: Path) -> _Table:
                 raise ValueError(f"{path}: {index}.token: the same token is listed twice")
             identities[digest] = Identity.of(entry.user, entry.groups, entry.uid)
         mine = grants.setdefault(entry.user, set())
-        for grant in entry.allow:
-            verb, _, resource = grant.strip().partition(" ")
-            mine.add((verb, resource.strip() or "*"))
+        for grant in entry.allow:  # normalized by _grant: "*" or "verb resource"
+            verb, _, resource = grant.partition(" ")
+            mine.add((verb, resource or "*"))
     return _Table(identities, {user: frozenset(g) for user, g in grants.items()})
+
+
+def _described(loc: tuple[Any, ...], message: str) -> str:
+    """An error's place and reason, naming keys only when they are the file's own: a key
+    that is not (a token written as a key) stays unsaid, as do all values."""
+    if len(loc) >= 2 and isinstance(loc[0], int) and loc[1] not in _KEYS:
+        return f"{loc[0]}: an unknown key (not shown: it may be a secret); the keys are " + (
+            ", ".join(sorted(_KEYS))
+        )
+    shown = [str(p) if isinstance(p, int) or p in _KEYS else "?" for p in loc]
+    return f"{'.'.join(shown)}: {message}"
 
 
 class StaticTokens:

@@ -19,10 +19,10 @@ import ssl
 from typing import Any
 
 from starlette.types import Scope
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.auth.model import Identity
 from app.auth.settings import AuthSettings
+from app.protocol import HeadDeadlineProtocol
 
 CLIENT_IDENTITY = "nodeledger.auth.client_certificate"
 
@@ -46,8 +46,9 @@ def client_identity(scope: Scope) -> Identity | None:
     return identity if isinstance(identity, Identity) else None
 
 
-class ClientCertificateProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol, plus the client certificate's identity in the state."""
+class ClientCertificateProtocol(HeadDeadlineProtocol):
+    """uvicorn's HTTP/1.1 protocol (with the head deadline), plus the client certificate's
+    identity in the state."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         identity = certificate_identity(transport.get_extra_info("peercert"))
@@ -56,10 +57,15 @@ class ClientCertificateProtocol(HttpToolsProtocol):
         super().connection_made(transport)
 
 
-def uvicorn_options(auth: AuthSettings) -> dict[str, Any]:
-    """Keyword arguments of uvicorn.run for HTTPS and client certificates (none: HTTP)."""
+def uvicorn_options(auth: AuthSettings, *, head_timeout: float) -> dict[str, Any]:
+    """Keyword arguments of uvicorn.run: the HTTP protocol (each request's head within
+    ``head_timeout`` seconds), and HTTPS and client certificates when configured."""
+    protocol: type[HeadDeadlineProtocol] = HeadDeadlineProtocol
+    if auth.tls_client_ca_file is not None and auth.tls_cert_file is not None:
+        protocol = ClientCertificateProtocol
+    http = {"http": protocol.with_timeout(head_timeout)}
     if auth.tls_cert_file is None or auth.tls_key_file is None:
-        return {}
+        return http
     options: dict[str, Any] = {
         "ssl_certfile": str(auth.tls_cert_file),
         "ssl_keyfile": str(auth.tls_key_file),
@@ -69,6 +75,5 @@ def uvicorn_options(auth: AuthSettings) -> dict[str, Any]:
             "ssl_ca_certs": str(auth.tls_client_ca_file),
             # Optional: bearer-token callers (and probes) connect without a certificate.
             "ssl_cert_reqs": ssl.CERT_OPTIONAL,
-            "http": ClientCertificateProtocol,
         }
-    return options
+    return options | http

@@ -17,7 +17,8 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -51,6 +52,14 @@ def _configure_sqlite(engine: Engine) -> None:
     def _begin(connection: Any) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
         connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """A lost or refused connection (the database restarted, failing over): retryable, and
+    the pool reconnects by itself. Any other database error is a bug."""
+    return isinstance(exc, DBAPIError) and (
+        isinstance(exc, OperationalError) or exc.connection_invalidated
+    )
 
 
 def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
@@ -115,6 +124,22 @@ class Database:
         """A read on a bare Core connection, for reads made on every call of a hot path."""
         with self.engine.connect() as connection:
             yield connection
+
+    def watch(self, failed: Callable[[str], None], answered: Callable[[], None]) -> None:
+        """Report the database's availability (app.outages): ``failed`` when a connection
+        is lost or cannot be made, ``answered`` when a new one is made."""
+
+        @event.listens_for(self.engine, "handle_error")
+        def _error(context: ExceptionContext) -> None:
+            # A failed pre-ping is an old pooled connection replaced at once, not an outage.
+            if context.is_pre_ping:
+                return
+            if context.is_disconnect or context.connection is None:  # lost, or connecting
+                failed(str(context.original_exception))
+
+        @event.listens_for(self.engine.pool, "connect")
+        def _connected(_dbapi_connection: Any, _record: Any) -> None:
+            answered()
 
     def ping(self) -> None:
         with self.engine.connect() as connection:

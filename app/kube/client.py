@@ -26,6 +26,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from app.outages import Dependency
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -78,7 +80,10 @@ class KubeClient:
         *,
         timeout: float = 10.0,
         page_size: int = DEFAULT_PAGE_SIZE,
+        availability: Dependency | None = None,
     ) -> None:
+        # An outage of the API server logged once, not at every call (app.outages).
+        self.availability = availability or Dependency("kubernetes")
         if kubeconfig is not None:
             self.api_client = config.new_client_from_config(config_file=str(kubeconfig))
         else:
@@ -230,11 +235,14 @@ class KubeClient:
                 _request_timeout=timeout,
             ).response  # fmt: skip
         except ApiException as exc:
+            self._answered(exc.status, f"{method} {path}: {exc.status}")
             raise KubeError(
                 f"{method} {path}: {exc.status} {_reason(exc.body, exc.reason)}", exc.status
             ) from exc
         except Exception as exc:  # urllib3 connection errors and timeouts
+            self.availability.failed(f"{method} {path}: {exc}")
             raise KubeError(f"{method} {path}: {exc}") from exc
+        self._answered(response.status, f"{method} {path}: {response.status}")
         if not 200 <= response.status <= 299:
             data = response.data
             raise KubeError(
@@ -242,6 +250,13 @@ class KubeClient:
                 response.status,
             )
         return response
+
+    def _answered(self, status: int | None, what: str) -> None:
+        # 5xx: the API server (or what is in front of it) is not serving; else it answered.
+        if status is not None and status >= 500:
+            self.availability.failed(what)
+        else:
+            self.availability.answered()
 
 
 def _reason(body: Any, fallback: Any) -> str:

@@ -22,6 +22,7 @@ from app.kube.settings import KubeSettings
 from app.kube.watch import ListWatch
 from app.ledger.service import Clock
 from app.metrics.registry import NO_METRICS, Metrics
+from app.outages import log_failure
 
 log = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL = 1.0
@@ -163,5 +164,5 @@ class KubeControllers:
                 self.accounting.sweep()
                 if rounds % REFRESH_EVERY == 0:
                     self.discovery.refresh()
-            except Exception:  # next round retries
-                log.exception("Kubernetes housekeeping")
+            except Exception as exc:  # next round retries
+                log_failure(log, "Kubernetes housekeeping", exc)

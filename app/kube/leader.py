@@ -12,6 +12,7 @@ from collections.abc import Callable
 from kubernetes import client as k8s
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+from urllib3.exceptions import HTTPError
 
 from app.kube.client import KubeClient, KubeError
 
@@ -39,6 +40,7 @@ class LeaderElector:
         self.on_stop = on_stop
         self.leading = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failed_at = float("-inf")  # the last failure of the election loop
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
@@ -58,8 +60,18 @@ class LeaderElector:
             )
             try:
                 leaderelection.LeaderElection(config).run()
-            except Exception:  # the election loop must survive API hiccups
-                log.exception("leader election")
+            except Exception as exc:  # the election loop must survive API hiccups
+                # One line per outage, not one traceback per retry: a failure soon after the
+                # last one is the same outage (the library retries every retry_period).
+                now = time.monotonic()
+                same = now - self._failed_at < 3 * config.retry_period
+                self._failed_at = now
+                if not isinstance(exc, OSError | HTTPError | KubeError):
+                    log.exception("leader election")  # not the API server away: a bug
+                elif same:
+                    log.debug("leader election: %s", exc)
+                else:
+                    log.warning("leader election: %s; retrying", exc)
                 # A connection error escapes the client's loop, which pauses only after
                 # API errors: without a pause here, an unreachable API server spun a core.
                 time.sleep(config.retry_period)

@@ -33,6 +33,7 @@ from app.ledger.follow import EventFollower
 from app.ledger.records import NodeTotals, NodeView
 from app.ledger.service import Clock, Ledger
 from app.metrics.registry import NO_METRICS, Metrics
+from app.outages import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +115,8 @@ class StatusMirror:
                     self.resync()
                     resynced = time.monotonic()
                 self.flush(stop)
-            except Exception:  # keep mirroring; the next pass retries
-                log.exception("GenericNode status mirror")
+            except Exception as exc:  # keep mirroring; the next pass retries
+                log_failure(log, "GenericNode status mirror", exc)
             stop.wait(0.2)
 
     def resync(self) -> None:

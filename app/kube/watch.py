@@ -100,7 +100,10 @@ class ListWatch(Generic[T]):
                     log.info("%s: resourceVersion expired, listing again", self.name)
                     continue
                 self.error = f"{self.name}: {exc}"
-                log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
+                # The API server's outage is logged when it starts and ends (app.outages).
+                away = self.client.availability.down
+                level = logging.DEBUG if away else logging.WARNING
+                log.log(level, "%s: %s; retrying in %.1fs", self.name, exc, backoff)
                 stop.wait(backoff)
                 # Capped low: a few watches per replica cost the API server nothing, and
                 # a watch must resume within seconds of the API server's return.

@@ -23,7 +23,10 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
     if not kube.enabled:
         return
     client = KubeClient(
-        kube.kubeconfig, timeout=kube.request_timeout, page_size=kube.list_page_size
+        kube.kubeconfig,
+        timeout=kube.request_timeout,
+        page_size=kube.list_page_size,
+        availability=services.dependency("kubernetes"),
     )
     slurm = services.slurm
 

@@ -32,6 +32,7 @@ from app.ledger.errors import (
     CapacityBelowHoldings,
     HolderConflict,
     HoldingNotFound,
+    InvalidRequest,
     NodeInUse,
     NodeNotFound,
 )
@@ -535,6 +536,8 @@ class Ledger:
     ) -> Holding:
         """Remove a pod's or manual holder's holding. Raises HoldingNotFound when there is
         none, so callers that want idempotence treat that as success."""
+        if kind is HolderKind.SLURM_JOB:  # only the Slurm sync writes those (replace_holdings)
+            raise InvalidRequest("slurm_job holdings are released by the Slurm sync only")
         with self.db.write_statements() as connection:
             repo = LedgerStatements(connection)
             found = self._locked_single(repo, holder_id, kind)

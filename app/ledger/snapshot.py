@@ -50,6 +50,7 @@ from app.components import Health
 from app.ledger.follow import EventFollower
 from app.ledger.records import EventKind, NodeView
 from app.ledger.service import Ledger
+from app.outages import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -249,8 +250,8 @@ class NodeSnapshot:
     def start(self) -> None:
         try:
             self.reload()
-        except Exception:  # the database may come later; the first read loads then
-            log.exception("loading the node snapshot")
+        except Exception as exc:  # the database may come later; the first read loads then
+            log_failure(log, "loading the node snapshot", exc)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="node-snapshot", daemon=True)
         self._thread.start()
@@ -283,4 +284,4 @@ class NodeSnapshot:
                     self.views(max_age=self.interval)
             except Exception as exc:  # the next round tries again; health() says why
                 self._error = f"refreshing the node snapshot failed: {exc}"
-                log.exception("node snapshot")
+                log_failure(log, "node snapshot", exc)

@@ -17,8 +17,15 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import unquote_plus
 
 LogFormat = Literal["text", "json"]
+# The query parameters the API reads (a test keeps this equal to the OpenAPI document's).
+# Any other is a caller's mistake and may be a secret (?access_token=...): redacted.
+QUERY_SHOWN = frozenset(
+    {"after", "cursor", "force", "holder_kind", "kind", "limit", "node", "q", "since", "sort"}
+)
+REDACTED = "[redacted]"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _request_id: ContextVar[str | None] = ContextVar("nodeledger_request_id", default=None)
@@ -67,15 +74,47 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+def redact_query(target: str) -> str:
+    """A request target with every query pair that is not the API's own redacted."""
+    path, sep, query = target.partition("?")
+    if not sep:
+        return target
+    pairs = query.split("&")
+    shown = [p if unquote_plus(p.partition("=")[0]) in QUERY_SHOWN else REDACTED for p in pairs]
+    return f"{path}?{'&'.join(shown)}"
+
+
+class RedactQueries(logging.Filter):
+    """On uvicorn's access logger (debug only): its lines print the request target
+    (``'%s - "%s %s HTTP/%s" %d'``, the target third), query string included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = (*args[:2], redact_query(args[2]), *args[3:])
+        return True
+
+
 def formatter(log_format: LogFormat) -> logging.Formatter:
     return JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
 
 
-def configure_logging(level: str, log_format: LogFormat) -> None:
-    """The root logger of ``nodeledger serve``: one stderr handler in ``log_format``."""
+# Client libraries that log every request they make (httpx: "HTTP Request: GET ..." at INFO
+# for each slurmrestd call); what the service has to say about them it says itself.
+LIBRARIES = ("httpx", "httpcore", "urllib3", "kubernetes")
+
+
+def configure_logging(level: str, log_format: LogFormat, library_level: str = "warning") -> None:
+    """The root logger of ``nodeledger serve``: one stderr handler in ``log_format``; the
+    client libraries at ``library_level`` (NODELEDGER_LOG_LIBRARY_LEVEL)."""
     handler = logging.StreamHandler()
     handler.setFormatter(formatter(log_format))
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    for library in LIBRARIES:
+        logging.getLogger(library).setLevel(library_level.upper())
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactQueries) for f in access.filters):
+        access.addFilter(RedactQueries())
 
 
 def uvicorn_log_options(log_format: LogFormat) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.db.engine import is_outage
 from app.ledger.records import NodeTotals, NodeView, not_admissible_reason
 from app.ledger.resources import Resources
 
@@ -209,7 +210,12 @@ class LedgerCollector:
             views = self.ledger.node_totals()
         except SQLAlchemyError as exc:
             # The other metrics still scrape; the ledger's series are absent until it answers.
-            log.warning("metrics: cannot read the ledger: %s", exc)
+            # An outage of the database is logged when it starts and ends (app.outages).
+            log.log(
+                logging.DEBUG if is_outage(exc) else logging.WARNING,
+                "metrics: cannot read the ledger: %s",
+                exc,
+            )
             return []
         families = _Families(self.per_node)
         families.fill(views)

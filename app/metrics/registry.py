@@ -229,6 +229,24 @@ class Metrics:
             "GenericNode status writes (only nodes whose figures differ from Kubernetes')",
             registry=r,
         )
+        self.slurm_plugins_ok = Gauge(
+            "nodeledger_slurm_plugins_ok",
+            "1 when slurmctld runs the plugins its release needs to share nodes safely "
+            "(node_features/k8s_resources from 25.11 on); 0: admissions refused",
+            registry=r,
+        )
+        self.dependency_up = Gauge(
+            "nodeledger_dependency_up",
+            "1 while the dependency (database, slurmrestd, kubernetes) answers this replica",
+            ["dependency"],
+            registry=r,
+        )
+        self.dependency_outages = Counter(
+            "nodeledger_dependency_outages",
+            "Times the dependency stopped answering this replica",
+            ["dependency"],
+            registry=r,
+        )
         self._freshness = _SlurmFreshness(monotonic)
         if registry is not None:
             registry.register(self._freshness)
@@ -295,6 +313,9 @@ class Metrics:
     def slurm_drifted_nodes(self, count: int) -> None:
         self.slurm_drifted.set(count)
 
+    def slurm_plugins(self, ok: bool) -> None:
+        self.slurm_plugins_ok.set(1 if ok else 0)
+
     def slurm_sync_attached(self) -> None:
         """A Slurm sync exists: staleness and up are exposed from now on."""
         with self._lock:
@@ -312,6 +333,16 @@ class Metrics:
     def slurm_sync_step(self) -> Iterator[None]:
         with self.slurm_sync_duration.time():
             yield
+
+    # ------------------------------------------------------------------ dependencies
+
+    def dependency(self, name: str, *, up: bool, outage: bool) -> None:
+        """``name`` (database, slurmrestd, kubernetes: a fixed set) answers or not;
+        ``outage``: an outage began."""
+        self.dependency_up.labels(name).set(1 if up else 0)
+        counter = self.dependency_outages.labels(name)
+        if outage:
+            counter.inc()
 
     # ------------------------------------------------------------------ roles, watches
 

@@ -23,9 +23,11 @@ from tenacity import (
 )
 
 from app.metrics.registry import NO_METRICS, Metrics
+from app.outages import Dependency
 from app.slurm import payloads
 from app.slurm.errors import (
     SlurmAuthError,
+    SlurmError,
     SlurmErrorDetail,
     SlurmRequestError,
     SlurmUnavailable,
@@ -61,9 +63,12 @@ class SlurmClient:
         api_version: str | None = None,
         transport: httpx.BaseTransport | None = None,
         metrics: Metrics = NO_METRICS,
+        availability: Dependency | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.metrics = metrics
+        # An outage logged once, not at every call (app.outages).
+        self.availability = availability or Dependency("slurmrestd", metrics=metrics)
         self.tokens = tokens
         self.user_name = user_name
         self.retries = retries
@@ -143,6 +148,23 @@ class SlurmClient:
         body = self._call("GET", "diag/") or {}
         return payloads.number((body.get("statistics") or {}).get("req_time_start"))
 
+    def plugins(self) -> tuple[str, dict[str, list[str]]]:
+        """The Slurm release and slurmctld's NodeFeaturesPlugins and JobSubmitPlugins, when
+        slurmrestd can say (``GET conf`` exists from API v0.0.45 on, Slurm 26.05; else {})."""
+        plugins: dict[str, list[str]] = {}
+        if int(self.version.rsplit(".", 1)[1]) >= 45:
+            body = self._call("GET", "conf") or {}
+            conf = body.get("slurm_conf") or {}
+            for key in ("NodeFeaturesPlugins", "JobSubmitPlugins"):
+                listed = conf.get(key) or []
+                # A list in v0.0.45; a comma-separated string would be slurm.conf's own form.
+                items = listed.split(",") if isinstance(listed, str) else listed
+                plugins[key] = [str(p).strip() for p in items if str(p).strip()]
+        else:
+            body = self._call("GET", "diag/") or {}
+        slurm = (body.get("meta") or {}).get("slurm") or {}
+        return str(slurm.get("release") or ""), plugins
+
     def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
         update = {k: v for k, v in (("gres", gres), ("extra", extra)) if v is not None}
         self._call("POST", f"node/{name}", json=update)
@@ -183,7 +205,16 @@ class SlurmClient:
         )
         for attempt in retrying:
             with attempt, self.metrics.slurm_request(method, path):  # each attempt
-                return self._once(method, path, params, json, shape)
+                try:
+                    answer = self._once(method, path, params, json, shape)
+                except SlurmUnavailable as exc:
+                    self.availability.failed(exc.message)
+                    raise
+                except SlurmError:
+                    self.availability.answered()  # it answered, even if to refuse
+                    raise
+                self.availability.answered()
+                return answer
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _once(

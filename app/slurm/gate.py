@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from app.ledger.errors import AdmissionRejected
 from app.ledger.records import Holding, NodeView
 from app.slurm.counts import gres_usage, slurm_overlap
-from app.slurm.errors import SlurmError
+from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.models import SlurmJob
 from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
@@ -44,23 +44,39 @@ from app.slurm.push import Pusher
 log = logging.getLogger(__name__)
 
 JobsOn = Callable[[str], Sequence[SlurmJob]]
+Refusal = Callable[[], str | None]
 
 
 def _no_jobs(_: str) -> Sequence[SlurmJob]:
     return ()
 
 
+def _no_refusal() -> str | None:
+    return None
+
+
 class SlurmGate:
     def __init__(
-        self, pusher: Pusher, caps: KubeCaps, *, fail_open: bool = False, jobs_on: JobsOn = _no_jobs
+        self,
+        pusher: Pusher,
+        caps: KubeCaps,
+        *,
+        fail_open: bool = False,
+        jobs_on: JobsOn = _no_jobs,
+        refusal: Refusal = _no_refusal,
     ) -> None:
-        """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal."""
+        """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
+        ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None."""
         self.pusher = pusher
         self.caps = caps
         self.fail_open = fail_open
         self.jobs_on = jobs_on
+        self.refusal = refusal
 
     def confirm(self, holding: Holding) -> None:
+        # Slurm set up so that it would drain the node: fail closed, even with fail_open.
+        if (refused := self.refusal()) is not None:
+            raise AdmissionRejected(f"Slurm cannot share nodes safely: {refused}")
         reason = f"admitting {holding.holder.display_name}"
         try:
             # The cap is checked on the ledger's node as the push reads it (the hold
@@ -68,7 +84,11 @@ class SlurmGate:
             result = self.pusher.push(holding.node, reason=reason, check=self._within_cap)
         except SlurmError as exc:
             if self.fail_open:
-                log.warning("admitting on %s without Slurm's confirmation: %s", holding.node, exc)
+                # slurmrestd away: its client logs the outage once (app.outages).
+                away = isinstance(exc, SlurmUnavailable)
+                level = logging.DEBUG if away else logging.WARNING
+                what = "admitting on %s without Slurm's confirmation: %s"
+                log.log(level, what, holding.node, exc)
                 return
             raise AdmissionRejected(f"Slurm cannot confirm the admission: {exc.message}") from exc
         if problems := slurm_overlap(result.node, gres_usage(result.node), result.withheld):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +41,14 @@ class SlurmSettings(BaseSettings):
         gt=0,
         le=86400,
         description="Seconds after which a hold whose admission never finished is released",
+    )
+    plugin_check: Literal["enforce", "warn", "off"] = Field(
+        default="enforce",
+        description="Slurm >= 25.11 without NodeFeaturesPlugins=node_features/k8s_resources: "
+        "enforce refuses admissions, warn only says so (/readyz, metric, log), off skips it",
+    )
+    plugin_check_interval: float = Field(
+        default=60.0, gt=0, le=3600, description="Seconds between checks of slurmctld's plugins"
     )
     fail_open: bool = Field(
         default=False, description="Admit when Slurm cannot confirm (default: reject)"

@@ -52,9 +52,10 @@ from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
 from app.ledger.snapshot import NodeViews
 from app.metrics.registry import NO_METRICS, Metrics
+from app.outages import log_failure
 from app.slurm.client import SlurmClient
 from app.slurm.counts import MIB, current_counts, desired_counts, node_gpus, withheld
-from app.slurm.errors import SlurmError
+from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.gres import gres_count
 from app.slurm.hints import JobHints
 from app.slurm.models import Listing, SlurmJob, SlurmNode
@@ -247,8 +248,8 @@ class SlurmSync:
             try:
                 with self.metrics.slurm_sync_step():
                     self.step()
-            except Exception:  # keep syncing whatever one step hit; health() says why
-                log.exception("Slurm sync step failed")
+            except Exception as exc:  # keep syncing whatever one step hit; health() says why
+                log_failure(log, "Slurm sync step failed", exc)
             # Between steps: hints as they come (woken by this replica's own), and the ones
             # other replicas stored, every HINT_POLL.
             while (left := self.interval - (self.monotonic() - started)) > 0:
@@ -260,8 +261,8 @@ class SlurmSync:
                     try:
                         if failures := self.apply_hints():
                             self._report(failures)
-                    except Exception:
-                        log.exception("applying Slurm job hints failed")
+                    except Exception as exc:
+                        log_failure(log, "applying Slurm job hints failed", exc)
 
     # ------------------------------------------------------------------ one step
 
@@ -270,7 +271,12 @@ class SlurmSync:
             changed = self._read_slurm()
         except SlurmError as exc:
             self._error = f"Slurm unreachable: {exc.message}"
-            log.warning("Slurm sync: %s", exc)
+            # An outage is logged when it starts and ends (app.outages), not every step.
+            log.log(
+                logging.DEBUG if isinstance(exc, SlurmUnavailable) else logging.WARNING,
+                "Slurm sync: %s",
+                exc,
+            )
             self.metrics.slurm_reached(False)
             return
         self.metrics.slurm_reached(True)

@@ -8,6 +8,7 @@ from app.db.locks import Leadership
 from app.slurm.client import SlurmClient
 from app.slurm.gate import SlurmGate
 from app.slurm.hints import JobHints
+from app.slurm.plugins import PluginCheck
 from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
@@ -42,6 +43,7 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         retries=slurm.retries,
         api_version=slurm.api_version,
         metrics=services.metrics,
+        availability=services.dependency("slurmrestd"),
     )
     pusher = Pusher(client, services.ledger, metrics=services.metrics)
     caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
@@ -59,7 +61,21 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         metrics=services.metrics,
         views=services.snapshot,
     )
+    plugins = None
+    if slurm.plugin_check != "off":
+        plugins = PluginCheck(
+            client,
+            mode=slurm.plugin_check,
+            interval=slurm.plugin_check_interval,
+            metrics=services.metrics,
+        )
     services.admissions.gate = SlurmGate(
-        pusher, caps, fail_open=slurm.fail_open, jobs_on=services.slurm.jobs_on
+        pusher,
+        caps,
+        fail_open=slurm.fail_open,
+        jobs_on=services.slurm.jobs_on,
+        refusal=plugins.refusal if plugins is not None else lambda: None,
     )
     services.components.append(services.slurm)
+    if plugins is not None:
+        services.components.append(plugins)

@@ -4,6 +4,8 @@
 #   pg.sh url     print the SQLAlchemy URL of the running cluster
 #   pg.sh status  exit 0 when it answers
 #   pg.sh restart restart it on the same port (what a database failover looks like to clients)
+#   pg.sh stop    stop it at once (-m immediate: a crash, as clients see it), data kept
+#   pg.sh start   start it again after a stop, on the same port
 #   pg.sh down    stop it and remove its data
 set -euo pipefail
 
@@ -52,11 +54,20 @@ up() {
   chown postgres: "$RUNDIR" 2>/dev/null || true
   as_postgres "$bin/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
   free_port >"$PORT_FILE"
+  start
+  url
+}
+
+start() {
   # Test cluster: speed over durability, enough connections for two services and the tests.
-  as_postgres "$bin/pg_ctl" -D "$DATA" -l "$RUNDIR/postgres.log" -w -t 60 start -o \
+  as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" -l "$RUNDIR/postgres.log" -w -t 60 start -o \
     "-p $(cat "$PORT_FILE") -k $RUNDIR -c listen_addresses=127.0.0.1 -c fsync=off \
      -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
-  url
+}
+
+stop() {
+  running || { echo "pg.sh: not running" >&2; exit 1; }
+  as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" -m immediate -w -t 60 stop >/dev/null
 }
 
 down() {
@@ -75,8 +86,10 @@ restart() {
 case "${1:-}" in
   up) up ;;
   restart) restart ;;
+  stop) stop ;;
+  start) start ;;
   url) running && url ;;
   status) running ;;
   down) down ;;
-  *) echo "usage: $0 up|url|status|restart|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|url|status|restart|stop|start|down" >&2; exit 2 ;;
 esac

@@ -7,6 +7,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.ledger.errors import InvalidRequest
+from app.ledger.records import HolderKind
+from app.ledger.resources import Resources
+from app.ledger.service import SnapshotEntry
+
 NODE = {"capacity": {"cpu": "8", "memory": "16Gi", "gpu": 2}, "reserved": {"cpu": "500m"}}
 
 
@@ -147,3 +152,18 @@ def test_events_query(api: TestClient, n1: str) -> None:
         "released"
     ]
     assert api.get("/v1/events?since=2026-01-01T00:00:00").status_code == 422
+
+
+def test_a_slurm_jobs_holding_is_not_released_through_the_api(api: TestClient, n1: str) -> None:
+    # Only the Slurm sync writes slurm_job holdings (README); the API documents pod or manual.
+    ledger = api.app.state.services.ledger  # type: ignore[attr-defined]
+    job = SnapshotEntry("job 1234", Resources(cpu_millis=2000, memory_bytes=2**30, gpus=0))
+    ledger.replace_holdings(n1, HolderKind.SLURM_JOB, {"1234": job})
+    refused = api.delete("/v1/admissions/1234?kind=slurm_job")
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"][0]["loc"] == ["query", "kind"]
+    assert api.delete("/v1/admissions/1234").status_code == 404  # pod or manual: none
+    held = api.get(f"/v1/holdings?node={n1}&holder_kind=slurm_job").json()
+    assert [h["holder"]["id"] for h in held] == ["1234"]
+    with pytest.raises(InvalidRequest):
+        ledger.release("1234", HolderKind.SLURM_JOB)

@@ -4,6 +4,7 @@ is broken; and the Kubernetes reviews' I/O shell (its API calls are faked here).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from app.auth.model import Identity, Permission
 from app.auth.reviews import KubeReviews, ReviewError
 from app.auth.static import StaticTokens
 from app.kube.client import KubeClient, KubeError
-from tests.auth.fakes import READER_TOKEN, STATIC_ENTRIES, WRITER_TOKEN, write_tokens
+from app.outages import Dependency
+from tests.auth.fakes import READER_TOKEN, STATIC_ENTRIES, WRITER_TOKEN, bearer, write_tokens
 
 pytestmark = pytest.mark.anyio
 NEW_TOKEN = "rotated-token-0a1b2c3d4e5f6789"
@@ -69,7 +71,7 @@ async def test_a_changed_file_is_read_again(token_file: Path) -> None:
         ([{"user": "ci", "token": "short-secret"}], "0.token: String should have at least 16"),
         ([{"user": "ci", "token": WRITER_TOKEN, "allow": ["craete admissions"]}], "0.allow"),
         ([{"user": "ci", "token": WRITER_TOKEN, "allow": ["everything"]}], "verb one of"),
-        ([{"user": "ci", "token": WRITER_TOKEN, "role": "admin"}], "0.role: Extra inputs"),
+        ([{"user": "ci", "token": WRITER_TOKEN, "role": "admin"}], "0: an unknown key"),
         ([{"user": "a", "token": WRITER_TOKEN}, {"user": "b", "token": WRITER_TOKEN}], "twice"),
         ({"ci": WRITER_TOKEN}, "Input should be a valid list"),
     ],
@@ -114,6 +116,7 @@ class FakeKubeClient:
     def __init__(self, error: str | None = None) -> None:
         self.error = error
         self.posts: list[tuple[str, dict[str, Any]]] = []
+        self.availability = Dependency("kubernetes")  # the real client reports through it
 
     def request(self, method: str, path: str, *, body: Any = None) -> dict[str, Any]:
         assert method == "POST"
@@ -155,3 +158,83 @@ def test_a_failed_review_names_the_failure_but_not_the_token() -> None:
 
 def test_kube_reviews_use_the_kube_client_type() -> None:
     assert KubeReviews.__init__.__annotations__["client"] in (KubeClient, "KubeClient")
+
+
+ADMIN_SECRET = "ADMINTOKEN-0123456789abcdef"
+# Careless files whose content a message once quoted: a token written as a key.
+LEAKY = [
+    [{"user": "admin", ADMIN_SECRET: "*"}],
+    [{"user": "admin", "allow": ["*"], "tokens": {ADMIN_SECRET: "*"}}],
+    [{"user": "admin", "allow": {ADMIN_SECRET: "*"}}],
+    [{"user": "admin", "token": ADMIN_SECRET, "allow": [ADMIN_SECRET]}],
+    [{"user": "admin", "token": ADMIN_SECRET, "groups": [{ADMIN_SECRET: 1}]}],
+    {ADMIN_SECRET: {"user": "admin"}},
+]
+
+
+@pytest.mark.parametrize("content", LEAKY, ids=range(len(LEAKY)))
+async def test_no_message_or_log_line_quotes_the_file(
+    token_file: Path, content: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tokens = StaticTokens(token_file)
+    replace(token_file, content)
+    with pytest.raises(AuthUnavailable) as refused:
+        await tokens.authenticate(READER_TOKEN)
+    assert str(token_file) in refused.value.message
+    assert ADMIN_SECRET not in refused.value.message
+    assert "static token file unusable" in caplog.text
+    assert ADMIN_SECRET not in caplog.text
+
+
+def test_the_503_quotes_nothing_of_the_file(make_app: Any, tmp_path: Path) -> None:
+    api = make_app("static")
+    replace(tmp_path / "tokens.json", [{"user": "admin", ADMIN_SECRET: "*"}])
+    answer = api.put("/v1/nodes/n1", json={}, headers=bearer("anything-at-all-0000"))
+    assert answer.status_code == 503, answer.text
+    assert "0: an unknown key" in answer.json()["detail"]
+    assert ADMIN_SECRET not in answer.text
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [
+        "create\tadmissions",
+        "create\u00a0admissions",
+        "create\nadmissions",
+        "* \u2003nodes",
+        "create admissions\u200b",
+    ],
+)
+async def test_a_grant_with_other_white_space_refuses_the_file(
+    token_file: Path, grant: str
+) -> None:
+    tokens = StaticTokens(token_file)
+    entries = [*STATIC_ENTRIES[:1], {**STATIC_ENTRIES[1], "allow": ["list nodes", grant]}]
+    replace(token_file, entries)
+    with pytest.raises(AuthUnavailable) as refused:
+        await tokens.authenticate(WRITER_TOKEN)
+    assert "1.allow.1: " in refused.value.message
+    assert "separated by spaces" in refused.value.message
+
+
+async def test_grants_with_more_spaces_still_grant(token_file: Path) -> None:
+    tokens = StaticTokens(token_file)
+    grants = ["create  admissions", " delete admissions ", " * "]
+    replace(token_file, [{"user": "ci", "token": WRITER_TOKEN, "allow": grants}])
+    ci = await tokens.authenticate(WRITER_TOKEN)
+    assert (await tokens.authorize(ci, Permission("create", "admissions", "n1"))).allowed
+    assert (await tokens.authorize(ci, Permission("update", "nodes", "n1"))).allowed
+
+
+def test_a_review_while_the_api_server_is_away_is_marked_so() -> None:
+    # Its failure is then a DEBUG line per request: the client logged the outage once.
+    client = FakeKubeClient(error="POST tokenreviews: connection refused")
+    reviews = KubeReviews(client)  # type: ignore[arg-type]
+    with pytest.raises(ReviewError) as answered:
+        reviews.token_review(WRITER_TOKEN)
+    assert not answered.value.away
+    client.availability.failed("POST tokenreviews: connection refused")
+    with pytest.raises(ReviewError) as away:
+        reviews.access_review({"user": "u"})
+    assert away.value.away

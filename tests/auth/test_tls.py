@@ -14,6 +14,7 @@ import pytest
 
 from app.auth.settings import AuthSettings
 from app.auth.tls import ClientCertificateProtocol, certificate_identity, uvicorn_options
+from app.protocol import HeadDeadlineProtocol
 from tests.auth.fakes import NODE, WRITER_TOKEN, admission, bearer, write_tokens
 from tests.auth.pki import CA
 from tests.auth.serve import TLSService, tls_service
@@ -91,16 +92,20 @@ def test_a_certificate_from_another_ca_is_refused_in_the_handshake(
 
 
 def test_uvicorn_options_follow_the_settings(tmp_path: Path) -> None:
-    assert uvicorn_options(AuthSettings()) == {}
+    plain = uvicorn_options(AuthSettings(), head_timeout=7)
+    assert list(plain) == ["http"]
+    assert issubclass(plain["http"], HeadDeadlineProtocol)
+    assert plain["http"].head_timeout == 7
     cert, key, ca = tmp_path / "c", tmp_path / "k", tmp_path / "ca"
-    https = uvicorn_options(AuthSettings(tls_cert_file=cert, tls_key_file=key))
-    assert https == {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    https = uvicorn_options(AuthSettings(tls_cert_file=cert, tls_key_file=key), head_timeout=7)
+    assert https == {"ssl_certfile": str(cert), "ssl_keyfile": str(key), "http": https["http"]}
     mutual = uvicorn_options(
-        AuthSettings(tls_cert_file=cert, tls_key_file=key, tls_client_ca_file=ca)
+        AuthSettings(tls_cert_file=cert, tls_key_file=key, tls_client_ca_file=ca), head_timeout=7
     )
     assert mutual["ssl_cert_reqs"] == ssl.CERT_OPTIONAL
     assert mutual["ssl_ca_certs"] == str(ca)
-    assert mutual["http"] is ClientCertificateProtocol
+    assert issubclass(mutual["http"], ClientCertificateProtocol)
+    assert mutual["http"].head_timeout == 7
 
 
 def test_the_subject_of_a_verified_certificate_is_the_identity() -> None:

@@ -1,0 +1,105 @@
+"""Whether a dependency (the database, slurmrestd, the Kubernetes API) answers, as this
+process last saw it.
+
+An outage is written as two log lines, whatever the number of requests that hit it: one
+WARNING when the dependency stops answering (the first failure's reason), one WARNING when
+it answers again, with how long it was away and how many calls failed meanwhile (both at
+WARNING, so a service logging at WARNING never shows an outage that seems to last). Every
+failed call between them is the callers' to log at DEBUG (``Dependency.down``).
+``nodeledger_dependency_up`` and ``nodeledger_dependency_outages_total`` count the same,
+and /readyz names an ongoing outage and its length.
+
+Callers report what they saw: ``failed(reason)`` on a failure that says the dependency is
+away (refused, timed out, lost connection, 5xx), ``answered()`` on any answer from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from app.db.engine import is_outage
+from app.metrics.registry import NO_METRICS, Metrics
+from app.slurm.errors import SlurmUnavailable
+
+log = logging.getLogger(__name__)
+MAX_REASON = 300  # characters of the first failure's reason in a log line or /readyz
+
+
+class Dependency:
+    def __init__(
+        self,
+        name: str,
+        *,
+        metrics: Metrics = NO_METRICS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.metrics = metrics
+        self.monotonic = monotonic
+        self._lock = threading.Lock()
+        self._since: float | None = None  # start of the ongoing outage
+        self._reason = ""
+        self._failures = 0
+        metrics.dependency(name, up=True, outage=False)
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, reason: str) -> None:
+        with self._lock:
+            self._failures += 1
+            if self._since is not None:
+                return
+            self._since = self.monotonic()
+            self._reason = _short(reason)
+        log.warning("%s unavailable: %s", self.name, self._reason)
+        self.metrics.dependency(self.name, up=False, outage=True)
+
+    def answered(self) -> None:
+        if self._since is None:  # unlocked: the common case costs one attribute read
+            return
+        with self._lock:
+            if self._since is None:
+                return
+            took, failures = self.monotonic() - self._since, self._failures
+            self._since, self._failures = None, 0
+        log.warning(
+            "%s available again after %.1f s (%d failed calls meanwhile)",
+            self.name,
+            took,
+            failures,
+        )
+        self.metrics.dependency(self.name, up=True, outage=False)
+
+    def status(self) -> str | None:
+        """None when answering, else what /readyz says about the outage."""
+        with self._lock:
+            if self._since is None:
+                return None
+            return f"unavailable for {self.monotonic() - self._since:.1f} s: {self._reason}"
+
+
+def _short(reason: str) -> str:
+    # Drivers write several lines (psycopg: a hint line, SQLAlchemy's background link).
+    first = " ".join(reason.split())
+    first = first.split(" (Background on this error")[0]
+    return first if len(first) <= MAX_REASON else first[:MAX_REASON] + "..."
+
+
+def dependency_away(exc: BaseException) -> bool:
+    """The failure is a dependency not answering (its outage is logged by its Dependency),
+    not a bug: the database lost or refused, slurmrestd unreachable or failing."""
+    return is_outage(exc) or isinstance(exc, SlurmUnavailable)
+
+
+def log_failure(logger: logging.Logger, what: str, exc: BaseException) -> None:
+    """A background step that failed: a traceback for a bug; for a dependency that is away,
+    one DEBUG line (an outage would otherwise write a traceback every round)."""
+    if dependency_away(exc):
+        logger.debug("%s: %s", what, exc)
+    else:
+        logger.error("%s", what, exc_info=exc)
