@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-scheduler built
-# from Go modules at pinned versions (tools/*/go.mod), cached outside the work tree, and
-# started on loopback with TLS, RBAC and an admin kubeconfig. No kubelet: tests create
-# v1 Node objects through the API and the real kube-scheduler binds pods to them.
+# A real Kubernetes cluster for tests: etcd, kube-apiserver, kube-scheduler and, with
+# nodes, kube-controller-manager, kubelets, kube-proxy and CoreDNS, built from Go modules at
+# pinned versions (tools/*/go.mod), cached outside the work tree, and started with TLS, RBAC
+# and an admin kubeconfig. Two shapes:
+# - the control plane alone (default), on loopback: tests create v1 Node objects through
+#   the API and the real kube-scheduler binds pods to them; nothing runs them.
+# - NODELEDGER_KUBE_NODES=N: also N real worker nodes n1..nN (kubelet + Debian's containerd,
+#   runc and CNI plugins, each in a network namespace of its own; nodes.sh says what runs
+#   where), a controller manager and cluster DNS. Pods really run, from images built here
+#   (testenv/images) and imported into every node: nothing is pulled from a registry.
 #
-#   cluster.sh build     go build the three binaries, helm and promtool (cached, keyed by
+#   cluster.sh build     go build the binaries, CoreDNS, helm and promtool (cached, keyed by
 #                        the pinned versions)
-#   cluster.sh up        certificates, etcd, apiserver, scheduler; waits until ready
+#   cluster.sh up        certificates, etcd, apiserver, scheduler (and the nodes); waits
+#                        until ready
 #   cluster.sh down      stop everything, remove runtime state
+#   cluster.sh load-image ARCHIVE   import an OCI archive into every node's containerd
 #   cluster.sh status    exit 0 when the API server is ready and the scheduler runs
 #   cluster.sh env       export lines: KUBECONFIG, NODELEDGER_KUBE_BIN, NODELEDGER_KUBE_RUN,
 #                        KUBECTL (built with the servers), HELM, PROMTOOL
@@ -27,8 +35,10 @@
 # spec.nodeName, which a scheduler would only cache). A CONFIG_FILE for `scheduler` must set clientConnection.kubeconfig to
 # $NODELEDGER_KUBE_RUN/scheduler.kubeconfig (kube-scheduler ignores --kubeconfig when
 # --config is given) and its own profiles[].schedulerName; leader election is turned off.
-# There is no controller manager: no namespace, garbage or node-lifecycle controllers, no
-# default ServiceAccount (the ServiceAccount admission plugin is off).
+# Without nodes there is no controller manager: no namespace, garbage or node-lifecycle
+# controllers, no default ServiceAccount (the ServiceAccount admission plugin is off).
+# With nodes the API server listens on the nodes' bridge (10.231.0.1, nodes.sh) instead of
+# loopback, and the controller manager's secure port is the scheduler's + 1.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,12 +46,15 @@ CACHE_ROOT="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}"
 pinned() { awk -v m="$1" '{sub(/^require[ \t]+/, "")} $1 == m {print $2; exit}' "$2"; }
 KUBE_VERSION=$(pinned k8s.io/kubernetes "$HERE/tools/kube/go.mod")
 ETCD_VERSION=$(pinned go.etcd.io/etcd/server/v3 "$HERE/tools/etcd/go.mod")
-RECIPE=3   # bump when the build recipe changes: cached binaries without it are rebuilt
-BIN="$CACHE_ROOT/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
+RECIPE=4   # bump when the build recipe changes: cached binaries without it are rebuilt
+# The recipe is part of the key: a checkout with another recipe builds beside this one.
+BIN="$CACHE_ROOT/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-r$RECIPE"
 HELM_VERSION=$(pinned helm.sh/helm/v3 "$HERE/tools/helm/go.mod")
 HELM="$CACHE_ROOT/helm-$HELM_VERSION/helm"
 PROMTOOL_VERSION=$(pinned github.com/prometheus/prometheus "$HERE/tools/promtool/go.mod")
 PROMTOOL="$CACHE_ROOT/promtool-$PROMTOOL_VERSION/promtool"
+COREDNS_VERSION=$(pinned github.com/coredns/coredns "$HERE/tools/coredns/go.mod")
+COREDNS="$CACHE_ROOT/coredns-$COREDNS_VERSION/coredns"
 RUN="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/kube"
 PKI="$RUN/pki"
 KUBECTL="${KUBECTL:-$BIN/kubectl}"   # built with the servers: no version skew
@@ -52,11 +65,13 @@ if [ -n "${NODELEDGER_KUBE_PORT_BASE:-}" ]; then
   ETCD_PEER_PORT=$((ETCD_PORT + 1))
   API_PORT=$((ETCD_PORT + 2))
   SCHED_PORT=$((ETCD_PORT + 3))
+  CM_PORT=$((ETCD_PORT + 4))
 else
   ETCD_PORT=12379
   ETCD_PEER_PORT=12380
   API_PORT=16443
   SCHED_PORT=16459
+  CM_PORT=16460
 fi
 WITH_SCHEDULER="${NODELEDGER_KUBE_SCHEDULER:-true}"
 SERVICE_CIDR=10.96.0.0/16
@@ -65,11 +80,18 @@ SERVICE_IP=10.96.0.1   # the `kubernetes` Service: the first address of SERVICE_
 log() { echo "kube-cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
 
+# shellcheck source=testenv/kube/nodes.sh
+. "$HERE/nodes.sh"
+if [ "$NODE_COUNT" -gt 0 ] 2>/dev/null; then API_HOST=$HOST_IP; else API_HOST=127.0.0.1; fi
+
 # ---------------------------------------------------------------------------- build
 
+BINARIES=(kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy kubectl)
+
 built() {
-  [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] \
-    && [ -x "$BIN/kubectl" ] \
+  local b
+  for b in "${BINARIES[@]}" etcd; do [ -x "$BIN/$b" ] || return 1; done
+  true \
     && [ "$(cat "$BIN/.recipe" 2>/dev/null)" = "$RECIPE" ]
 }
 
@@ -106,9 +128,25 @@ build_promtool() {   # checks and unit-tests the chart's alerting rules
   log "built promtool in $((SECONDS - started)) s: $PROMTOOL"
 }
 
+build_coredns() {   # the test cluster's DNS, only the plugins it uses (tools/coredns)
+  [ -x "$COREDNS" ] && return 0
+  mkdir -p "$(dirname "$COREDNS")"
+  exec 6>"$COREDNS.lock"
+  flock 6
+  [ -x "$COREDNS" ] && return 0
+  local started=$SECONDS
+  log "building coredns $COREDNS_VERSION"
+  (cd "$HERE/tools/coredns" && GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" \
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
+    go build -trimpath -ldflags='-s -w' -o "$COREDNS.tmp" .)
+  mv "$COREDNS.tmp" "$COREDNS"
+  log "built coredns in $((SECONDS - started)) s: $COREDNS"
+}
+
 build() {
   build_helm
   build_promtool
+  build_coredns
   built && return 0
   command -v go >/dev/null || die "go is not installed (scripts/install-system-deps.sh)"
   mkdir -p "$CACHE_ROOT"
@@ -125,10 +163,9 @@ build() {
   local minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
   local stamp="-X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
   stamp="$stamp -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
-  log "building kube-apiserver, kube-scheduler, kubectl $KUBE_VERSION and etcd $ETCD_VERSION"
+  log "building ${BINARIES[*]} $KUBE_VERSION and etcd $ETCD_VERSION"
   (cd "$HERE/tools/kube" && go build -trimpath -ldflags="-s -w $stamp" -o "$tmp/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kubectl)
+    "${BINARIES[@]/#/k8s.io/kubernetes/cmd/}")
   (cd "$HERE/tools/etcd" && go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" \
     go.etcd.io/etcd/server/v3)
   echo "$RECIPE" >"$tmp/.recipe"
@@ -170,13 +207,14 @@ keyUsage=critical,digitalSignature,keyEncipherment"
   dns="$dns,DNS:kubernetes.default.svc.cluster.local"
   issue ca apiserver "/CN=kube-apiserver" "$leaf
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,$dns"
+subjectAltName=IP:127.0.0.1,IP:$HOST_IP,IP:$SERVICE_IP,$dns"
   issue ca admin "/O=system:masters/CN=nodeledger-admin" "$leaf
 extendedKeyUsage=clientAuth"
   issue ca scheduler "/CN=system:kube-scheduler" "$leaf
 extendedKeyUsage=clientAuth"
   issue front-proxy-ca front-proxy-client "/CN=front-proxy-client" "$leaf
 extendedKeyUsage=clientAuth"
+  [ "$NODE_COUNT" -eq 0 ] || node_pki
   openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key"
   openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 }
@@ -190,7 +228,7 @@ kind: Config
 clusters:
 - name: nodeledger
   cluster:
-    server: https://127.0.0.1:$API_PORT
+    server: https://$API_HOST:$API_PORT
     certificate-authority-data: $(b64 "$PKI/ca.crt")
 users:
 - name: $2
@@ -212,7 +250,10 @@ EOF
 ours() {   # ours PID: a control-plane binary from the cache, running with this runtime dir
   local cmd
   cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
-  case "$cmd" in "$CACHE_ROOT"/kube-*/*"$RUN/"*) return 0 ;; esac
+  case "$cmd" in
+    "$CACHE_ROOT"/kube-*/*"$RUN/"* | /usr/bin/containerd\ *"$RUN/"*) return 0 ;;
+    /usr/bin/containerd-shim-runc-v2\ *"$RUN/"*) return 0 ;;
+  esac
   return 1
 }
 
@@ -306,11 +347,23 @@ start_scheduler() {   # start_scheduler NAME PORT [ARGS...]
 scheduler_ok() { alive "$1" || return 1; healthz_ok "$2"; }   # scheduler_ok NAME PORT
 
 start_apiserver() {
-  # No kube-controller-manager and no kubelets: no endpoint reconciler (a loopback address
-  # is not a valid endpoint), no ServiceAccount admission (nobody creates the accounts).
-  spawn kube-apiserver "$BIN/kube-apiserver" \
+  local shape=()
+  if [ "$NODE_COUNT" -gt 0 ]; then
+    # Pods reach the API server through the `kubernetes` Service, whose endpoint is the
+    # advertised bridge address; logs and exec go to the kubelets as system:masters.
+    shape=(--endpoint-reconciler-type=lease
+      --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt"
+      --kubelet-client-key="$PKI/apiserver-kubelet-client.key"
+      --kubelet-preferred-address-types=InternalIP)
+  else
+    # No kube-controller-manager and no kubelets: no endpoint reconciler (a loopback
+    # address is not a valid endpoint), no ServiceAccount admission (nobody creates the
+    # accounts).
+    shape=(--endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount)
+  fi
+  spawn kube-apiserver "$BIN/kube-apiserver" "${shape[@]}" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
+    --bind-address="$API_HOST" --advertise-address="$API_HOST" --secure-port="$API_PORT" \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
     --client-ca-file="$PKI/ca.crt" \
     --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
@@ -325,18 +378,64 @@ start_apiserver() {
     --service-account-key-file="$PKI/sa.pub" \
     --service-account-signing-key-file="$PKI/sa.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" \
-    --disable-admission-plugins=ServiceAccount \
-    --endpoint-reconciler-type=none \
     --enable-priority-and-fairness=false \
     --profiling=false
   wait_for 120 api_ok \
     || { logs_tail etcd kube-apiserver; die "kube-apiserver did not become ready"; }
 }
 
+start_controller_manager() {
+  spawn kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig="$RUN/controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$RUN/controller-manager.kubeconfig" \
+    --authorization-kubeconfig="$RUN/controller-manager.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port="$CM_PORT" --leader-elect=false \
+    --use-service-account-credentials=true --controllers='*' \
+    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" --cluster-cidr="$POD_PREFIX.0.0/16" \
+    --allocate-node-cidrs=false --profiling=false
+  wait_for 60 healthz_ok "$CM_PORT" \
+    || { logs_tail kube-controller-manager; die "kube-controller-manager did not start"; }
+}
+
+test_images() {   # build (cached) the images the nodes run, list their archives in $RUN/images
+  local images="$HERE/../images/build.sh"
+  {
+    bash "$images" pause | tail -1
+    bash "$images" busybox | tail -1
+    bash "$images" static "$COREDNS" "registry.nodeledger.test/coredns:${COREDNS_VERSION#v}" \
+      | tail -1
+    bash "$images" static "$BIN/kube-scheduler" "registry.nodeledger.test/kube-scheduler:$KUBE_VERSION" \
+      | tail -1
+  } >"$RUN/images.tmp"
+  mv "$RUN/images.tmp" "$RUN/images"
+}
+
+start_dns() {   # CoreDNS as a Deployment behind the kube-dns Service (addons/coredns.yaml)
+  sed -e "s|@CLUSTER_DNS@|$CLUSTER_DNS|" -e "s|@VERSION@|${COREDNS_VERSION#v}|" \
+    "$HERE/addons/coredns.yaml" \
+    | "$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" apply -f - >/dev/null
+  "$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" -n kube-system rollout status \
+    deployment/coredns --timeout=180s >/dev/null \
+    || { logs_tail kubelet-n1; die "CoreDNS did not become ready"; }
+}
+
+load_image() {   # load_image ARCHIVE: import an OCI archive into every node
+  local archive=${1:?OCI archive} i
+  [ -f "$archive" ] || die "no such file: $archive"
+  [ "$NODE_COUNT" -gt 0 ] || die "no nodes: set NODELEDGER_KUBE_NODES"
+  for ((i = 1; i <= NODE_COUNT; i++)); do
+    ctr --address "$(node_dir "$i")/containerd/containerd.sock" -n k8s.io images import \
+      --all-platforms "$archive" >/dev/null || die "importing $archive into n$i failed"
+  done
+}
+
 # ---------------------------------------------------------------------------- commands
 
 up() {
   build
+  exec 6>&- 7>&- 8>&- 9>&-   # the build locks: the daemons started next must not hold them
   command -v "$KUBECTL" >/dev/null || die "kubectl is not installed"
   command -v openssl >/dev/null || die "openssl is not installed"
   if status >/dev/null 2>&1; then log "already up"; return 0; fi
@@ -344,13 +443,15 @@ up() {
     "leave it alone or use another NODELEDGER_RUNDIR"
   down
   local started=$SECONDS port
-  for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $SCHED_PORT; do
+  for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $SCHED_PORT $CM_PORT; do
     ! port_busy "$port" || die "port $port on 127.0.0.1 is in use by another process"
   done
   mkdir -p "$RUN/log"
+  [ "$NODE_COUNT" -eq 0 ] || network_up
   make_pki
   write_kubeconfig "$RUN/admin.kubeconfig" admin
   write_kubeconfig "$RUN/scheduler.kubeconfig" scheduler
+  [ "$NODE_COUNT" -eq 0 ] || write_kubeconfig "$RUN/controller-manager.kubeconfig" controller-manager
 
   local unsafe=""   # etcd >= 3.5: no fsync, the data is thrown away anyway
   case "$("$BIN/etcd" --help 2>&1)" in *--unsafe-no-fsync*) unsafe=--unsafe-no-fsync ;; esac
@@ -368,14 +469,22 @@ up() {
   if [ "$WITH_SCHEDULER" = true ]; then
     start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
   fi
-  log "up in $((SECONDS - started)) s: https://127.0.0.1:$API_PORT," \
+  if [ "$NODE_COUNT" -gt 0 ]; then
+    start_controller_manager
+    test_images
+    nodes_up
+    start_dns
+  fi
+  log "up in $((SECONDS - started)) s: https://$API_HOST:$API_PORT," \
     "KUBECONFIG=$RUN/admin.kubeconfig"
 }
 
 down() {
   local f pid pids
-  # Extra schedulers, the scheduler, the API server, etcd; then strays without a pid file.
-  for f in "$RUN"/scheduler-*.pid kube-scheduler kube-apiserver etcd; do
+  nodes_down
+  # Extra schedulers, the controller manager, the scheduler, the API server, etcd; then
+  # strays without a pid file.
+  for f in "$RUN"/scheduler-*.pid kube-controller-manager kube-scheduler kube-apiserver etcd; do
     f=${f##*/}
     pid=$(pid_of "${f%.pid}") && stop "$pid"
   done
@@ -390,7 +499,15 @@ status() {
   api_ok || { echo "kube-apiserver not ready"; return 1; }
   [ "$WITH_SCHEDULER" != true ] || scheduler_ok kube-scheduler "$SCHED_PORT" \
     || { echo "kube-scheduler not running"; return 1; }
-  echo "kube-apiserver https://127.0.0.1:$API_PORT ready, kube-scheduler running"
+  if [ "$NODE_COUNT" -gt 0 ]; then
+    healthz_ok "$CM_PORT" || { echo "kube-controller-manager not running"; return 1; }
+    local node
+    for node in $(node_names); do
+      node_ready "$node" || { echo "node $node not Ready"; return 1; }
+    done
+  fi
+  echo "kube-apiserver https://$API_HOST:$API_PORT ready, kube-scheduler running" \
+    "$([ "$NODE_COUNT" -eq 0 ] || echo ", nodes $(node_names | tr '\n' ' ')")"
 }
 
 extra_scheduler() {   # extra_scheduler NAME CONFIG_FILE PORT
@@ -425,6 +542,7 @@ case "${1:-}" in
     echo "export HELM=$HELM"
     echo "export PROMTOOL=$PROMTOOL" ;;
   scheduler) shift; extra_scheduler "$@" ;;
+  load-image) shift; load_image "$@" ;;
   stop-scheduler) shift; stop_scheduler "$@" ;;
   restart-apiserver)
     pid=$(pid_of kube-apiserver) && stop "$pid"

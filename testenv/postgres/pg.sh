@@ -4,9 +4,10 @@
 #   pg.sh url     print the SQLAlchemy URL of the running cluster
 #   pg.sh status  exit 0 when it answers
 #   pg.sh restart restart it on the same port (what a database failover looks like to clients)
-#   pg.sh stop    stop it at once (-m immediate: a crash, as clients see it), data kept
-#   pg.sh start   start it again after a stop, on the same port
+#   pg.sh stop    stop it at once (-m immediate), keeping its data; pg.sh start starts it again
 #   pg.sh down    stop it and remove its data
+# NODELEDGER_PG_LISTEN=IP: also listen on IP and trust the test Kubernetes nodes and pods
+# (10.231.0.0/24, 10.232.0.0/16: testenv/kube/nodes.sh), whose services reach it there.
 set -euo pipefail
 
 RUNDIR="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/postgres"
@@ -54,18 +55,31 @@ up() {
   chown postgres: "$RUNDIR" 2>/dev/null || true
   as_postgres "$bin/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
   free_port >"$PORT_FILE"
+  local listen=127.0.0.1
+  if [ -n "${NODELEDGER_PG_LISTEN:-}" ]; then
+    listen="$listen,$NODELEDGER_PG_LISTEN"
+    printf 'host all all %s trust\n' 10.231.0.0/24 10.232.0.0/16 >>"$DATA/pg_hba.conf"
+  fi
+  # Test cluster: speed over durability, enough connections for two services and the tests.
+  # In its configuration file, so that `start` after `stop` starts it alike.
+  cat >>"$DATA/postgresql.conf" <<EOF
+port = $(cat "$PORT_FILE")
+unix_socket_directories = '$RUNDIR'
+listen_addresses = '$listen'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 300
+EOF
   start
   url
 }
 
 start() {
-  # Test cluster: speed over durability, enough connections for two services and the tests.
-  as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" -l "$RUNDIR/postgres.log" -w -t 60 start -o \
-    "-p $(cat "$PORT_FILE") -k $RUNDIR -c listen_addresses=127.0.0.1 -c fsync=off \
-     -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+  as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" -l "$RUNDIR/postgres.log" -w -t 60 start >/dev/null
 }
 
-stop() {
+stop() {   # at once, as a crash or a lost machine would: clients see their connections drop
   running || { echo "pg.sh: not running" >&2; exit 1; }
   as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" -m immediate -w -t 60 stop >/dev/null
 }
@@ -87,7 +101,7 @@ case "${1:-}" in
   up) up ;;
   restart) restart ;;
   stop) stop ;;
-  start) start ;;
+  start) running || start ;;
   url) running && url ;;
   status) running ;;
   down) down ;;

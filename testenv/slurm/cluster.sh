@@ -27,6 +27,7 @@
 # NODELEDGER_SLURM_GIT_URL, default SchedMD's GitHub repository, into the latter). Every
 # version has its own cache, ports and runtime link, so clusters of different versions run
 # side by side.
+# NODELEDGER_SLURM_RESTD_ADDRESS=IP: slurmrestd also listens on IP (pods reach it there).
 # NODELEDGER_SLURM_SCALE_NODES=N adds N nodes s1..sN (partition "scale") that have no slurmd
 # and never register, and room for 50,000 jobs: the scale bench's cluster (bench/scale).
 # Daemons run in a private mount namespace (only /proc is mounted, the host sees nothing);
@@ -59,6 +60,9 @@ ROOT="$CACHE_ROOT/slurm-$VERSION-trixie-r$RECIPE"
 RUNLINK="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/slurm-$VERSION"
 MIRROR="${NODELEDGER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PLUGINS="${NODELEDGER_SLURM_PLUGINS:-on}"
+# One more address slurmrestd listens on (same port), e.g. the test Kubernetes nodes'
+# bridge, so that pods reach it: a loopback listener is not reachable from a pod.
+RESTD_ADDRESS="${NODELEDGER_SLURM_RESTD_ADDRESS:-}"
 SCALE_NODES="${NODELEDGER_SLURM_SCALE_NODES:-0}"
 
 # Non-default ports. A second cluster of the same version (own NODELEDGER_CACHE and
@@ -516,7 +520,8 @@ start_restd() {
   nsenter -t "$(anchor_pid)" -m chroot "$ROOT" /usr/bin/env -i \
     PATH=/usr/sbin:/usr/bin SLURM_CONF=/etc/slurm/slurm.conf SLURM_JWT=daemon \
     setsid runuser -u restd -- /usr/sbin/slurmrestd -s openapi/slurmctld -a rest_auth/jwt \
-    "127.0.0.1:$RESTD_PORT" >>"$ROOT$RUN/log/slurmrestd.log" 2>&1 </dev/null &
+    "127.0.0.1:$RESTD_PORT" ${RESTD_ADDRESS:+"$RESTD_ADDRESS:$RESTD_PORT"} \
+    >>"$ROOT$RUN/log/slurmrestd.log" 2>&1 </dev/null &
   disown
 }
 

@@ -141,6 +141,10 @@ def test_rbac_is_least_privilege(helm: str) -> None:
         "slurm.fullSyncInterval=0",
         "kube.listPageSize=0",
         "logLevel=loud",
+        "logLibraryLevel=chatty",
+        "requestLimits.maxBodyBytes=10",
+        "requestLimits.timeoutSeconds=0",
+        "slurm.pluginCheck=maybe",
         "unknown=1",
         "auth.mode=ldap",
         "auth.cacheTTL=-1",
@@ -322,6 +326,41 @@ def test_full_sync_interval_only_when_set(helm: str) -> None:
     assert "NODELEDGER_SLURM_FULL_SYNC_INTERVAL" not in env
     env = env_of(find(render(helm, "slurm.fullSyncInterval=300"), "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_SLURM_FULL_SYNC_INTERVAL"] == "300"
+
+
+def test_request_limits_library_logs_and_the_plugin_check(helm: str) -> None:
+    env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_MAX_BODY_BYTES"] == "1048576"
+    assert env["NODELEDGER_REQUEST_TIMEOUT_SECONDS"] == "10"
+    assert env["NODELEDGER_LOG_LIBRARY_LEVEL"] == "warning"
+    assert env["NODELEDGER_SLURM_PLUGIN_CHECK"] == "enforce"
+    docs = render(
+        helm,
+        "requestLimits.maxBodyBytes=4194304",
+        "requestLimits.timeoutSeconds=30",
+        "logLibraryLevel=debug",
+        "slurm.pluginCheck=warn",
+    )
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_MAX_BODY_BYTES"] == "4194304"
+    assert env["NODELEDGER_REQUEST_TIMEOUT_SECONDS"] == "30"
+    assert env["NODELEDGER_LOG_LIBRARY_LEVEL"] == "debug"
+    assert env["NODELEDGER_SLURM_PLUGIN_CHECK"] == "warn"
+
+
+def test_the_scheduler_may_elect_itself_on_its_own_lease(helm: str) -> None:
+    """system:kube-scheduler grants only the Lease named kube-scheduler: a real scheduler
+    pod never got past leader election without this Role."""
+    docs = render(helm)
+    role = find(docs, "Role", "nl-nodeledger-scheduler-leader-election")
+    assert role["rules"][1] == {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["nl-nodeledger-scheduler"],
+        "verbs": ["get", "update"],
+    }
+    binding = find(docs, "RoleBinding", "nl-nodeledger-scheduler-leader-election")
+    assert binding["subjects"][0]["name"] == "nl-nodeledger-scheduler"
 
 
 def test_protected_reads_and_the_cache_ttl(helm: str) -> None:

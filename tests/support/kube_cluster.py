@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,11 @@ SCRIPT = Path(REPO) / "testenv" / "kube" / "cluster.sh"
 __all__ = ["SCRIPT", "KubeCluster", "cluster_sh", "wait_until"]
 
 
-def cluster_sh(*args: str, timeout: float = 300, check: bool = True) -> str:
-    return run_script(SCRIPT, *args, timeout=timeout, check=check)
+def cluster_sh(
+    *args: str, timeout: float = 300, check: bool = True, env: Mapping[str, str] | None = None
+) -> str:
+    """``env``: more for the script (another cluster: its run directory, ports, nodes)."""
+    return run_script(SCRIPT, *args, timeout=timeout, check=check, env=dict(env or {}))
 
 
 @dataclass(frozen=True)
@@ -34,16 +37,23 @@ class KubeCluster:
     bin_dir: Path
     run_dir: Path
     kubectl_bin: str = "kubectl"
+    # cluster.sh's environment beyond the defaults (the cluster with nodes: tests/deploy).
+    script_env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls) -> KubeCluster:
-        env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh("env"), re.MULTILINE))
+    def from_env(cls, script_env: Mapping[str, str] | None = None) -> KubeCluster:
+        exports = cluster_sh("env", env=script_env)
+        env = dict(re.findall(r"^export (\w+)=(.*)$", exports, re.MULTILINE))
         return cls(
             Path(env["KUBECONFIG"]),
             Path(env["NODELEDGER_KUBE_BIN"]),
             Path(env["NODELEDGER_KUBE_RUN"]),
             env["KUBECTL"],
+            dict(script_env or {}),
         )
+
+    def script(self, *args: str, timeout: float = 300) -> str:
+        return cluster_sh(*args, timeout=timeout, env=self.script_env)
 
     @property
     def scheduler_kubeconfig(self) -> Path:
@@ -201,11 +211,11 @@ class KubeCluster:
     def start_scheduler(self, name: str, config_file: Path, port: int) -> None:
         """One more kube-scheduler from a KubeSchedulerConfiguration whose
         clientConnection.kubeconfig is :attr:`scheduler_kubeconfig`."""
-        cluster_sh("scheduler", name, str(config_file), str(port), timeout=120)
+        self.script("scheduler", name, str(config_file), str(port), timeout=120)
 
     def stop_scheduler(self, name: str) -> None:
-        cluster_sh("stop-scheduler", name, timeout=60)
+        self.script("stop-scheduler", name, timeout=60)
 
     def restart_apiserver(self) -> None:
         """kube-apiserver stops and starts again on the same etcd: every watch breaks."""
-        cluster_sh("restart-apiserver", timeout=180)
+        self.script("restart-apiserver", timeout=180)

@@ -1,0 +1,285 @@
+# Real worker nodes for the test control plane: sourced by cluster.sh when
+# NODELEDGER_KUBE_NODES=N (N >= 1); nothing here runs on its own.
+#
+# Each node nI (I = 1..N) is a network namespace `nlk-nI` holding a kubelet, its own
+# containerd (Debian's, with runc and the CNI bridge plugin) and a kube-proxy (iptables).
+# The namespaces hang off one host bridge:
+#
+#   host bridge nlk0        10.231.0.1/24   kube-apiserver (advertised to pods as the
+#                                           `kubernetes` Service), and whatever else pods
+#                                           must reach on the host: Slurm, PostgreSQL
+#   node nI (veth eth0)     10.231.0.(10+I) kubelet :10250, kube-proxy
+#   pods on nI (cni0)       10.232.I.0/24   routed between the nodes over the bridge
+#   Services                10.96.0.0/16    kube-proxy; cluster DNS (CoreDNS) at 10.96.0.10
+#
+# The daemons share the host's mount namespace (nsenter --net, not `ip netns exec`): the
+# kubelet mounts a pod's volumes where containerd must see them. Every node has its own
+# cgroup root (/nlk-nI), kubelet root, containerd root and socket, CNI state and pod logs
+# under $RUN/nodes/nI, so two kubelets never touch each other's pods. Pod images are never
+# pulled: cluster.sh imports locally built OCI archives into each node's containerd.
+
+NET_BRIDGE=nlk0
+NET_PREFIX=10.231.0
+HOST_IP=$NET_PREFIX.1
+POD_PREFIX=10.232
+CLUSTER_DNS=10.96.0.10
+SANDBOX_IMAGE=registry.nodeledger.test/pause:3.10
+NODE_COUNT="${NODELEDGER_KUBE_NODES:-0}"
+
+node_ip() { echo "$NET_PREFIX.$((10 + $1))"; }           # node_ip I
+node_dir() { echo "$RUN/nodes/n$1"; }                     # node_dir I
+node_ns() { echo "nlk-n$1"; }                             # node_ns I
+in_node() { local i=$1; shift; nsenter --net="/var/run/netns/$(node_ns "$i")" -- "$@"; }
+node_names() { local i; for ((i = 1; i <= NODE_COUNT; i++)); do echo "n$i"; done; }
+
+# ---------------------------------------------------------------------------- network
+
+network_up() {
+  sysctl -qw net.ipv4.ip_forward=1 >/dev/null 2>&1 || true
+  if ! ip link show "$NET_BRIDGE" >/dev/null 2>&1; then
+    ip link add "$NET_BRIDGE" type bridge
+    ip addr add "$HOST_IP/24" dev "$NET_BRIDGE"
+  fi
+  ip link set "$NET_BRIDGE" up
+  local i j ns
+  for ((i = 1; i <= NODE_COUNT; i++)); do
+    ns=$(node_ns "$i")
+    ip netns del "$ns" 2>/dev/null || true
+    ip link del "$ns" 2>/dev/null || true
+    ip netns add "$ns"
+    ip link add "$ns" type veth peer name eth0 netns "$ns"
+    ip link set "$ns" master "$NET_BRIDGE" up
+    ip -n "$ns" addr add "$(node_ip "$i")/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" route add default via "$HOST_IP"
+    for ((j = 1; j <= NODE_COUNT; j++)); do
+      [ "$j" = "$i" ] || ip -n "$ns" route add "$POD_PREFIX.$j.0/24" via "$(node_ip "$j")"
+    done
+    # The host reaches every pod directly (tests, the API server's webhooks and proxy).
+    ip route replace "$POD_PREFIX.$i.0/24" via "$(node_ip "$i")"
+    in_node "$i" sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 >/dev/null
+  done
+}
+
+network_down() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^nlk-n[0-9]+$/ {print $1}'); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip route show 2>/dev/null | awk -v p="$POD_PREFIX." 'index($1, p) == 1 {print $1}' \
+    | while read -r net; do ip route del "$net" 2>/dev/null || true; done
+  ip link del "$NET_BRIDGE" 2>/dev/null || true
+}
+
+# ---------------------------------------------------------------------------- certificates
+
+node_pki() {   # certificates of the node components, signed by the cluster's CA
+  local leaf="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment" i
+  issue ca controller-manager "/CN=system:kube-controller-manager" "$leaf
+extendedKeyUsage=clientAuth"
+  issue ca kube-proxy "/CN=system:kube-proxy" "$leaf
+extendedKeyUsage=clientAuth"
+  # kubectl logs/exec: the API server calls each kubelet with this identity.
+  issue ca apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$leaf
+extendedKeyUsage=clientAuth"
+  for ((i = 1; i <= NODE_COUNT; i++)); do
+    issue ca "kubelet-n$i" "/O=system:nodes/CN=system:node:n$i" "$leaf
+extendedKeyUsage=clientAuth"
+    issue ca "kubelet-n$i-serving" "/CN=n$i" "$leaf
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:n$i,IP:$(node_ip "$i")"
+  done
+}
+
+# ---------------------------------------------------------------------------- one node
+
+write_node_config() {   # write_node_config I
+  local i=$1 d
+  d=$(node_dir "$i")
+  mkdir -p "$d"/{containerd,kubelet,cni/net.d,cni/ipam,pod-logs,proxy}
+  write_kubeconfig "$d/kubelet.kubeconfig" "kubelet-n$i"
+  write_kubeconfig "$d/proxy/kubeconfig" kube-proxy
+
+  cat >"$d/containerd/config.toml" <<EOF
+version = 2
+root = "$d/containerd/root"
+state = "$d/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "$d/containerd/containerd.sock"
+[ttrpc]
+  address = "$d/containerd/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$d/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$SANDBOX_IMAGE"
+  # Root here lacks CAP_SYS_RESOURCE: no process may lower its oom_score_adj below 0.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$d/cni/net.d"
+EOF
+
+  cat >"$d/cni/net.d/10-nlk.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "nlk",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": "$d/cni/ipam",
+              "ranges": [[{"subnet": "$POD_PREFIX.$i.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+
+  cat >"$d/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $(node_ip "$i")
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+tlsCertFile: $PKI/kubelet-n$i-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-n$i-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: Webhook}
+containerRuntimeEndpoint: unix://$d/containerd/containerd.sock
+# cgroup v1 and no systemd as PID 1 on these machines; 1.35 refuses v1 unless told.
+cgroupDriver: cgroupfs
+cgroupRoot: /nlk-n$i
+failCgroupV1: false
+failSwapOn: false
+clusterDNS: [$CLUSTER_DNS]
+clusterDomain: cluster.local
+resolvConf: ""
+podLogsDir: $d/pod-logs
+# Two kubelets share one machine's disk and memory: evict only when it is truly short.
+evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%}
+imageGCHighThresholdPercent: 100
+EOF
+
+  cat >"$d/proxy/config.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $d/proxy/kubeconfig}
+hostnameOverride: n$i
+bindAddress: $(node_ip "$i")
+mode: iptables
+clusterCIDR: $POD_PREFIX.0.0/16
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+# The namespace's conntrack table as it is: no sysctl writes.
+conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+}
+
+cgroup_roots() {   # cgroup_roots I: the node's cgroup directory in every v1 hierarchy
+  local c
+  for c in /sys/fs/cgroup/*/; do
+    [ -d "$c" ] && [ "${c%/}" != /sys/fs/cgroup/unified ] && echo "${c}nlk-n$1"
+  done
+}
+
+start_node() {   # start_node I
+  local i=$1 d c
+  d=$(node_dir "$i")
+  write_node_config "$i"
+  for c in $(cgroup_roots "$i"); do mkdir -p "$c"; done
+  spawn "containerd-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
+    /usr/bin/containerd --config "$d/containerd/config.toml"
+  wait_for 30 test -S "$d/containerd/containerd.sock" \
+    || { logs_tail "containerd-n$i"; die "containerd of n$i did not start"; }
+  import_images "$i"
+  spawn "kubelet-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
+    "$BIN/kubelet" --config="$d/kubelet/config.yaml" --kubeconfig="$d/kubelet.kubeconfig" \
+    --hostname-override="n$i" --node-ip="$(node_ip "$i")" --root-dir="$d/kubelet/root" \
+    --cert-dir="$d/kubelet/pki" --node-labels="nodeledger.io/managed=true,nodeledger.io/slurm-node=n$i"
+  spawn "kube-proxy-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
+    "$BIN/kube-proxy" --config="$d/proxy/config.yaml"
+}
+
+import_images() {   # import_images I: every archive named in $RUN/images into node I
+  local i=$1 archive
+  [ -f "$RUN/images" ] || return 0
+  while read -r archive; do
+    [ -n "$archive" ] || continue
+    ctr --address "$(node_dir "$i")/containerd/containerd.sock" -n k8s.io images import \
+      --all-platforms "$archive" >/dev/null \
+      || die "importing $archive into n$i failed"
+  done <"$RUN/images"
+}
+
+node_ready() {   # node_ready NAME: the Node's Ready condition is True
+  [ "$("$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" --request-timeout=5s get node "$1" \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+nodes_up() {
+  [[ $NODE_COUNT =~ ^[0-9]+$ ]] && [ "$NODE_COUNT" -le 9 ] \
+    || die "NODELEDGER_KUBE_NODES=$NODE_COUNT: expected 0 to 9"
+  local i
+  for ((i = 1; i <= NODE_COUNT; i++)); do start_node "$i"; done
+  for ((i = 1; i <= NODE_COUNT; i++)); do
+    wait_for 120 node_ready "n$i" \
+      || { logs_tail "containerd-n$i" "kubelet-n$i"; die "node n$i did not become Ready"; }
+  done
+}
+
+# ---------------------------------------------------------------------------- teardown
+
+kill_cgroup_tree() {   # kill every process left in node I's cgroups, then remove them
+  local i=$1 c n=0 pids
+  while [ $n -lt 50 ]; do
+    pids=""
+    for c in $(cgroup_roots "$i"); do
+      [ -d "$c" ] && pids="$pids $(find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null)"
+    done
+    pids=$(echo $pids)
+    [ -z "$pids" ] && break
+    # shellcheck disable=SC2086
+    kill -9 $pids 2>/dev/null || true
+    sleep 0.1; n=$((n + 1))
+  done
+  for c in $(cgroup_roots "$i"); do
+    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+  return 0
+}
+
+nodes_down() {
+  local f pid i mnt
+  for f in "$RUN"/kubelet-n*.pid "$RUN"/kube-proxy-n*.pid "$RUN"/containerd-n*.pid; do
+    [ -e "$f" ] || continue
+    f=${f##*/}
+    pid=$(pid_of "${f%.pid}") && stop "$pid"
+  done
+  # The shims and the containers outlive containerd: end them by cgroup and by socket.
+  for pid in $(daemon_pids); do kill -9 "$pid" 2>/dev/null || true; done
+  for ((i = 1; i <= 9; i++)); do
+    kill_cgroup_tree "$i"
+  done
+  # Pod volumes, container root filesystems and sandbox /dev/shm: innermost first.
+  findmnt -rn -o TARGET 2>/dev/null | awk -v r="$RUN/nodes/" 'index($0, r) == 1' | sort -r \
+    | while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done
+  # Pod network namespaces left by containerd (named cni-UUID), now without processes.
+  for f in $(ip netns list 2>/dev/null | awk '$1 ~ /^cni-/ {print $1}'); do
+    [ -z "$(ip netns pids "$f" 2>/dev/null)" ] && ip netns del "$f" 2>/dev/null
+  done
+  network_down
+  return 0
+}

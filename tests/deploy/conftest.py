@@ -1,0 +1,93 @@
+"""Fixtures of the deployed product: the cluster with real nodes, its Slurm and PostgreSQL,
+the service's image loaded into the nodes, and the chart installed (tests.support.deploy)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.deploy import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    Helm,
+    Release,
+    build_image,
+    start_kube,
+    start_postgres,
+    start_slurm,
+    values,
+    write_values,
+)
+from tests.support.kube_cluster import KubeCluster
+from tests.support.realenv import unavailable
+from tests.support.slurm_cluster import SlurmCluster
+
+
+@pytest.fixture(scope="session")
+def deploy_kube() -> KubeCluster:
+    try:
+        return start_kube()
+    except Exception as exc:  # any failure to start means the cluster is unavailable
+        unavailable("Kubernetes cluster with nodes", str(exc))
+
+
+@pytest.fixture(scope="session")
+def deploy_slurm() -> SlurmCluster:
+    try:
+        return start_slurm()
+    except Exception as exc:
+        unavailable("Slurm cluster for the deployment", str(exc))
+
+
+@pytest.fixture(scope="session")
+def deploy_postgres() -> str:
+    try:
+        return start_postgres()
+    except Exception as exc:
+        unavailable("PostgreSQL on the nodes' bridge", str(exc))
+
+
+@pytest.fixture(scope="session")
+def service_image(deploy_kube: KubeCluster) -> Path:
+    """The service's image, built from the work tree and imported into every node."""
+    try:
+        archive = build_image()
+    except Exception as exc:
+        unavailable("the service's image (image/build.sh)", str(exc))
+    deploy_kube.script("load-image", str(archive), timeout=600)
+    return archive
+
+
+@pytest.fixture(scope="module")
+def release(
+    deploy_kube: KubeCluster,
+    deploy_slurm: SlurmCluster,
+    deploy_postgres: str,
+    service_image: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Release]:
+    """The chart installed (`helm install --wait`) into a fresh namespace, uninstalled
+    after the module unless a test already did."""
+    kube = deploy_kube
+    helm = Helm.of(kube)
+    kube.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", timeout=180)
+    kube.kubectl("create", "namespace", NAMESPACE)
+    kube.kubectl(
+        "-n", NAMESPACE, "create", "secret", "generic", "slurm-jwt",
+        f"--from-literal=token={deploy_slurm.token}",
+    )  # fmt: skip
+    deploy_slurm.reset()
+    chart_values = values(deploy_postgres, deploy_slurm)
+    path = write_values(tmp_path_factory.mktemp("values") / "values.json", chart_values)
+    installed = Release.install(helm, kube, deploy_slurm, path, chart_values)
+    yield installed
+    if installed.installed():
+        helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "3m")
+    kube.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", timeout=180)
+    deploy_slurm.reset()
+
+
+__all__ = ["CHART"]

@@ -1,0 +1,266 @@
+"""The chart installed for real: `helm install` of the service's own image into a cluster
+whose nodes run pods (kubelet + containerd), the chart's scheduler as a pod calling the
+extender over TLS, pods through their whole life, both sides end to end from inside the
+cluster, `helm upgrade` and `helm uninstall`.
+
+The tests run in file order on one release (module fixture): each leaves the release as it
+found it, and the last one uninstalls it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.deploy import (
+    FULLNAME,
+    IMAGE,
+    NAMESPACE,
+    RELEASE,
+    SCHEDULER_PODS,
+    SERVER_PODS,
+    Release,
+    busybox_pod,
+    wait_rollout,
+)
+from tests.support.realenv import wait_until
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.postgres, pytest.mark.slow]
+
+# A container that runs until told to stop, then takes a few seconds to do so: what a
+# pod's holding must outlast (deletionTimestamp set, containers still running).
+TRAPS_TERM = "trap 'echo stopping; sleep 4; echo stopped; exit 0' TERM; echo started; " \
+    "while true; do sleep 1; done"  # fmt: skip
+
+
+@pytest.fixture
+def pods(release: Release) -> Iterator[list[str]]:
+    """Names of the pods a test creates in the default namespace, deleted afterwards."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        release.kube.kubectl(
+            "delete", "pod", name, "--ignore-not-found", "--grace-period=1", "--wait=false"
+        )
+    for name in names:
+        wait_until(lambda n=name: release.kube.pod(n) is None, 60, 0.5, f"pod {name} gone")
+
+
+def run_pod(release: Release, pods: list[str], obj: dict[str, Any]) -> dict[str, Any]:
+    """Create the pod and wait until it runs; the pod as it then is."""
+    pods.append(obj["metadata"]["name"])
+    release.kube.create(obj)
+    name = obj["metadata"]["name"]
+    return wait_until(
+        lambda: (p := release.kube.pod(name)) and p["status"].get("phase") == "Running" and p,
+        120,
+        0.5,
+        f"pod {name} running",
+    )
+
+
+def test_the_service_runs_from_its_image_as_two_ready_replicas(release: Release) -> None:
+    deployment = release.kube.kubectl_json("-n", NAMESPACE, "get", "deployment", FULLNAME)
+    assert deployment["status"].get("readyReplicas") == 2
+    servers = release.pods(SERVER_PODS)
+    assert {c["image"] for p in servers for c in p["spec"]["containers"]} == {IMAGE}
+    for pod in servers:
+        status = pod["status"]["containerStatuses"][0]
+        assert status["ready"], status
+        assert status["restartCount"] == 0, status
+    # Both replicas answer on their own address, one database behind them.
+    ips = release.ready_server_ips()
+    assert len(ips) == 2
+    body = release.api("GET", "/readyz").json()
+    assert body["checks"]["database"] == "ok", body
+
+
+def test_readiness_means_the_database_answers(release: Release) -> None:
+    """The readiness probe takes a replica out of its Service when its database is gone,
+    and puts it back when the database returns; liveness does not restart it meanwhile."""
+    postgres = release.values["database"]["url"]
+    assert postgres
+    release.stop_database()
+    try:
+        wait_until(lambda: not release.ready_server_ips(), 60, 1, "every replica unready")
+    finally:
+        release.start_database()
+    wait_until(lambda: len(release.ready_server_ips()) == 2, 90, 1, "both replicas ready")
+    restarts = [
+        p["status"]["containerStatuses"][0]["restartCount"] for p in release.pods(SERVER_PODS)
+    ]
+    assert restarts == [0, 0]
+
+
+def test_genericnodes_appear_for_the_real_nodes(release: Release) -> None:
+    def names() -> set[str]:
+        items = release.kube.kubectl_json("get", "genericnodes")["items"]
+        return {g["metadata"]["name"] for g in items}
+
+    wait_until(lambda: names() == {"n1", "n2"}, 60, 1, "GenericNodes n1 and n2")
+    n1 = release.ledger_node("n1")
+    assert n1["admissible"], n1
+    # The smaller of the kubelet's allocatable (this machine) and Slurm's n1.
+    assert n1["capacity"]["cpu"] == release.kube.get("node", "n1")["status"]["allocatable"]["cpu"]
+
+
+def test_the_scheduler_pod_admits_a_pod_that_runs_and_holds_until_its_containers_stop(
+    release: Release, pods: list[str]
+) -> None:
+    """Admitted through the chart's scheduler (a pod that calls the extender with its TLS
+    client certificate: a refused certificate would fail the bind), the pod's container
+    really starts; deleted, the pod keeps its holding while its container handles SIGTERM,
+    and loses it once the container has stopped."""
+    [scheduler] = release.pods(SCHEDULER_PODS)
+    assert scheduler["status"]["phase"] == "Running"
+    pod = run_pod(release, pods, busybox_pod("life", TRAPS_TERM, grace=30))
+    node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+    wait_until(lambda: "started" in release.kube.kubectl("logs", "life"), 30, 0.5, "started")
+    held = wait_until(lambda: release.holding_of(uid, node), 30, 0.5, "the pod's holding")
+    assert held["requests"]["cpu"] == "100m", held
+
+    release.kube.kubectl("delete", "pod", "life", "--wait=false")
+    terminating = wait_until(
+        lambda: (p := release.kube.pod("life")) and p["metadata"].get("deletionTimestamp") and p,
+        10,
+        0.2,
+        "the pod terminating",
+    )
+    assert terminating["status"]["phase"] == "Running"
+    wait_until(lambda: "stopping" in release.kube.kubectl("logs", "life"), 15, 0.2, "SIGTERM")
+    # The container is still stopping: the resources are still in use.
+    assert release.holding_of(uid, node) is not None
+    wait_until(lambda: release.kube.pod("life") is None, 60, 0.5, "the pod gone")
+    wait_until(lambda: release.holding_of(uid, node) is None, 30, 0.5, "the holding released")
+
+
+def test_a_daemonsets_pods_on_managed_nodes_are_held(release: Release) -> None:
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": busybox_pod("agent", "sleep 3600", scheduler=None, cpu="50m", grace=1)[
+                    "spec"
+                ],
+            },
+        },
+    }
+    release.kube.create(daemonset)
+    try:
+        wait_until(
+            lambda: len(_running(release, "app=agent")) == 2, 120, 1, "an agent pod per node"
+        )
+        for pod in _running(release, "app=agent"):
+            node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+            held = wait_until(
+                lambda u=uid, n=node: release.holding_of(u, n), 30, 0.5, f"{uid} held"
+            )
+            assert held["requests"]["cpu"] == "50m"
+    finally:
+        release.kube.kubectl("delete", "daemonset", "agent", "--wait=true", timeout=120)
+    wait_until(lambda: not release.kube.kubectl_json("get", "pods", "-l", "app=agent")["items"],
+               60, 0.5, "the agent pods gone")  # fmt: skip
+    for node in ("n1", "n2"):
+        held = [h for h in release.ledger_node(node)["holdings"] if "agent" in h["holder"]["name"]]
+        assert not held, held
+
+
+def _running(release: Release, selector: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = release.kube.kubectl_json("get", "pods", "-l", selector)["items"]
+    return [p for p in items if p["status"].get("phase") == "Running"]
+
+
+def test_a_pod_and_a_slurm_job_share_a_nodes_cpus(release: Release, pods: list[str]) -> None:
+    """From inside the cluster the service tells Slurm what pods hold on n1 (this one, the
+    service's own and the DNS pod, rounded up to whole CPUs): a job gets every CPU they
+    leave, and not one more."""
+    slurm = release.slurm
+    cpus = int(slurm.node("n1")["cpus"])
+    pod = run_pod(
+        release,
+        pods,
+        busybox_pod("coloc", "sleep 3600", cpu="1", node_selector={"kubernetes.io/hostname": "n1"}),
+    )
+    assert pod["spec"]["nodeName"] == "n1"
+    uid = pod["metadata"]["uid"]
+    wait_until(lambda: release.holding_of(uid, "n1"), 30, 0.5, "the pod's holding")
+    held = release.ledger_node("n1")["held_by_kubernetes"]["cpu_millis"]
+    left = cpus - math.ceil(held / 1000)
+    assert left < cpus
+    wait_until(lambda: slurm.k8s_counts("n1")["k8scpu"] == left, 30, 0.5, f"k8scpu {left}")
+    # The job_submit plugin asks for k8scpu as many as the job's CPUs: more than is left
+    # is a configuration the node no longer offers.
+    with pytest.raises(RuntimeError, match="Requested node configuration is not available"):
+        slurm.sbatch("-w", "n1", "-c", str(left + 1), "--wrap", "sleep 300")
+    fits = slurm.sbatch("-w", "n1", "-c", str(left), "--wrap", "sleep 300")
+    try:
+        wait_until(lambda: slurm.job_state(fits) == "RUNNING", 30, 0.5, "the job that fits")
+        node = wait_until(
+            lambda: (n := release.ledger_node("n1"))["held_by_slurm"]["cpu_millis"] and n,
+            30,
+            0.5,
+            "the job held in the ledger",
+        )
+        assert node["held_by_slurm"]["cpu_millis"] == left * 1000, node
+    finally:
+        slurm.scancel(fits)
+
+
+def test_helm_upgrade_rolls_the_replicas_without_losing_a_holding(
+    release: Release, pods: list[str]
+) -> None:
+    pod = run_pod(release, pods, busybox_pod("steady", "sleep 3600"))
+    node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+    wait_until(lambda: release.holding_of(uid, node), 30, 0.5, "the pod's holding")
+    before = {p["metadata"]["name"] for p in release.pods(SERVER_PODS)}
+
+    lost: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:  # the holding as every ready replica sees it, during the roll
+        while not done.is_set():
+            try:
+                if release.holding_of(uid, node) is None:
+                    lost.append(time.strftime("%H:%M:%S"))
+            except Exception:  # a replica going away mid-call: not a lost holding
+                pass
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        release.helm(
+            "upgrade", RELEASE, str(release.chart), "-n", NAMESPACE, "-f", str(release.values_file),
+            "--set", "kube.resyncPeriod=120", "--wait", "--timeout", "5m",
+        )  # fmt: skip
+        wait_rollout(release.kube, f"deployment/{FULLNAME}")
+    finally:
+        done.set()
+        watcher.join()
+    after = {p["metadata"]["name"] for p in release.pods(SERVER_PODS)}
+    assert not before & after, "every replica was replaced"
+    assert not lost, f"the holding was missing at {lost}"
+    assert release.holding_of(uid, node) is not None
+
+
+def test_helm_uninstall_leaves_the_crd_and_the_leases(release: Release) -> None:
+    release.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "3m")
+    assert release.kube.get("crd", "genericnodes.nodeledger.io") is not None
+    assert release.kube.get("deployment", FULLNAME, NAMESPACE) is None
+    assert not release.pods(SERVER_PODS)
+    leases = release.kube.kubectl_json("-n", NAMESPACE, "get", "leases")["items"]
+    # The leader deletes its Lease on a clean shutdown; the scheduler's stays.
+    assert {lease["metadata"]["name"] for lease in leases} <= {
+        FULLNAME,
+        f"{FULLNAME}-slurm-sync",
+        f"{FULLNAME}-scheduler",
+    }

@@ -1,0 +1,308 @@
+"""The product as a site runs it: the service's image, installed by Helm into a Kubernetes
+cluster with real nodes (kubelet + containerd), talking to a real Slurm cluster and a
+PostgreSQL server from inside its pods.
+
+Everything here runs beside the test clusters, not in them: its own Kubernetes control plane
+with nodes n1 and n2 (testenv/kube/nodes.sh), its own Slurm 26.05 cluster (a copy of the
+test chroot) whose slurmrestd also listens on the nodes' bridge, and its own PostgreSQL
+listening there too. Pods reach the host at HOST_IP.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import ssl
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.kube_cluster import KubeCluster, cluster_sh
+from tests.support.realenv import REPO, run_script, wait_until
+from tests.support.slurm_cluster import SlurmCluster, main_cache, seed_cache
+
+HOST_IP = "10.231.0.1"  # the nodes' bridge on the host (testenv/kube/nodes.sh)
+RUNDIR = "/tmp/nodeledger/deploy"
+KUBE_ENV = {
+    "NODELEDGER_RUNDIR": RUNDIR,
+    "NODELEDGER_KUBE_PORT_BASE": "13400",
+    "NODELEDGER_KUBE_NODES": "2",
+}
+SLURM_VERSION = "26.05"
+SLURM_ENV = {
+    "NODELEDGER_RUNDIR": RUNDIR,
+    "NODELEDGER_SLURM_PORT_BASE": "13600",
+    "NODELEDGER_SLURM_RESTD_ADDRESS": HOST_IP,
+}
+IMAGE = "registry.nodeledger.test/nodeledger:test"
+SCHEDULER_IMAGE_REPOSITORY = "registry.nodeledger.test/kube-scheduler"
+CHART = Path(REPO) / "charts" / "nodeledger"
+NAMESPACE = "nodeledger"
+RELEASE = "nl"
+
+
+def start_kube() -> KubeCluster:
+    cluster_sh("up", timeout=1800, env=KUBE_ENV)
+    return KubeCluster.from_env(KUBE_ENV)
+
+
+def start_slurm() -> SlurmCluster:
+    cache = main_cache() / "deploy"
+    seed_cache(SLURM_VERSION, cache)
+    env = {**SLURM_ENV, "NODELEDGER_CACHE": str(cache)}
+    run_script(
+        Path(REPO) / "testenv" / "slurm" / "cluster.sh",
+        "up",
+        timeout=1800,
+        env={**env, "NODELEDGER_SLURM_VERSION": SLURM_VERSION},
+    )
+    return SlurmCluster.from_env(SLURM_VERSION, env)
+
+
+def start_postgres() -> str:
+    """The URL pods use: the server on the bridge, database ``postgres``."""
+    return _pg("up").strip().replace("@127.0.0.1:", f"@{HOST_IP}:")
+
+
+def _pg(command: str) -> str:
+    return run_script(
+        Path(REPO) / "testenv" / "postgres" / "pg.sh",
+        command,
+        timeout=300,
+        env={"NODELEDGER_RUNDIR": RUNDIR, "NODELEDGER_PG_LISTEN": HOST_IP},
+    )
+
+
+def build_image() -> Path:
+    """`make image` (cached by the work tree's content): the OCI archive."""
+    out = subprocess.run(
+        ["bash", str(Path(REPO) / "image" / "build.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        env={**os.environ, "IMAGE": IMAGE},
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"image/build.sh failed:\n{out.stderr[-3000:]}")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class Helm:
+    """helm against the deploy cluster."""
+
+    binary: str
+    kube: KubeCluster
+
+    @classmethod
+    def of(cls, kube: KubeCluster) -> Helm:
+        env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh("env", env=KUBE_ENV), re.M))
+        return cls(env["HELM"], kube)
+
+    def __call__(self, *args: str, timeout: float = 600) -> str:
+        result = subprocess.run(
+            [self.binary, "--kubeconfig", str(self.kube.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)}:\n{result.stderr[-3000:]}")
+        return result.stdout
+
+
+def values(postgres_url: str, slurm: SlurmCluster, **extra: Any) -> dict[str, Any]:
+    """The chart's values for the deploy cluster: two replicas on PostgreSQL, Slurm through
+    the bridge, the images built here (never pulled)."""
+    repository, tag = IMAGE.rsplit(":", 1)
+    slurm_url = slurm.url.replace("127.0.0.1", HOST_IP)
+    base: dict[str, Any] = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "replicaCount": 2,
+        "database": {"url": postgres_url},
+        "slurm": {"url": slurm_url, "userName": slurm.user, "syncInterval": 1},
+        "scheduler": {
+            "image": {"repository": SCHEDULER_IMAGE_REPOSITORY, "tag": "v1.34.4"},
+        },
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
+    }
+    return _merge(base, extra)
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def write_values(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data))  # JSON is YAML
+    return path
+
+
+def wait_rollout(kube: KubeCluster, kind_name: str, timeout: float = 300) -> float:
+    """Seconds until ``kubectl rollout status`` of ``kind_name`` succeeds."""
+    started = time.monotonic()
+    kube.kubectl(
+        "-n", NAMESPACE, "rollout", "status", kind_name, f"--timeout={int(timeout)}s",
+        timeout=timeout + 30,
+    )  # fmt: skip
+    return time.monotonic() - started
+
+
+FULLNAME = f"{RELEASE}-nodeledger"
+SERVER_PODS = "app.kubernetes.io/component=server"
+SCHEDULER_PODS = "app.kubernetes.io/component=scheduler"
+
+
+@dataclass
+class Release:
+    """The chart installed in NAMESPACE, and the ledger's REST API as its pods serve it."""
+
+    helm: Helm
+    kube: KubeCluster
+    slurm: SlurmCluster
+    values_file: Path
+    values: dict[str, Any]
+    install_seconds: float
+
+    @classmethod
+    def install(
+        cls,
+        helm: Helm,
+        kube: KubeCluster,
+        slurm: SlurmCluster,
+        values_file: Path,
+        chart_values: dict[str, Any],
+    ) -> Release:
+        started = time.monotonic()
+        helm(
+            "install", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values_file),
+            "--wait", "--timeout", "8m",
+        )  # fmt: skip
+        return cls(helm, kube, slurm, values_file, chart_values, time.monotonic() - started)
+
+    chart: Path = CHART
+
+    def stop_database(self) -> None:
+        _pg("stop")
+
+    def start_database(self) -> None:
+        _pg("start")
+
+    def installed(self) -> bool:
+        return RELEASE in self.helm("list", "-n", NAMESPACE, "-q").split()
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        pods: list[dict[str, Any]] = self.kube.kubectl_json(
+            "-n", NAMESPACE, "get", "pods", "-l", selector
+        )["items"]
+        return pods
+
+    def ready_server_ips(self) -> list[str]:
+        return [
+            p["status"]["podIP"]
+            for p in self.pods(SERVER_PODS)
+            if not p["metadata"].get("deletionTimestamp") and _ready(p)
+        ]
+
+    def _tls(self) -> ssl.SSLContext:
+        secret = self.kube.kubectl_json("-n", NAMESPACE, "get", "secret", f"{FULLNAME}-tls")
+        ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
+        context = ssl.create_default_context(cadata=ca)
+        # The certificate names the Service; the tests call a pod by its address.
+        context.check_hostname = False
+        return context
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """A call to one ready replica of the service (reads need no token by default)."""
+        ips = wait_until(self.ready_server_ips, 120, 0.5, "a ready replica")
+        url = f"https://{ips[0]}:8080{path}"
+        return httpx.request(method, url, verify=self._tls(), timeout=10, **kwargs)
+
+    def ledger_node(self, name: str) -> dict[str, Any]:
+        response = self.api("GET", f"/v1/nodes/{name}")
+        response.raise_for_status()
+        node: dict[str, Any] = response.json()
+        return node
+
+    def holding_of(self, pod_uid: str, node: str) -> dict[str, Any] | None:
+        """The pod's holding on ``node`` as the ledger has it, None without one."""
+        for holding in self.ledger_node(node)["holdings"]:
+            if holding["holder"]["kind"] == "pod" and holding["holder"]["id"] == pod_uid:
+                found: dict[str, Any] = holding
+                return found
+        return None
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def busybox_pod(
+    name: str,
+    script: str,
+    *,
+    scheduler: str | None = "nodeledger",
+    cpu: str = "100m",
+    memory: str = "32Mi",
+    grace: int = 30,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod running ``sh -c script`` in the busybox image built for the test nodes."""
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": grace,
+        "containers": [
+            {
+                "name": "main",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script],
+                "resources": {"requests": {"cpu": cpu, "memory": memory}},
+            }
+        ],
+    }
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+BUSYBOX_IMAGE = "registry.nodeledger.test/busybox:1.35"
+
+__all__ = [
+    "BUSYBOX_IMAGE",
+    "CHART",
+    "FULLNAME",
+    "HOST_IP",
+    "IMAGE",
+    "NAMESPACE",
+    "RELEASE",
+    "SCHEDULER_PODS",
+    "SERVER_PODS",
+    "Helm",
+    "Release",
+    "build_image",
+    "busybox_pod",
+    "start_kube",
+    "start_postgres",
+    "start_slurm",
+    "values",
+    "wait_rollout",
+    "wait_until",
+    "write_values",
+]
