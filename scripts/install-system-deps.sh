@@ -11,6 +11,10 @@ PACKAGES+=(chromium fonts-liberation)
 # writes them, skopeo pushes them, runc runs one by hand; busybox-static and binutils (strip)
 # go into them.
 PACKAGES+=(umoci skopeo runc busybox-static binutils)
+# The test cluster's real nodes (testenv/kube/nodes.sh): containerd 1.6 and runc run the
+# pods, the CNI bridge plugin wires them, kube-proxy programs iptables (nft backend) and
+# cleans conntrack entries.
+PACKAGES+=(containerd containernetworking-plugins iptables conntrack)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

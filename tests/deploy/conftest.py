@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.deploy import (
-    CHART,
     NAMESPACE,
     RELEASE,
     Helm,
@@ -18,6 +17,8 @@ from tests.support.deploy import (
     start_kube,
     start_postgres,
     start_slurm,
+    stop_kube,
+    stop_postgres,
     values,
     write_values,
 )
@@ -25,32 +26,42 @@ from tests.support.kube_cluster import KubeCluster
 from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import SlurmCluster
 
+# Module scope: the cluster with nodes, its Slurm and its PostgreSQL are stopped once the
+# module's tests are done, so that they cost the rest of the suite nothing (a next run
+# starts them again in under a minute: the builds are cached).
 
-@pytest.fixture(scope="session")
-def deploy_kube() -> KubeCluster:
+
+@pytest.fixture(scope="module")
+def deploy_kube() -> Iterator[KubeCluster]:
     try:
-        return start_kube()
+        kube = start_kube()
     except Exception as exc:  # any failure to start means the cluster is unavailable
         unavailable("Kubernetes cluster with nodes", str(exc))
+    yield kube
+    stop_kube()
 
 
-@pytest.fixture(scope="session")
-def deploy_slurm() -> SlurmCluster:
+@pytest.fixture(scope="module")
+def deploy_slurm() -> Iterator[SlurmCluster]:
     try:
-        return start_slurm()
+        slurm = start_slurm()
     except Exception as exc:
         unavailable("Slurm cluster for the deployment", str(exc))
+    yield slurm
+    slurm.script("down", timeout=120)
 
 
-@pytest.fixture(scope="session")
-def deploy_postgres() -> str:
+@pytest.fixture(scope="module")
+def deploy_postgres() -> Iterator[str]:
     try:
-        return start_postgres()
+        url = start_postgres()
     except Exception as exc:
         unavailable("PostgreSQL on the nodes' bridge", str(exc))
+    yield url
+    stop_postgres()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def service_image(deploy_kube: KubeCluster) -> Path:
     """The service's image, built from the work tree and imported into every node."""
     try:
@@ -70,7 +81,7 @@ def release(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Release]:
     """The chart installed (`helm install --wait`) into a fresh namespace, uninstalled
-    after the module unless a test already did."""
+    after the module unless a test already did (the cluster goes anyway)."""
     kube = deploy_kube
     helm = Helm.of(kube)
     kube.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", timeout=180)
@@ -86,8 +97,3 @@ def release(
     yield installed
     if installed.installed():
         helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "3m")
-    kube.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", timeout=180)
-    deploy_slurm.reset()
-
-
-__all__ = ["CHART"]

@@ -174,6 +174,10 @@ def test_a_daemonsets_pods_on_managed_nodes_are_held(release: Release) -> None:
         assert not held, held
 
 
+def _live(pod: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp")
+
+
 def _running(release: Release, selector: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = release.kube.kubectl_json("get", "pods", "-l", selector)["items"]
     return [p for p in items if p["status"].get("phase") == "Running"]
@@ -246,7 +250,8 @@ def test_helm_upgrade_rolls_the_replicas_without_losing_a_holding(
     finally:
         done.set()
         watcher.join()
-    after = {p["metadata"]["name"] for p in release.pods(SERVER_PODS)}
+    after = {p["metadata"]["name"] for p in release.pods(SERVER_PODS) if _live(p)}
+    assert len(after) == 2
     assert not before & after, "every replica was replaced"
     assert not lost, f"the holding was missing at {lost}"
     assert release.holding_of(uid, node) is not None
@@ -256,7 +261,13 @@ def test_helm_uninstall_leaves_the_crd_and_the_leases(release: Release) -> None:
     release.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "3m")
     assert release.kube.get("crd", "genericnodes.nodeledger.io") is not None
     assert release.kube.get("deployment", FULLNAME, NAMESPACE) is None
-    assert not release.pods(SERVER_PODS)
+    wait_until(lambda: not release.pods(SERVER_PODS), 60, 0.5, "the replicas gone")
+    assert release.kube.get("secret", f"{FULLNAME}-tls", NAMESPACE) is None
+    # GenericNodes stay with their CRD.
+    names = {
+        g["metadata"]["name"] for g in release.kube.kubectl_json("get", "genericnodes")["items"]
+    }
+    assert names == {"n1", "n2"}
     leases = release.kube.kubectl_json("-n", NAMESPACE, "get", "leases")["items"]
     # The leader deletes its Lease on a clean shutdown; the scheduler's stays.
     assert {lease["metadata"]["name"] for lease in leases} <= {

@@ -52,6 +52,10 @@ def start_kube() -> KubeCluster:
     return KubeCluster.from_env(KUBE_ENV)
 
 
+def stop_kube() -> None:
+    cluster_sh("down", timeout=300, env=KUBE_ENV)
+
+
 def start_slurm() -> SlurmCluster:
     cache = main_cache() / "deploy"
     seed_cache(SLURM_VERSION, cache)
@@ -68,6 +72,10 @@ def start_slurm() -> SlurmCluster:
 def start_postgres() -> str:
     """The URL pods use: the server on the bridge, database ``postgres``."""
     return _pg("up").strip().replace("@127.0.0.1:", f"@{HOST_IP}:")
+
+
+def stop_postgres() -> None:
+    _pg("down")
 
 
 def _pg(command: str) -> str:
@@ -301,6 +309,8 @@ __all__ = [
     "start_kube",
     "start_postgres",
     "start_slurm",
+    "stop_kube",
+    "stop_postgres",
     "values",
     "wait_rollout",
     "wait_until",
