@@ -26,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.image import image_figures  # noqa: E402
+from bench.image import figures as image_figures  # noqa: E402
 from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb  # noqa: E402
 from tests.support.deploy import (  # noqa: E402
     NAMESPACE,
@@ -114,9 +114,7 @@ def main() -> None:
 
     say("starting the cluster with nodes, Slurm and PostgreSQL")
     kube, slurm, postgres = start_kube(), start_slurm(), start_postgres()
-    started = time.monotonic()
     archive = build_image()
-    build_seconds = round(time.monotonic() - started, 1)
     kube.script("load-image", str(archive), timeout=600)
     helm = Helm.of(kube)
     if RELEASE in helm("list", "-n", NAMESPACE, "-q").split():
@@ -141,7 +139,7 @@ def main() -> None:
     busy = CpuWindow(pid).start()
     pods = create_to_running(kube, args.pods)
     figures = {
-        "image": {**image_figures(archive), "build_or_cache_s": build_seconds},
+        "image": image_figures(archive),
         "helm_install_to_ready_s": round(release.install_seconds, 1),
         "pod_create_to_running": pods,
         "service_in_pod": {

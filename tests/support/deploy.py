@@ -200,7 +200,18 @@ class Release:
             "install", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values_file),
             "--wait", "--timeout", "8m",
         )  # fmt: skip
-        return cls(helm, kube, slurm, values_file, chart_values, time.monotonic() - started)
+        release = cls(helm, kube, slurm, values_file, chart_values, time.monotonic() - started)
+        # A pod the extender refuses because the ledger has not discovered its node yet
+        # waits for the next cluster event (or kube-scheduler's 5 minutes): tests and the
+        # bench create pods once the nodes are admissible.
+        wait_until(release.nodes_admissible, 120, 0.5, "n1 and n2 admissible in the ledger")
+        return release
+
+    def nodes_admissible(self) -> bool:
+        response = self.api("GET", "/v1/nodes")
+        return response.status_code == 200 and {
+            n["name"] for n in response.json() if n["admissible"]
+        } >= {"n1", "n2"}
 
     chart: Path = CHART
 
