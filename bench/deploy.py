@@ -2,11 +2,13 @@
 cluster with real nodes (tests.support.deploy), measured as a site would see it.
 
 Prints one JSON object: the image's size; seconds from `helm install` to every replica and
-the scheduler ready; pod create to Running, p50/p99 over N pods, through the nodeledger
-scheduler and through the default scheduler in the same run (interleaved, one create at a
-time); and the service's RSS and CPU in its pod, idle and during the pods' burst.
+the scheduler ready; pod create to Running, p50/p99, through the nodeledger scheduler and
+through the default scheduler in the same run (interleaved): over a burst of N pods per
+scheduler created back to back, and over M pods per scheduler created one at a time, each
+once the one before runs; and the service's RSS and CPU in its pod, idle and during the
+burst.
 
-    python -m bench.deploy [--pods 100] [--keep]
+    python -m bench.deploy [--pods 100] [--one-at-a-time 20] [--keep]
 
 Uses the cluster, Slurm and PostgreSQL that tests/deploy uses (started if not up) and
 installs release `nl` in namespace `nodeledger`: run it while those tests are not running.
@@ -106,9 +108,34 @@ def create_to_running(kube: KubeCluster, count: int) -> dict[str, Any]:
     return figures
 
 
+def one_at_a_time(kube: KubeCluster, count: int) -> dict[str, Any]:
+    """Pods created one after the other, each once the one before runs: the latency of a
+    pod with the cluster otherwise quiet (alternating schedulers, as above)."""
+    seconds: dict[str, list[float]] = {"nodeledger": [], "default-scheduler": []}
+    for i in range(count):
+        for scheduler, samples in seconds.items():
+            name = f"seq-{scheduler.split('-')[0]}-{i}"
+            pod = busybox_pod(name, "sleep 3600", scheduler=scheduler, cpu="10m", grace=1)
+            pod["metadata"]["labels"] = {"bench": "deploy-seq"}
+            started = time.monotonic()
+            kube.create(pod)
+            while (
+                kube.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}") != "Running"
+                and time.monotonic() - started < 120
+            ):
+                time.sleep(0.05)
+            samples.append(time.monotonic() - started)
+    kube.kubectl("delete", "pods", "-l", "bench=deploy-seq", "--grace-period=1", timeout=300)
+    return {
+        scheduler: {"pods": count, "p50_s": percentile(s, 0.5), "p99_s": percentile(s, 0.99)}
+        for scheduler, s in seconds.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=100)
+    parser.add_argument("--one-at-a-time", type=int, default=20, help="pods per scheduler")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
 
@@ -138,15 +165,19 @@ def main() -> None:
     say(f"{args.pods} pods through each scheduler")
     busy = CpuWindow(pid).start()
     pods = create_to_running(kube, args.pods)
+    busy_cpu = busy.percent()
+    say(f"{args.one_at_a_time} pods one at a time through each scheduler")
+    sequential = one_at_a_time(kube, args.one_at_a_time)
     figures = {
         "image": image_figures(archive),
         "helm_install_to_ready_s": round(release.install_seconds, 1),
-        "pod_create_to_running": pods,
+        "pod_create_to_running_burst": pods,
+        "pod_create_to_running_one_at_a_time": sequential,
         "service_in_pod": {
             "rss_mb": round(rss_mb(pid), 1),
             "peak_rss_mb": round(peak_rss_mb(pid), 1),
             "idle_cpu_percent": idle_cpu,
-            "cpu_percent_during_pods": busy.percent(),
+            "cpu_percent_during_burst": busy_cpu,
         },
     }
     if not args.keep:

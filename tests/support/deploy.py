@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import ssl
 import subprocess
@@ -24,6 +23,7 @@ from typing import Any
 import httpx
 
 from tests.support.kube_cluster import KubeCluster, cluster_sh
+from tests.support.oci import SERVICE_BUILD, build
 from tests.support.realenv import REPO, run_script, wait_until
 from tests.support.slurm_cluster import SlurmCluster, main_cache, seed_cache
 
@@ -89,17 +89,8 @@ def _pg(command: str) -> str:
 
 def build_image() -> Path:
     """`make image` (cached by the work tree's content): the OCI archive."""
-    out = subprocess.run(
-        ["bash", str(Path(REPO) / "image" / "build.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-        env={**os.environ, "IMAGE": IMAGE},
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"image/build.sh failed:\n{out.stderr[-3000:]}")
-    return Path(out.stdout.strip().splitlines()[-1])
+    archive, _ = build(SERVICE_BUILD, env={"IMAGE": IMAGE})
+    return archive
 
 
 @dataclass(frozen=True)

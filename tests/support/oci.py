@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -95,14 +96,18 @@ def read_image(path: Path, want: tuple[str, ...] = ()) -> OciImage:
     return image
 
 
-def build(script: Path, *args: str, timeout: float = 1800) -> tuple[Path, str]:
-    """Run a build script; the archive path (its last stdout line) and its stderr."""
+def build(
+    script: Path, *args: str, timeout: float = 1800, env: dict[str, str] | None = None
+) -> tuple[Path, str]:
+    """Run a build script (``env`` added to ours); the archive path (its last stdout line)
+    and its stderr."""
     result = subprocess.run(
         ["bash", str(script), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, **env} if env else None,
     )
     if result.returncode != 0:
         raise RuntimeError(f"{script.name} {' '.join(args)} failed:\n{result.stderr[-3000:]}")
