@@ -56,8 +56,9 @@ class Dependency:
                 return
             self._since = self.monotonic()
             self._reason = _short(reason)
+            # Under the lock: an answered() in between must not leave the gauge at 0.
+            self.metrics.dependency(self.name, up=False, outage=True)
         log.warning("%s unavailable: %s", self.name, self._reason)
-        self.metrics.dependency(self.name, up=False, outage=True)
 
     def answered(self) -> None:
         if self._since is None:  # unlocked: the common case costs one attribute read
@@ -67,13 +68,13 @@ class Dependency:
                 return
             took, failures = self.monotonic() - self._since, self._failures
             self._since, self._failures = None, 0
+            self.metrics.dependency(self.name, up=True, outage=False)
         log.warning(
             "%s available again after %.1f s (%d failed calls meanwhile)",
             self.name,
             took,
             failures,
         )
-        self.metrics.dependency(self.name, up=True, outage=False)
 
     def status(self) -> str | None:
         """None when answering, else what /readyz says about the outage."""
@@ -92,8 +93,13 @@ def _short(reason: str) -> str:
 
 def dependency_away(exc: BaseException) -> bool:
     """The failure is a dependency not answering (its outage is logged by its Dependency),
-    not a bug: the database lost or refused, slurmrestd unreachable or failing."""
-    return is_outage(exc) or isinstance(exc, SlurmUnavailable)
+    not a bug: the database lost or refused, slurmrestd or the Kubernetes API unreachable or
+    failing (app.kube.client.KubeError.unavailable: read by name, app.kube imports this)."""
+    return (
+        is_outage(exc)
+        or isinstance(exc, SlurmUnavailable)
+        or getattr(exc, "unavailable", False) is True
+    )
 
 
 def log_failure(logger: logging.Logger, what: str, exc: BaseException) -> None:

@@ -48,6 +48,11 @@ class KubeError(Exception):
         super().__init__(message)
         self.status = status
 
+    @property
+    def unavailable(self) -> bool:
+        """The API server did not answer, or failed (5xx): an outage, not a bug."""
+        return self.status is None or self.status >= 500
+
 
 class _ListMeta(msgspec.Struct):
     resourceVersion: str = ""

@@ -232,7 +232,8 @@ class Metrics:
         self.slurm_plugins_ok = Gauge(
             "nodeledger_slurm_plugins_ok",
             "1 when slurmctld runs the plugins its release needs to share nodes safely "
-            "(node_features/k8s_resources from 25.11 on); 0: admissions refused",
+            "(node_features/k8s_resources from 25.11 on); 0 when it does not (admissions "
+            "refused with the check in enforce mode), or before the first check",
             registry=r,
         )
         self.dependency_up = Gauge(

@@ -7,7 +7,7 @@ k8scpu count changed and jobs are using them (16 != 7)"), unless
 it 2 of 5 race runs oversubscribed. On 24.11 it is not needed: lowering a count never
 drains there. So on >= 25.11 the service fails closed: new admissions are refused with the
 reason while slurmctld runs without the plugin; /readyz is degraded, the metric
-``nodeledger_slurm_plugins_ok`` is 0, and one ERROR line says why (another when fixed).
+``nodeledger_slurm_plugins_ok`` is 0, and one ERROR line says why (an INFO line when fixed).
 
 On every release ``job_submit/k8s_resource_completion`` must run too (else jobs ask for
 none of what pods hold); it is checked wherever slurmrestd can say.
@@ -30,7 +30,7 @@ from typing import Literal
 from app.components import Health
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
-from app.slurm.errors import SlurmError
+from app.slurm.errors import SlurmError, SlurmUnavailable
 
 log = logging.getLogger(__name__)
 PLUGIN = "node_features/k8s_resources"
@@ -85,7 +85,7 @@ def _node_features(release: str, loaded: list[str] | None) -> str | None:
         return (
             f"Slurm {release} needs NodeFeaturesPlugins={PLUGIN} and its slurmrestd cannot "
             "say whether slurmctld loaded it (no /conf before API v0.0.45): once it is "
-            "configured, set NODELEDGER_SLURM_PLUGIN_CHECK=warn"
+            "configured, set NODELEDGER_SLURM_PLUGIN_CHECK=warn (chart: slurm.pluginCheck=warn)"
         )
     if PLUGIN in loaded:
         return None
@@ -119,14 +119,21 @@ class PluginCheck:
         self.verdict: Verdict | None = None  # None: not checked yet, or Slurm unreachable
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last_error = ""  # the last failure of the check logged, not an outage
 
     def check(self) -> Verdict | None:
         """Ask slurmrestd once; None when it cannot be reached (the sync says so)."""
         try:
             release, plugins = self.client.plugins()
-        except SlurmError as exc:
+        except SlurmUnavailable as exc:  # the outage is logged once, by the client
             log.debug("checking Slurm's plugins: %s", exc)
             return self.verdict
+        except SlurmError as exc:  # e.g. a 403 on /conf: the check cannot work, say why
+            if str(exc) != self._last_error:
+                log.warning("checking Slurm's plugins failed: %s", exc)
+                self._last_error = str(exc)
+            return self.verdict
+        self._last_error = ""
         node_features = plugins.get("NodeFeaturesPlugins")
         found = verdict(release, node_features, plugins.get("JobSubmitPlugins"))
         if found != self.verdict:

@@ -30,7 +30,8 @@
 # admin.kubeconfig (O=system:masters), scheduler.kubeconfig (system:kube-scheduler),
 # log/*.log, *.pid. Ports on 127.0.0.1: etcd 12379 (peer 12380), API server 16443,
 # scheduler 16459. A second control plane (another NODELEDGER_RUNDIR) runs beside the
-# first with NODELEDGER_KUBE_PORT_BASE=P: etcd P, peer P+1, API server P+2, scheduler P+3.
+# first with NODELEDGER_KUBE_PORT_BASE=P: etcd P, peer P+1, API server P+2, scheduler P+3,
+# and with nodes the controller manager P+4.
 # NODELEDGER_KUBE_SCHEDULER=false starts no kube-scheduler (e.g. for pods created with
 # spec.nodeName, which a scheduler would only cache). A CONFIG_FILE for `scheduler` must set clientConnection.kubeconfig to
 # $NODELEDGER_KUBE_RUN/scheduler.kubeconfig (kube-scheduler ignores --kubeconfig when
@@ -65,7 +66,7 @@ if [ -n "${NODELEDGER_KUBE_PORT_BASE:-}" ]; then
   ETCD_PEER_PORT=$((ETCD_PORT + 1))
   API_PORT=$((ETCD_PORT + 2))
   SCHED_PORT=$((ETCD_PORT + 3))
-  CM_PORT=$((ETCD_PORT + 4))
+  CM_PORT=$((ETCD_PORT + 4))   # only with nodes
 else
   ETCD_PORT=12379
   ETCD_PEER_PORT=12380
@@ -82,7 +83,8 @@ die() { log "$*"; exit 1; }
 
 # shellcheck source=testenv/kube/nodes.sh
 . "$HERE/nodes.sh"
-if [ "$NODE_COUNT" -gt 0 ] 2>/dev/null; then API_HOST=$HOST_IP; else API_HOST=127.0.0.1; fi
+[[ $NODE_COUNT =~ ^[0-9]$ ]] || die "NODELEDGER_KUBE_NODES=$NODE_COUNT: expected 0 to 9"
+if [ "$NODE_COUNT" -gt 0 ]; then API_HOST=$HOST_IP; else API_HOST=127.0.0.1; fi
 
 # ---------------------------------------------------------------------------- build
 
@@ -169,7 +171,8 @@ build() {
   (cd "$HERE/tools/etcd" && go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" \
     go.etcd.io/etcd/server/v3)
   echo "$RECIPE" >"$tmp/.recipe"
-  # An older recipe's binaries may be running: move them aside, running processes keep theirs.
+  # An incomplete build of this recipe may be running: move it aside, running processes keep
+  # their binaries.
   [ -e "$BIN" ] && mv -T "$BIN" "$BIN.old.$$"
   mv -T "$tmp" "$BIN"
   rm -rf "$BIN.old.$$"
@@ -425,10 +428,7 @@ load_image() {   # load_image ARCHIVE: import an OCI archive into every node
   local archive=${1:?OCI archive} i
   [ -f "$archive" ] || die "no such file: $archive"
   [ "$NODE_COUNT" -gt 0 ] || die "no nodes: set NODELEDGER_KUBE_NODES"
-  for ((i = 1; i <= NODE_COUNT; i++)); do
-    ctr --address "$(node_dir "$i")/containerd/containerd.sock" -n k8s.io images import \
-      --all-platforms "$archive" >/dev/null || die "importing $archive into n$i failed"
-  done
+  for ((i = 1; i <= NODE_COUNT; i++)); do import_image "$i" "$archive"; done
 }
 
 # ---------------------------------------------------------------------------- commands
@@ -443,7 +443,8 @@ up() {
     "leave it alone or use another NODELEDGER_RUNDIR"
   down
   local started=$SECONDS port
-  for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $SCHED_PORT $CM_PORT; do
+  for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $SCHED_PORT \
+    $([ "$NODE_COUNT" -eq 0 ] || echo "$CM_PORT"); do
     ! port_busy "$port" || die "port $port on 127.0.0.1 is in use by another process"
   done
   mkdir -p "$RUN/log"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Real worker nodes for the test control plane: sourced by cluster.sh when
 # NODELEDGER_KUBE_NODES=N (N >= 1); nothing here runs on its own.
 #
@@ -25,6 +26,9 @@ POD_PREFIX=10.232
 CLUSTER_DNS=10.96.0.10
 SANDBOX_IMAGE=registry.nodeledger.test/pause:3.10
 NODE_COUNT="${NODELEDGER_KUBE_NODES:-0}"
+# The bridge, the namespaces, the routes and the nodes' cgroups are the machine's, not one
+# run directory's: this file names the run directory whose cluster owns them.
+NET_OWNER=/run/nodeledger-nodes.owner
 
 node_ip() { echo "$NET_PREFIX.$((10 + $1))"; }           # node_ip I
 node_dir() { echo "$RUN/nodes/n$1"; }                     # node_dir I
@@ -34,12 +38,20 @@ node_names() { local i; for ((i = 1; i <= NODE_COUNT; i++)); do echo "n$i"; done
 
 # ---------------------------------------------------------------------------- network
 
+owns_network() { [ "$(cat "$NET_OWNER" 2>/dev/null)" = "$RUN" ]; }
+
 network_up() {
-  sysctl -qw net.ipv4.ip_forward=1 >/dev/null 2>&1 || true
-  if ! ip link show "$NET_BRIDGE" >/dev/null 2>&1; then
-    ip link add "$NET_BRIDGE" type bridge
-    ip addr add "$HOST_IP/24" dev "$NET_BRIDGE"
+  local owner
+  owner=$(cat "$NET_OWNER" 2>/dev/null) || true
+  if [ -n "$owner" ] && [ "$owner" != "$RUN" ] && [ -d "$owner/nodes" ]; then
+    die "another cluster with nodes runs (NODELEDGER_RUNDIR=${owner%/kube}): one at a time," \
+      "stop it first"
   fi
+  network_down   # what a cluster that was not stopped left behind
+  mkdir -p "$(dirname "$NET_OWNER")"
+  echo "$RUN" >"$NET_OWNER"
+  ip link add "$NET_BRIDGE" type bridge
+  ip addr add "$HOST_IP/24" dev "$NET_BRIDGE"
   ip link set "$NET_BRIDGE" up
   local i j ns
   for ((i = 1; i <= NODE_COUNT; i++)); do
@@ -217,11 +229,13 @@ import_images() {   # import_images I: every archive named in $RUN/images into n
   local i=$1 archive
   [ -f "$RUN/images" ] || return 0
   while read -r archive; do
-    [ -n "$archive" ] || continue
-    ctr --address "$(node_dir "$i")/containerd/containerd.sock" -n k8s.io images import \
-      --all-platforms "$archive" >/dev/null \
-      || die "importing $archive into n$i failed"
+    [ -z "$archive" ] || import_image "$i" "$archive"
   done <"$RUN/images"
+}
+
+import_image() {   # import_image I ARCHIVE
+  ctr --address "$(node_dir "$1")/containerd/containerd.sock" -n k8s.io images import \
+    --all-platforms "$2" >/dev/null || die "importing $2 into n$1 failed"
 }
 
 node_ready() {   # node_ready NAME: the Node's Ready condition is True
@@ -230,8 +244,6 @@ node_ready() {   # node_ready NAME: the Node's Ready condition is True
 }
 
 nodes_up() {
-  [[ $NODE_COUNT =~ ^[0-9]+$ ]] && [ "$NODE_COUNT" -le 9 ] \
-    || die "NODELEDGER_KUBE_NODES=$NODE_COUNT: expected 0 to 9"
   local i
   for ((i = 1; i <= NODE_COUNT; i++)); do start_node "$i"; done
   for ((i = 1; i <= NODE_COUNT; i++)); do
@@ -256,20 +268,25 @@ kill_cgroup_tree() {   # kill every process left in node I's cgroups, then remov
     sleep 0.1; n=$((n + 1))
   done
   for c in $(cgroup_roots "$i"); do
-    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
+    [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true; }
   done
   return 0
 }
 
 nodes_down() {
-  local f pid i mnt
+  local f pid i mnt cmd
+  # Another run directory's cluster (or none) owns the nodes: leave them alone.
+  owns_network || return 0
   for f in "$RUN"/kubelet-n*.pid "$RUN"/kube-proxy-n*.pid "$RUN"/containerd-n*.pid; do
     [ -e "$f" ] || continue
     f=${f##*/}
     pid=$(pid_of "${f%.pid}") && stop "$pid"
   done
-  # The shims and the containers outlive containerd: end them by cgroup and by socket.
-  for pid in $(daemon_pids); do kill -9 "$pid" 2>/dev/null || true; done
+  # The shims and the containers outlive containerd: end them by socket and by cgroup.
+  for pid in $(daemon_pids); do
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+    [[ $cmd == *"$RUN/nodes/"* ]] && { kill -9 "$pid" 2>/dev/null || true; }
+  done
   for ((i = 1; i <= 9; i++)); do
     kill_cgroup_tree "$i"
   done
@@ -278,8 +295,9 @@ nodes_down() {
     | while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done
   # Pod network namespaces left by containerd (named cni-UUID), now without processes.
   for f in $(ip netns list 2>/dev/null | awk '$1 ~ /^cni-/ {print $1}'); do
-    [ -z "$(ip netns pids "$f" 2>/dev/null)" ] && ip netns del "$f" 2>/dev/null
+    [ -z "$(ip netns pids "$f" 2>/dev/null)" ] && { ip netns del "$f" 2>/dev/null || true; }
   done
   network_down
+  rm -f "$NET_OWNER"
   return 0
 }

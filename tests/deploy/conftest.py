@@ -3,7 +3,8 @@ the service's image loaded into the nodes, and the chart installed (tests.suppor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.support.deploy import (
     start_slurm,
     stop_kube,
     stop_postgres,
+    stop_slurm,
     values,
     write_values,
 )
@@ -31,11 +33,17 @@ from tests.support.slurm_cluster import SlurmCluster
 # starts them again in under a minute: the builds are cached).
 
 
+def _quietly(stop: Callable[[], None]) -> None:
+    with contextlib.suppress(Exception):  # the failure that matters is the start's
+        stop()
+
+
 @pytest.fixture(scope="module")
 def deploy_kube() -> Iterator[KubeCluster]:
     try:
         kube = start_kube()
     except Exception as exc:  # any failure to start means the cluster is unavailable
+        _quietly(stop_kube)  # nothing of a half-started cluster outlives the session
         unavailable("Kubernetes cluster with nodes", str(exc))
     yield kube
     stop_kube()
@@ -46,9 +54,10 @@ def deploy_slurm() -> Iterator[SlurmCluster]:
     try:
         slurm = start_slurm()
     except Exception as exc:
+        _quietly(stop_slurm)
         unavailable("Slurm cluster for the deployment", str(exc))
     yield slurm
-    slurm.script("down", timeout=120)
+    stop_slurm()
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +65,7 @@ def deploy_postgres() -> Iterator[str]:
     try:
         url = start_postgres()
     except Exception as exc:
+        _quietly(stop_postgres)
         unavailable("PostgreSQL on the nodes' bridge", str(exc))
     yield url
     stop_postgres()

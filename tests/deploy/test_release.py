@@ -269,9 +269,8 @@ def test_helm_uninstall_leaves_the_crd_and_the_leases(release: Release) -> None:
     }
     assert names == {"n1", "n2"}
     leases = release.kube.kubectl_json("-n", NAMESPACE, "get", "leases")["items"]
-    # The leader deletes its Lease on a clean shutdown; the scheduler's stays.
-    assert {lease["metadata"]["name"] for lease in leases} <= {
-        FULLNAME,
-        f"{FULLNAME}-slurm-sync",
-        f"{FULLNAME}-scheduler",
-    }
+    names = {lease["metadata"]["name"] for lease in leases}
+    # The scheduler's stays; the controllers' leader deletes its own when it still may (the
+    # RBAC goes at the same time): docs/deploy.md names both.
+    assert f"{FULLNAME}-scheduler" in names
+    assert names <= {FULLNAME, f"{FULLNAME}-scheduler"}

@@ -4,12 +4,14 @@ failures themselves at DEBUG; slurmrestd's through the real client and a closed 
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from app.kube.client import KubeError
 from app.metrics.registry import Metrics
-from app.outages import Dependency, log_failure
+from app.outages import Dependency, dependency_away, log_failure
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.tokens import StaticToken
@@ -65,6 +67,56 @@ def test_a_background_failure_is_a_traceback_unless_a_dependency_is_away(
     assert (away.levelname, away.exc_info) == ("DEBUG", None)
     assert bug.levelname == "ERROR"
     assert bug.exc_info is not None
+
+
+@pytest.mark.parametrize(
+    ("error", "away"),
+    [
+        pytest.param(KubeError("connection refused"), True, id="api-server-unreachable"),
+        pytest.param(KubeError("etcd timed out", status=503), True, id="api-server-5xx"),
+        pytest.param(KubeError("forbidden", status=403), False, id="forbidden-is-a-bug"),
+        pytest.param(KubeError("not found", status=404), False, id="not-found-is-a-bug"),
+    ],
+)
+def test_the_kubernetes_api_away_is_an_outage_not_a_bug(error: KubeError, away: bool) -> None:
+    """The status mirror retries every 0.2 s: an API server outage must not write a
+    traceback each time."""
+    assert dependency_away(error) is away
+
+
+class SlowGauge(Metrics):
+    """Metrics whose first "down" write waits (up to 0.5 s) for an "up" write to overtake it."""
+
+    def __init__(self) -> None:
+        super().__init__(CollectorRegistry())
+        self.writing_down, self.wrote_up = threading.Event(), threading.Event()
+        self.writes: list[bool] = []
+
+    def dependency(self, name: str, *, up: bool, outage: bool) -> None:
+        if not up and not self.writing_down.is_set():
+            self.writing_down.set()
+            self.wrote_up.wait(0.5)
+        elif up and self.writing_down.is_set():
+            self.wrote_up.set()
+        self.writes.append(up)
+        super().dependency(name, up=up, outage=outage)
+
+
+def test_an_answer_racing_a_failure_leaves_the_gauge_as_the_state_is() -> None:
+    """A dependency fails in one thread and answers in another while the failure is being
+    recorded: the gauge ends as the state does (up), never at 0 while it answers."""
+    metrics = SlowGauge()
+    database = Dependency("database", metrics=metrics)
+    failing = threading.Thread(target=database.failed, args=("refused",))
+    failing.start()
+    assert metrics.writing_down.wait(5)
+    answering = threading.Thread(target=database.answered)
+    answering.start()
+    failing.join()
+    answering.join()
+    assert database.status() is None
+    assert metrics.writes[-1] is True
+    assert value(metrics, "nodeledger_dependency_up", "database") == 1
 
 
 def test_slurmrestd_away_is_logged_once_by_the_real_client(

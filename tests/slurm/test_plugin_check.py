@@ -15,7 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.slurm.plugins import JOB_SUBMIT, PLUGIN, verdict
+from app.slurm.errors import SlurmError
+from app.slurm.plugins import JOB_SUBMIT, PLUGIN, PluginCheck, verdict
 from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import SlurmCluster, cluster_sh, seed_cache, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
@@ -96,6 +97,21 @@ def plugins_ok(api: TestClient) -> str | None:
 
 @pytest.mark.slurm
 @pytest.mark.slow
+class RefusingConf:
+    """A slurmrestd client whose ``GET conf`` is refused (say, a token without the rights)."""
+
+    def plugins(self) -> tuple[str, dict[str, list[str]]]:
+        raise SlurmError("slurmrestd GET conf: HTTP 403: Forbidden")
+
+
+def test_a_check_that_cannot_work_says_why_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="app.slurm.plugins")
+    check = PluginCheck(RefusingConf())  # type: ignore[arg-type]
+    assert [check.check() for _ in range(3)] == [None, None, None]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["checking Slurm's plugins failed: slurmrestd GET conf: HTTP 403: Forbidden"]
+
+
 def test_without_the_plugin_26_05_admits_nothing_and_says_why(
     cluster_env: None, sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import ssl
 import subprocess
@@ -28,7 +29,8 @@ from tests.support.realenv import REPO, run_script, wait_until
 from tests.support.slurm_cluster import SlurmCluster, main_cache, seed_cache
 
 HOST_IP = "10.231.0.1"  # the nodes' bridge on the host (testenv/kube/nodes.sh)
-RUNDIR = "/tmp/nodeledger/deploy"
+# Beside the test clusters' run directory; only one cluster with nodes runs on a machine.
+RUNDIR = f"{os.environ.get('NODELEDGER_RUNDIR', '/tmp/nodeledger')}/deploy"
 KUBE_ENV = {
     "NODELEDGER_RUNDIR": RUNDIR,
     "NODELEDGER_KUBE_PORT_BASE": "13400",
@@ -42,6 +44,12 @@ SLURM_ENV = {
 }
 IMAGE = "registry.nodeledger.test/nodeledger:test"
 SCHEDULER_IMAGE_REPOSITORY = "registry.nodeledger.test/kube-scheduler"
+# cluster.sh tags the kube-scheduler image it builds with the pinned Kubernetes version.
+KUBE_VERSION = re.search(
+    r"^require k8s.io/kubernetes (v\S+)$",
+    (Path(REPO) / "testenv" / "kube" / "tools" / "kube" / "go.mod").read_text(),
+    re.MULTILINE,
+).group(1)  # type: ignore[union-attr]
 CHART = Path(REPO) / "charts" / "nodeledger"
 NAMESPACE = "nodeledger"
 RELEASE = "nl"
@@ -57,16 +65,27 @@ def stop_kube() -> None:
 
 
 def start_slurm() -> SlurmCluster:
-    cache = main_cache() / "deploy"
-    seed_cache(SLURM_VERSION, cache)
-    env = {**SLURM_ENV, "NODELEDGER_CACHE": str(cache)}
-    run_script(
-        Path(REPO) / "testenv" / "slurm" / "cluster.sh",
-        "up",
-        timeout=1800,
-        env={**env, "NODELEDGER_SLURM_VERSION": SLURM_VERSION},
+    seed_cache(SLURM_VERSION, SLURM_CACHE)
+    _slurm("up", timeout=1800)
+    return SlurmCluster.from_env(SLURM_VERSION, _slurm_env())
+
+
+def stop_slurm() -> None:
+    _slurm("down", timeout=300)
+
+
+SLURM_CACHE = main_cache() / "deploy"  # a copy of the test chroot: its own cluster
+
+
+def _slurm_env() -> dict[str, str]:
+    return {**SLURM_ENV, "NODELEDGER_CACHE": str(SLURM_CACHE)}
+
+
+def _slurm(command: str, timeout: float) -> str:
+    env = {**_slurm_env(), "NODELEDGER_SLURM_VERSION": SLURM_VERSION}
+    return run_script(
+        Path(REPO) / "testenv" / "slurm" / "cluster.sh", command, timeout=timeout, env=env
     )
-    return SlurmCluster.from_env(SLURM_VERSION, env)
 
 
 def start_postgres() -> str:
@@ -129,7 +148,7 @@ def values(postgres_url: str, slurm: SlurmCluster, **extra: Any) -> dict[str, An
         "database": {"url": postgres_url},
         "slurm": {"url": slurm_url, "userName": slurm.user, "syncInterval": 1},
         "scheduler": {
-            "image": {"repository": SCHEDULER_IMAGE_REPOSITORY, "tag": "v1.34.4"},
+            "image": {"repository": SCHEDULER_IMAGE_REPOSITORY, "tag": KUBE_VERSION},
         },
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
     }
@@ -313,6 +332,7 @@ __all__ = [
     "start_slurm",
     "stop_kube",
     "stop_postgres",
+    "stop_slurm",
     "values",
     "wait_rollout",
     "wait_until",
