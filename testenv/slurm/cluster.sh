@@ -578,6 +578,7 @@ recipe() { cat "$REPO/testenv/slurm/cluster.sh" "$REPO/slurm-plugins/hooks/nodel
 
 up() {
   build
+  exec 8>&- 9>&-   # the build locks: the daemons started next must not hold them
   if status >/dev/null 2>&1 && [ "$(cat "$ROOT$RUN/recipe" 2>/dev/null)" = "$(recipe)" ]; then
     return 0
   fi
