@@ -33,6 +33,7 @@ from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb  # noqa: E402
 from tests.support.deploy import (  # noqa: E402
     NAMESPACE,
     RELEASE,
+    RUNDIR,
     SERVER_PODS,
     Helm,
     Release,
@@ -153,7 +154,7 @@ def main() -> None:
         f"--from-literal=token={slurm.token}",
     )  # fmt: skip
     chart_values = values(postgres, slurm)
-    path = write_values(Path("/tmp/nodeledger/deploy/bench-values.json"), chart_values)
+    path = write_values(Path(RUNDIR) / "bench-values.json", chart_values)
     say("helm install")
     release = Release.install(helm, kube, slurm, path, chart_values)
     server = release.pods(SERVER_PODS)[0]

@@ -321,6 +321,7 @@ __all__ = [
     "IMAGE",
     "NAMESPACE",
     "RELEASE",
+    "RUNDIR",
     "SCHEDULER_PODS",
     "SERVER_PODS",
     "Helm",
