@@ -4,13 +4,12 @@ on both databases (NUL characters and 64-bit ids failed on PostgreSQL only)."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.kube.binder import Extender
-from app.kube.client import KubeClient
+from tests.support.extender import offline_extender
 
 NODE = {"capacity": {"cpu": "4", "memory": "8Gi"}}
 JSON = {"content-type": "application/json"}
@@ -55,13 +54,7 @@ INVALID = [
 def client(api: TestClient) -> TestClient:
     services = api.app.state.services  # type: ignore[attr-defined]
     # The extender routes answer; no case here gets as far as the Kubernetes API.
-    services.extender = Extender(
-        services.admissions,
-        cast(KubeClient, None),
-        None,
-        gpu_resource="nvidia.com/gpu",
-        snapshot=services.snapshot,
-    )
+    offline_extender(services)
     assert api.put("/v1/nodes/n1", json=NODE).status_code == 201
     return api
 

@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -23,11 +23,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.kube.binder import Extender
-from app.kube.client import KubeClient
 from app.main import create_app
 from app.settings import Settings
 from tests.support.databases import sqlite_database
+from tests.support.extender import offline_extender
 from tests.support.service import ServiceProcess, running_service
 
 LIMIT = 64 * 1024  # the body limit of these tests (the default is 1 MiB)
@@ -84,13 +83,7 @@ def client(database_url: str) -> Iterator[TestClient]:
     with TestClient(app) as client:
         services = app.state.services
         # The extender routes answer; nothing here gets as far as the Kubernetes API.
-        services.extender = Extender(
-            services.admissions,
-            cast(KubeClient, None),
-            None,
-            gpu_resource="nvidia.com/gpu",
-            snapshot=services.snapshot,
-        )
+        offline_extender(services)
         assert client.put("/v1/nodes/n1", json=NODE).status_code == 201
         yield client
 

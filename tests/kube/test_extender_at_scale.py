@@ -8,14 +8,12 @@ prioritize never call it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.db.engine import Database
-from app.kube.binder import Extender
-from app.kube.client import KubeClient
 from app.kube.extender import filter_nodes, prioritize
 from app.ledger.records import Holder, HolderKind
 from app.ledger.resources import Resources
@@ -24,6 +22,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.slurm.policy import KubeCaps
 from tests.support.bulk import fill, node_name
+from tests.support.extender import offline_extender
 
 NODES = 1000
 POD_CPU = 8000
@@ -46,14 +45,7 @@ def api(database_url: str, max_staleness: float) -> Iterator[TestClient]:
     fill(database_url, NODES)
     app = create_app(Settings(database_url=database_url, migrate_on_start=False))
     services = app.state.services
-    services.extender = Extender(
-        services.admissions,
-        cast(KubeClient, None),
-        CAPS,
-        gpu_resource="nvidia.com/gpu",
-        snapshot=services.snapshot,
-        max_staleness=max_staleness,
-    )
+    offline_extender(services, CAPS, max_staleness=max_staleness)
     services.components.insert(0, services.snapshot)  # as with Kubernetes on: it starts first
     with TestClient(app) as client:
         yield client
