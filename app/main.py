@@ -1,17 +1,14 @@
-"""Builds the application: services from settings, routers, start-up and shutdown."""
+"""The ASGI application: the routers over the services app.bootstrap builds, which run
+for as long as the application does."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry
 
 from app import __version__
-from app.admission.service import AdmissionGate, Admissions
 from app.api import (
     errors,
     routes_admissions,
@@ -22,80 +19,11 @@ from app.api import (
 )
 from app.auth import guard as auth
 from app.auth.wiring import build_guard
-from app.components import Component
-from app.db import migrate
-from app.db.engine import Database
+from app.bootstrap import Services, build_services, running
 from app.kube import routes as kube_routes
-from app.kube.binder import Extender
-from app.kube.wiring import attach_kube
-from app.ledger.service import Clock, Ledger, utcnow
-from app.ledger.snapshot import NodeSnapshot
 from app.metrics import http as metrics_http
-from app.metrics.nodes import LedgerCollector
-from app.metrics.registry import Metrics
-from app.outages import Dependency
 from app.settings import Settings
-from app.slurm.hints import JobHints
-from app.slurm.sync import SlurmSync
-from app.slurm.wiring import attach_slurm
 from app.web import routes as web_routes
-
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class Services:
-    """Everything the routers and background components share, built once."""
-
-    db: Database
-    ledger: Ledger
-    admissions: Admissions
-    snapshot: NodeSnapshot  # every node view, for those that read many (app.ledger.snapshot)
-    components: list[Component] = field(default_factory=list)
-    slurm: SlurmSync | None = None
-    job_hints: JobHints | None = None  # with the Slurm integration on
-    extender: Extender | None = None
-    metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry()))
-    # What this replica sees of the database, slurmrestd, the Kubernetes API (app.outages).
-    dependencies: dict[str, Dependency] = field(default_factory=dict)
-
-    @property
-    def database(self) -> Dependency:
-        return self.dependencies["database"]
-
-    def dependency(self, name: str) -> Dependency:
-        """The named dependency's tracker, made on first use."""
-        if name not in self.dependencies:
-            self.dependencies[name] = Dependency(name, metrics=self.metrics)
-        return self.dependencies[name]
-
-
-def build_services(
-    settings: Settings, *, clock: Clock = utcnow, gate: AdmissionGate | None = None
-) -> Services:
-    db = Database.from_url(settings.database_url, pool_size=settings.db_pool_size)
-    if settings.migrate_on_start:
-        migrate.upgrade(db.engine)
-    ledger = Ledger(db, clock)
-    snapshot = NodeSnapshot(ledger)
-    # With an integration on, the snapshot runs for its readers: scrapes read it too.
-    integrated = settings.slurm.enabled or settings.kube.enabled
-    registry = CollectorRegistry()  # one per app: tests build many apps in one process
-    metrics = Metrics(registry)
-    per_node, cache = settings.metrics.per_node, settings.metrics.cache_seconds
-    registry.register(
-        LedgerCollector(snapshot if integrated else ledger, per_node=per_node, cache_seconds=cache)
-    )
-    admissions = Admissions(ledger, gate, metrics=metrics)
-    services = Services(db, ledger, admissions, snapshot, metrics=metrics)
-    database = services.dependency("database")
-    db.watch(database.failed, database.answered)
-    if integrated:
-        # Its readers' first component: started before them, stopped after them.
-        services.components.append(snapshot)
-    attach_slurm(services, settings)
-    attach_kube(services, settings, clock)
-    return services
 
 
 def create_app(
@@ -109,19 +37,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        started: list[Component] = []
-        try:
-            for component in services.components:
-                component.start()
-                started.append(component)
+        with running(services):
             yield
-        finally:
-            for component in reversed(started):
-                try:
-                    component.stop()
-                except Exception:
-                    log.exception("stopping %s failed", component.name)
-            services.db.dispose()
 
     app = FastAPI(
         title="nodeledger",

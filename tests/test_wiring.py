@@ -9,9 +9,9 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from app.bootstrap import build_services
 from app.kube.controllers import KubeControllers
 from app.kube.settings import KubeSettings
-from app.main import build_services
 from app.settings import Settings
 from app.slurm.settings import SlurmSettings
 
@@ -58,6 +58,6 @@ def test_both_integrations_share_one_snapshot_that_starts_first(
 def test_without_integrations_nothing_runs_a_snapshot(sqlite_url: str) -> None:
     services = build_services(Settings(database_url=sqlite_url, migrate_on_start=False))
     try:
-        assert services.components == []
+        assert services.components == ()
     finally:
         services.db.dispose()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from app.outages import log_failure
 log = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL = 1.0
 REFRESH_EVERY = 5  # housekeeping rounds between re-applying Node sizes (Slurm's may come later)
+STOP_TIMEOUT = 10.0  # seconds to wait for the threads of a term that ends
 
 
 class KubeControllers:
@@ -147,8 +149,17 @@ class KubeControllers:
         self._spawn("housekeeping", lambda: self._housekeeping(stop))
 
     def _follow(self) -> None:
+        """Stop leading: signal this term's threads and wait for them (a bounded wait: a
+        watch ends at its next event or request timeout), so that no thread of an old
+        term writes beside a new leader."""
         self.metrics.leader("kube-controllers", False)
         self._stop.set()
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if still := [t.name for t in self._threads if t.is_alive()]:
+            log.info("threads still stopping after %.0f s: %s", STOP_TIMEOUT, ", ".join(still))
         self._threads = []
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:

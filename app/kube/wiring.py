@@ -1,34 +1,48 @@
-"""Builds the Kubernetes controllers and the scheduler extender into the service."""
+"""The Kubernetes integration's parts, built from its settings (called by app.bootstrap)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from app.admission.service import Admissions
 from app.components import Health
 from app.kube.binder import Extender
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
+from app.kube.settings import KubeSettings
 from app.ledger.resources import Resources
+from app.ledger.service import Clock
+from app.ledger.snapshot import NodeSnapshot
+from app.metrics.registry import Metrics
+from app.outages import Dependency
 from app.slurm.policy import KubeCaps
-
-if TYPE_CHECKING:
-    from app.ledger.service import Clock
-    from app.main import Services
-    from app.settings import Settings
+from app.slurm.sync import SlurmSync
 
 
-def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
-    """Append the controllers to services.components and install the extender."""
-    kube = settings.kube
-    if not kube.enabled:
-        return
+@dataclass(frozen=True, slots=True)
+class KubeParts:
+    controllers: KubeControllers
+    extender: Extender
+
+
+def build_kube(
+    settings: KubeSettings,
+    admissions: Admissions,
+    views: NodeSnapshot,
+    caps: KubeCaps | None,
+    slurm: SlurmSync | None,
+    metrics: Metrics,
+    availability: Dependency,
+    clock: Clock,
+) -> KubeParts:
+    """The controllers (discovery, pod accounting, GenericNodes, status mirror) and the
+    scheduler extender. ``slurm``: the Slurm sync, for node sizes and health, if on."""
     client = KubeClient(
-        kube.kubeconfig,
-        timeout=kube.request_timeout,
-        page_size=kube.list_page_size,
-        availability=services.dependency("kubernetes"),
+        settings.kubeconfig,
+        timeout=settings.request_timeout,
+        page_size=settings.list_page_size,
+        availability=availability,
     )
-    slurm = services.slurm
 
     def slurm_sizes(name: str) -> Resources | None:
         return slurm.node_size(name) if slurm is not None else None
@@ -36,27 +50,15 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
     def slurm_health() -> Health | None:
         return slurm.health() if slurm is not None else None
 
-    services.components.append(
-        KubeControllers(
-            kube,
-            client,
-            services.admissions,
-            slurm_sizes,
-            slurm_health,
-            clock,
-            metrics=services.metrics,
-        )
+    controllers = KubeControllers(
+        settings, client, admissions, slurm_sizes, slurm_health, clock, metrics=metrics
     )
-    caps = (
-        KubeCaps(settings.slurm.kube_max_cpu_fraction, settings.slurm.kube_max_memory_fraction)
-        if settings.slurm.enabled
-        else None
-    )
-    services.extender = Extender(
-        services.admissions,
+    extender = Extender(
+        admissions,
         client,
         caps,
-        gpu_resource=kube.gpu_resource,
-        snapshot=services.snapshot,
-        max_staleness=kube.extender_max_staleness,
+        gpu_resource=settings.gpu_resource,
+        snapshot=views,
+        max_staleness=settings.extender_max_staleness,
     )
+    return KubeParts(controllers, extender)

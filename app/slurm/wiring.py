@@ -1,23 +1,33 @@
-"""Builds the Slurm integration into the service when it is enabled."""
+"""The Slurm integration's parts, built from its settings (called by app.bootstrap)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from app.components import Component
+from app.db.engine import Database
 from app.db.locks import Leadership
+from app.ledger.service import Ledger
+from app.ledger.snapshot import NodeSnapshot
+from app.metrics.registry import Metrics
+from app.outages import Dependency
 from app.slurm.client import SlurmClient
 from app.slurm.gate import SlurmGate
 from app.slurm.hints import JobHints
 from app.slurm.plugins import PluginCheck
 from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
+from app.slurm.settings import SlurmSettings
 from app.slurm.sync import SlurmSync
 from app.slurm.tokens import FileToken, StaticToken, TokenSource
 
-if TYPE_CHECKING:
-    from app.main import Services
-    from app.settings import Settings
-    from app.slurm.settings import SlurmSettings
+
+@dataclass(frozen=True, slots=True)
+class SlurmParts:
+    sync: SlurmSync
+    gate: SlurmGate
+    hints: JobHints
+    components: tuple[Component, ...]  # in start order
 
 
 def token_source(settings: SlurmSettings) -> TokenSource:
@@ -30,52 +40,57 @@ def token_source(settings: SlurmSettings) -> TokenSource:
     )
 
 
-def attach_slurm(services: Services, settings: Settings) -> None:
-    """Install the Slurm admission gate and the sync component (when enabled)."""
-    slurm = settings.slurm
-    if not slurm.enabled:
-        return
+def build_slurm(
+    settings: SlurmSettings,
+    db: Database,
+    ledger: Ledger,
+    views: NodeSnapshot,
+    caps: KubeCaps,
+    metrics: Metrics,
+    availability: Dependency,
+) -> SlurmParts:
+    """The sync component, the admission gate and the plugin check (unless off)."""
     client = SlurmClient(
-        slurm.url,
-        token_source(slurm),
-        user_name=slurm.user_name,
-        timeout=slurm.timeout,
-        retries=slurm.retries,
-        api_version=slurm.api_version,
-        metrics=services.metrics,
-        availability=services.dependency("slurmrestd"),
+        settings.url,
+        token_source(settings),
+        user_name=settings.user_name,
+        timeout=settings.timeout,
+        retries=settings.retries,
+        api_version=settings.api_version,
+        metrics=metrics,
+        availability=availability,
     )
-    pusher = Pusher(client, services.ledger, metrics=services.metrics)
-    caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
-    services.job_hints = JobHints(services.db)
-    services.slurm = SlurmSync(
+    pusher = Pusher(client, ledger, metrics=metrics)
+    hints = JobHints(db)
+    sync = SlurmSync(
         client,
-        services.ledger,
+        ledger,
         pusher,
-        interval=slurm.sync_interval,
-        full_sync_interval=slurm.full_sync_interval,
-        hints=services.job_hints,
-        register_nodes=slurm.register_nodes,
-        pending_timeout=slurm.pending_timeout,
-        leadership=Leadership(services.db, "slurm-sync"),
-        metrics=services.metrics,
-        views=services.snapshot,
+        interval=settings.sync_interval,
+        full_sync_interval=settings.full_sync_interval,
+        hints=hints,
+        register_nodes=settings.register_nodes,
+        pending_timeout=settings.pending_timeout,
+        leadership=Leadership(db, "slurm-sync"),
+        metrics=metrics,
+        views=views,
     )
-    plugins = None
-    if slurm.plugin_check != "off":
-        plugins = PluginCheck(
+    plugins = (
+        PluginCheck(
             client,
-            mode=slurm.plugin_check,
-            interval=slurm.plugin_check_interval,
-            metrics=services.metrics,
+            mode=settings.plugin_check,
+            interval=settings.plugin_check_interval,
+            metrics=metrics,
         )
-    services.admissions.gate = SlurmGate(
+        if settings.plugin_check != "off"
+        else None
+    )
+    gate = SlurmGate(
         pusher,
         caps,
-        fail_open=slurm.fail_open,
-        jobs_on=services.slurm.jobs_on,
+        fail_open=settings.fail_open,
+        jobs_on=sync.jobs_on,
         refusal=plugins.refusal if plugins is not None else lambda: None,
     )
-    services.components.append(services.slurm)
-    if plugins is not None:
-        services.components.append(plugins)
+    components: tuple[Component, ...] = (sync,) if plugins is None else (sync, plugins)
+    return SlurmParts(sync, gate, hints, components)

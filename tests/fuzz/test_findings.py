@@ -4,11 +4,15 @@ on both databases (NUL characters and 64-bit ids failed on PostgreSQL only)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from app.bootstrap import build_services
+from app.main import create_app
+from app.settings import Settings
 from tests.support.extender import offline_extender
 
 NODE = {"capacity": {"cpu": "4", "memory": "8Gi"}}
@@ -51,12 +55,12 @@ INVALID = [
 
 
 @pytest.fixture
-def client(api: TestClient) -> TestClient:
-    services = api.app.state.services  # type: ignore[attr-defined]
+def client(database_url: str) -> Iterator[TestClient]:
     # The extender routes answer; no case here gets as far as the Kubernetes API.
-    offline_extender(services)
-    assert api.put("/v1/nodes/n1", json=NODE).status_code == 201
-    return api
+    settings = Settings(database_url=database_url, migrate_on_start=False)
+    with TestClient(create_app(settings, offline_extender(build_services(settings)))) as api:
+        assert api.put("/v1/nodes/n1", json=NODE).status_code == 201
+        yield api
 
 
 @pytest.mark.parametrize(("method", "path", "body", "loc"), INVALID)

@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.bootstrap import build_services
 from app.main import create_app
 from app.settings import Settings
 from tests.support.databases import sqlite_database
@@ -73,17 +74,16 @@ MARK = "\x00hostile\x00"
 JSON_HEADERS = {"content-type": "application/json"}
 
 
-def app_with_extender(database_url: str, **settings: Any) -> Any:
-    return create_app(Settings(database_url=database_url, migrate_on_start=False, **settings))
+def app_with_extender(database_url: str, **options: Any) -> Any:
+    """The extender routes answer; nothing here gets as far as the Kubernetes API."""
+    settings = Settings(database_url=database_url, migrate_on_start=False, **options)
+    return create_app(settings, offline_extender(build_services(settings)))
 
 
 @pytest.fixture
 def client(database_url: str) -> Iterator[TestClient]:
     app = app_with_extender(database_url, max_body_bytes=LIMIT)
     with TestClient(app) as client:
-        services = app.state.services
-        # The extender routes answer; nothing here gets as far as the Kubernetes API.
-        offline_extender(services)
         assert client.put("/v1/nodes/n1", json=NODE).status_code == 201
         yield client
 

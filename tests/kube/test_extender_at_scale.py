@@ -8,11 +8,13 @@ prioritize never call it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from app.bootstrap import build_services
 from app.db.engine import Database
 from app.kube.extender import filter_nodes, prioritize
 from app.ledger.records import Holder, HolderKind
@@ -43,11 +45,11 @@ def max_staleness(request: pytest.FixtureRequest) -> float:
 @pytest.fixture
 def api(database_url: str, max_staleness: float) -> Iterator[TestClient]:
     fill(database_url, NODES)
-    app = create_app(Settings(database_url=database_url, migrate_on_start=False))
-    services = app.state.services
-    offline_extender(services, CAPS, max_staleness=max_staleness)
-    services.components.insert(0, services.snapshot)  # as with Kubernetes on: it starts first
-    with TestClient(app) as client:
+    settings = Settings(database_url=database_url, migrate_on_start=False)
+    services = offline_extender(build_services(settings), CAPS, max_staleness=max_staleness)
+    # As with Kubernetes on: the read model is a component, started first.
+    services = replace(services, components=(services.snapshot, *services.components))
+    with TestClient(create_app(settings, services)) as client:
         yield client
 
 

@@ -6,17 +6,18 @@ endpoints from a real kube-scheduler."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.kube.binder import Extender
-from app.kube.client import KubeClient, KubeError
+from app.bootstrap import build_services
+from app.kube.client import KubeError
 from app.main import create_app
 from app.settings import Settings
+from tests.support.extender import offline_extender
 from tests.support.strategies import json_values
 
 POD_UID = "0f4c-uid"
@@ -62,16 +63,9 @@ def kube() -> FakeKube:
 
 @pytest.fixture
 def client(sqlite_url: str, kube: FakeKube) -> Iterator[TestClient]:
-    app = create_app(Settings(database_url=sqlite_url, migrate_on_start=False))
-    services = app.state.services
-    services.extender = Extender(
-        services.admissions,
-        cast(KubeClient, kube),
-        None,
-        gpu_resource="nvidia.com/gpu",
-        snapshot=services.snapshot,
-    )
-    with TestClient(app) as api:
+    settings = Settings(database_url=sqlite_url, migrate_on_start=False)
+    services = offline_extender(build_services(settings), kube=kube)
+    with TestClient(create_app(settings, services)) as api:
         for name, cpu in (("kn1", "4"), ("kn2", "1")):
             api.put(f"/v1/nodes/{name}", json={"capacity": {"cpu": cpu, "memory": "8Gi"}})
         yield api

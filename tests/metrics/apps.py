@@ -8,7 +8,11 @@ from dataclasses import dataclass
 
 from fastapi.testclient import TestClient
 
-from app.main import Services, build_services, create_app
+from app.admission.service import AdmissionGate
+from app.bootstrap import Services, build_services
+from app.ledger.service import Ledger
+from app.main import create_app
+from app.metrics.registry import Metrics
 from app.metrics.settings import MetricsSettings
 from app.settings import Settings
 from app.slurm.errors import SlurmUnavailable
@@ -50,19 +54,29 @@ MakeApp = Callable[..., App]
 
 
 def start_app(
-    sqlite_url: str, *, gated: bool = True, caps: KubeCaps | None = None, per_node: bool = True
+    sqlite_url: str,
+    *,
+    gated: bool = True,
+    caps: KubeCaps | None = None,
+    per_node: bool = True,
+    gate: AdmissionGate | None = None,
 ) -> App:
-    """A started app (the caller exits ``api``) with node n1 (16 CPUs, 32000 MiB)."""
+    """A started app (the caller exits ``api``) with node n1 (16 CPUs, 32000 MiB), whose
+    admissions ``gate`` confirms, else (``gated``) a SlurmGate over the fake slurmrestd."""
     settings = Settings(
         database_url=sqlite_url,
         migrate_on_start=False,
         metrics=MetricsSettings(per_node=per_node, cache_seconds=0),
     )
-    services = build_services(settings)
     slurm = FlakySlurm(slurm_node())
-    if gated:
-        pusher = Pusher(slurm, services.ledger, metrics=services.metrics)  # type: ignore[arg-type]
-        services.admissions.gate = SlurmGate(pusher, caps or KubeCaps())
+
+    def build_gate(ledger: Ledger, metrics: Metrics) -> AdmissionGate | None:
+        if gate is not None or not gated:
+            return gate
+        pusher = Pusher(slurm, ledger, metrics=metrics)  # type: ignore[arg-type]
+        return SlurmGate(pusher, caps or KubeCaps())
+
+    services = build_services(settings, gate=build_gate)
     api = TestClient(create_app(settings, services)).__enter__()
     api.put("/v1/nodes/n1", json=NODE_N1).raise_for_status()
     return App(api, services, slurm)

@@ -33,8 +33,7 @@ class LoggingGate:
 
 
 def test_json_lines_carry_request_id_node_and_holder(make_app: MakeApp) -> None:
-    app = make_app(gated=False)
-    app.services.admissions.gate = LoggingGate()  # runs in a worker thread now
+    app = make_app(gate=LoggingGate())  # runs in a worker thread now
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())

@@ -13,11 +13,12 @@ from dataclasses import replace
 import pytest
 from fastapi.testclient import TestClient
 
+from app.bootstrap import build_services
 from app.db.engine import Database
 from app.ledger.records import HolderKind, NodeSpec, NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
-from app.main import build_services, create_app
+from app.main import create_app
 from app.settings import Settings
 from app.slurm import hints as hints_module
 from app.slurm import sync as sync_module
@@ -268,7 +269,8 @@ def test_a_standby_leaves_hints_for_the_leader(
 def hints_api(sqlite_url: str) -> Iterator[tuple[TestClient, JobHints]]:
     settings = Settings(database_url=sqlite_url)
     services = build_services(settings)
-    services.job_hints = JobHints(services.db)  # as the Slurm wiring does, without a sync
+    # As the Slurm integration has them, without a sync.
+    services = replace(services, job_hints=JobHints(services.db))
     with TestClient(create_app(settings, services)) as api:
         yield api, services.job_hints
 

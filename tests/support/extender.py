@@ -1,23 +1,29 @@
-"""The scheduler extender wired onto an application's services without a Kubernetes API:
-for tests whose calls never get as far as one (filter, prioritize, refused bodies)."""
+"""An application's services with a scheduler extender but no Kubernetes API: for tests
+whose calls never get as far as one (filter, prioritize, refused bodies), or that bring a
+fake of their own."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, cast
 
+from app.bootstrap import Services
 from app.kube.binder import Extender
 from app.kube.client import KubeClient
 from app.slurm.policy import KubeCaps
 
 
-def offline_extender(services: Any, caps: KubeCaps | None = None, **options: Any) -> Extender:
-    """Set ``services.extender`` to an Extender whose Kubernetes client is absent; returns it."""
-    services.extender = Extender(
+def offline_extender(
+    services: Services, caps: KubeCaps | None = None, *, kube: Any = None, **options: Any
+) -> Services:
+    """``services`` with an Extender whose Kubernetes client is ``kube`` (absent unless
+    given)."""
+    extender = Extender(
         services.admissions,
-        cast(KubeClient, None),
+        cast(KubeClient, kube),
         caps,
         gpu_resource="nvidia.com/gpu",
         snapshot=services.snapshot,
         **options,
     )
-    return cast(Extender, services.extender)
+    return replace(services, extender=extender)

@@ -1,0 +1,160 @@
+"""The composition root: every part of the service built once, from settings, in the
+order its parts depend on each other; nothing is attached or replaced afterwards.
+
+Order: the database and the ledger; the read model (app.ledger.snapshot); the Slurm
+integration, whose gate the admissions need; the admissions; the Kubernetes integration,
+which admits through them and reads Slurm's node sizes. ``running`` starts the background
+components in that order and stops them in reverse, each stop joining its threads, so a
+reader never outlives what it reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from app.admission.service import AdmissionGate, Admissions
+from app.components import Component
+from app.db import migrate
+from app.db.engine import Database
+from app.kube.binder import Extender
+from app.kube.wiring import KubeParts, build_kube
+from app.ledger.service import Clock, Ledger, utcnow
+from app.ledger.snapshot import NodeSnapshot
+from app.metrics.nodes import LedgerCollector
+from app.metrics.registry import Metrics
+from app.outages import Dependency
+from app.settings import Settings
+from app.slurm.hints import JobHints
+from app.slurm.policy import KubeCaps
+from app.slurm.sync import SlurmSync
+from app.slurm.wiring import SlurmParts, build_slurm
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Everything the routers and the background components share."""
+
+    settings: Settings
+    db: Database
+    ledger: Ledger
+    admissions: Admissions
+    snapshot: NodeSnapshot  # the read model: every node view, for those that read many
+    metrics: Metrics
+    # What this replica sees of the database, slurmrestd, the Kubernetes API (app.outages).
+    dependencies: Mapping[str, Dependency]
+    components: tuple[Component, ...] = ()  # in start order
+    slurm: SlurmSync | None = None
+    job_hints: JobHints | None = None  # with the Slurm integration on
+    extender: Extender | None = None  # with the Kubernetes integration on
+
+    @property
+    def database(self) -> Dependency:
+        return self.dependencies["database"]
+
+
+GateFactory = Callable[[Ledger, Metrics], AdmissionGate | None]
+
+
+def build_services(
+    settings: Settings, *, clock: Clock = utcnow, gate: GateFactory | None = None
+) -> Services:
+    """``gate``: builds an admission gate of the caller's, in place of Slurm's (tests)."""
+    db = Database.from_url(settings.database_url, pool_size=settings.db_pool_size)
+    if settings.migrate_on_start:
+        migrate.upgrade(db.engine)
+    registry = CollectorRegistry()  # one per app: tests build many apps in one process
+    metrics = Metrics(registry)
+    dependencies = {
+        name: Dependency(name, metrics=metrics)
+        for name, on in (
+            ("database", True),
+            ("slurmrestd", settings.slurm.enabled),
+            ("kubernetes", settings.kube.enabled),
+        )
+        if on
+    }
+    database = dependencies["database"]
+    db.watch(database.failed, database.answered)
+    ledger = Ledger(db, clock)
+    snapshot = NodeSnapshot(ledger)
+    integrated = settings.slurm.enabled or settings.kube.enabled
+    registry.register(
+        LedgerCollector(
+            # With an integration on, the snapshot runs for its readers: scrapes read it too.
+            snapshot if integrated else ledger,
+            per_node=settings.metrics.per_node,
+            cache_seconds=settings.metrics.cache_seconds,
+        )
+    )
+    caps = (
+        KubeCaps(settings.slurm.kube_max_cpu_fraction, settings.slurm.kube_max_memory_fraction)
+        if settings.slurm.enabled
+        else None
+    )
+    slurm: SlurmParts | None = None
+    if settings.slurm.enabled and caps is not None:
+        slurm = build_slurm(
+            settings.slurm, db, ledger, snapshot, caps, metrics, dependencies["slurmrestd"]
+        )
+    admission_gate = (
+        gate(ledger, metrics) if gate is not None else slurm.gate if slurm is not None else None
+    )
+    admissions = Admissions(ledger, admission_gate, metrics=metrics)
+    kube: KubeParts | None = None
+    if settings.kube.enabled:
+        kube = build_kube(
+            settings.kube,
+            admissions,
+            snapshot,
+            caps,
+            slurm.sync if slurm is not None else None,
+            metrics,
+            dependencies["kubernetes"],
+            clock,
+        )
+    components: list[Component] = []
+    if integrated:
+        components.append(snapshot)  # its readers' first component
+    if slurm is not None:
+        components += slurm.components
+    if kube is not None:
+        components.append(kube.controllers)
+    return Services(
+        settings=settings,
+        db=db,
+        ledger=ledger,
+        admissions=admissions,
+        snapshot=snapshot,
+        metrics=metrics,
+        dependencies=dependencies,
+        components=tuple(components),
+        slurm=slurm.sync if slurm is not None else None,
+        job_hints=slurm.hints if slurm is not None else None,
+        extender=kube.extender if kube is not None else None,
+    )
+
+
+@contextmanager
+def running(services: Services) -> Iterator[Services]:
+    """Start the components in order; on exit stop the started ones in reverse (each
+    joins its threads) and close the database's connections."""
+    started: list[Component] = []
+    try:
+        for component in services.components:
+            component.start()
+            started.append(component)
+        yield services
+    finally:
+        for component in reversed(started):
+            try:
+                component.stop()
+            except Exception:
+                log.exception("stopping %s failed", component.name)
+        services.db.dispose()
