@@ -19,9 +19,9 @@ from pydantic.json_schema import models_json_schema
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 
+from app.api.answers import error_response
 from app.api.bodies import BodyGuard
-from app.api.schemas import ErrorOut, ShortfallOut
-from app.auth.errors import CHALLENGE, Unauthenticated
+from app.api.schemas import ErrorOut
 from app.auth.guard import document_refusals
 from app.core.errors import NodeledgerError
 from app.db.engine import is_outage
@@ -41,17 +41,6 @@ class DatabaseUnavailable(NodeledgerError):
     http_status = 503
     retryable = True
     unavailable = True
-
-
-def error_response(exc: NodeledgerError) -> JSONResponse:
-    body = ErrorOut(
-        detail=exc.message,
-        code=exc.code,
-        retryable=exc.retryable,
-        shortfalls=[ShortfallOut.of(s) for s in getattr(exc, "shortfalls", ())],
-    )
-    headers = CHALLENGE if isinstance(exc, Unauthenticated) else None
-    return JSONResponse(body.model_dump(), status_code=exc.http_status, headers=headers)
 
 
 def unparsable_body(cause: BaseException) -> JSONResponse:
