@@ -20,9 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from app.core.errors import NodeledgerError
 from app.db.engine import is_outage
 from app.metrics.registry import NO_METRICS, Metrics
-from app.slurm.errors import SlurmUnavailable
 
 log = logging.getLogger(__name__)
 MAX_REASON = 300  # characters of the first failure's reason in a log line or /readyz
@@ -94,12 +94,8 @@ def _short(reason: str) -> str:
 def dependency_away(exc: BaseException) -> bool:
     """The failure is a dependency not answering (its outage is logged by its Dependency),
     not a bug: the database lost or refused, slurmrestd or the Kubernetes API unreachable or
-    failing (app.kube.client.KubeError.unavailable: read by name, app.kube imports this)."""
-    return (
-        is_outage(exc)
-        or isinstance(exc, SlurmUnavailable)
-        or getattr(exc, "unavailable", False) is True
-    )
+    failing (an error that says it is ``unavailable``)."""
+    return is_outage(exc) or (isinstance(exc, NodeledgerError) and exc.unavailable)
 
 
 def log_failure(logger: logging.Logger, what: str, exc: BaseException) -> None:

@@ -39,7 +39,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -55,24 +54,21 @@ from typing import Any
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from bench.chaos.api import Api, Findings, Traffic  # noqa: E402
-from bench.chaos.checks import counts_check, holdings_check  # noqa: E402
-from bench.chaos.kills import Killer, KillStats  # noqa: E402
-from bench.chaos.observe import (  # noqa: E402
+from bench.chaos.api import Api, Findings, Traffic
+from bench.chaos.checks import counts_check, holdings_check
+from bench.chaos.kills import Killer, KillStats
+from bench.chaos.observe import (
     InvariantSampler,
     LeaderStats,
     LeaderWatch,
     SamplerStats,
 )
-from bench.chaos.replicas import Replica, ReplicaPool, service_env  # noqa: E402
-from bench.chaos.slurm import ChaosSlurm  # noqa: E402
-from bench.chaos.workload import Book, JobStats, JobSubmitter, PodClient  # noqa: E402
-from tests.support.databases import migrated, postgres_server_url  # noqa: E402
-from tests.support.net import free_port  # noqa: E402
-from tests.support.slurm_cluster import SlurmCluster, cluster_sh  # noqa: E402
+from bench.chaos.replicas import Replica, ReplicaPool, service_env
+from bench.chaos.slurm import ChaosSlurm
+from bench.chaos.workload import Book, JobStats, JobSubmitter, PodClient
+from tests.support.databases import migrated, postgres_server_url
+from tests.support.net import free_port
+from tests.support.slurm_cluster import SlurmCluster, cluster_sh
 
 NODES = ("n1", "n2", "n3")
 Target = tuple[str, Callable[[], None]]  # a thread's name and what it runs

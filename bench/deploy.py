@@ -25,12 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from bench.image import figures as image_figures  # noqa: E402
-from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb  # noqa: E402
-from tests.support.deploy import (  # noqa: E402
+from bench.image import figures as image_figures
+from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb
+from tests.support.deploy import (
     NAMESPACE,
     RELEASE,
     RUNDIR,
@@ -45,7 +42,7 @@ from tests.support.deploy import (  # noqa: E402
     values,
     write_values,
 )
-from tests.support.kube_cluster import KubeCluster  # noqa: E402
+from tests.support.kube_cluster import KubeCluster
 
 
 def say(message: str) -> None:

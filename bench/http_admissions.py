@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -24,11 +23,8 @@ from typing import Any
 
 import aiohttp
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.support.databases import migrated, postgres_database, postgres_server_url  # noqa: E402
-from tests.support.service import running_service  # noqa: E402
+from tests.support.databases import migrated, postgres_database, postgres_server_url
+from tests.support.service import running_service
 
 
 def percentile(samples: list[float], p: float) -> float:

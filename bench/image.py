@@ -9,15 +9,11 @@ one JSON object.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.support.oci import SERVICE_BUILD, build, read_image  # noqa: E402
+from tests.support.oci import SERVICE_BUILD, build, read_image
 
 
 def measure() -> dict[str, Any]:

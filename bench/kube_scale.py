@@ -28,16 +28,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench.kubescale.cluster import Api, ControlPlane
+from bench.kubescale.load import PODS_PER_NODE, load
+from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb
+from bench.kubescale.service import Service
+from bench.kubescale.workload import burst, churn, unburst
+from tests.support.databases import postgres_database
+from tests.support.net import free_port
 
-from bench.kubescale.cluster import Api, ControlPlane  # noqa: E402
-from bench.kubescale.load import PODS_PER_NODE, load  # noqa: E402
-from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb  # noqa: E402
-from bench.kubescale.service import Service  # noqa: E402
-from bench.kubescale.workload import burst, churn, unburst  # noqa: E402
-from tests.support.databases import postgres_database  # noqa: E402
-from tests.support.net import free_port  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 RUNDIR = Path("/tmp/nodeledger-kube-scale")
 CRD = REPO / "crds" / "genericnodes.nodeledger.io.yaml"

@@ -37,19 +37,16 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from app.kube.extender_wire import ExtenderArgs  # noqa: E402
-from app.ledger.errors import AdmissionRejected, HoldingNotFound  # noqa: E402
-from app.ledger.records import Holder, HolderKind  # noqa: E402
-from app.ledger.resources import Resources  # noqa: E402
-from app.ledger.service import Ledger  # noqa: E402
-from app.main import create_app  # noqa: E402
-from app.settings import Settings  # noqa: E402
-from tests.support.bulk import fill, node_name  # noqa: E402
-from tests.support.databases import migrated, postgres_database  # noqa: E402
-from tests.support.service import running_service  # noqa: E402
+from app.kube.extender_wire import ExtenderArgs
+from app.ledger.errors import AdmissionRejected, HoldingNotFound
+from app.ledger.records import Holder, HolderKind
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger
+from app.main import create_app
+from app.settings import Settings
+from tests.support.bulk import fill, node_name
+from tests.support.databases import migrated, postgres_database
+from tests.support.service import running_service
 
 PODS_PER_NODE = 10
 CANDIDATES = 1000

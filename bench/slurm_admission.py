@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,13 +26,10 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from bench.http_admissions import percentile  # noqa: E402
-from tests.support.databases import migrated  # noqa: E402
-from tests.support.service import running_service  # noqa: E402
-from tests.support.slurm_cluster import REST_API, SlurmCluster, cluster_sh  # noqa: E402
+from bench.http_admissions import percentile
+from tests.support.databases import migrated
+from tests.support.service import running_service
+from tests.support.slurm_cluster import REST_API, SlurmCluster, cluster_sh
 
 
 def summary(samples: list[float]) -> dict[str, float]:

@@ -28,14 +28,13 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from app.slurm import payloads
+from app.slurm.client import SlurmClient
+from app.slurm.tokens import StaticToken
+from bench.kubescale.proc import peak_rss_mb
+from tests.support.slurm_cluster import SlurmCluster, cluster_sh, wait_until
 
-from app.slurm import payloads  # noqa: E402
-from app.slurm.client import SlurmClient  # noqa: E402
-from app.slurm.tokens import StaticToken  # noqa: E402
-from bench.kubescale.proc import peak_rss_mb  # noqa: E402
-from tests.support.slurm_cluster import SlurmCluster, cluster_sh, wait_until  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 VERSION = "26.05"
 API = "v0.0.45"

@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -39,14 +38,11 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb  # noqa: E402
-from bench.slurm_admission import admissions, raw_updates, staleness, summary, timed  # noqa: E402
-from tests.support.databases import migrated, postgres_database  # noqa: E402
-from tests.support.service import running_service  # noqa: E402
-from tests.support.slurm_cluster import (  # noqa: E402
+from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb
+from bench.slurm_admission import admissions, raw_updates, staleness, summary, timed
+from tests.support.databases import migrated, postgres_database
+from tests.support.service import running_service
+from tests.support.slurm_cluster import (
     SlurmCluster,
     cluster_sh,
     main_cache,

@@ -29,6 +29,9 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.answers import error_response
+from app.core.errors import NodeledgerError
+
 MAX_DEPTH = 64  # Kubernetes objects nest about 15 deep (managedFields included)
 # The body may hold a token Python reads as a number JSON has no word for: parse it.
 _SUSPECT = re.compile(rb"NaN|Infinity|[0-9]{300}|[eE][+-]?[0-9]{3}|\\u[dD][89a-fA-F]")
@@ -117,11 +120,19 @@ def refusal(body: bytes) -> tuple[list[str | int], str] | None:
     return None
 
 
-def _error(status: int, code: str, detail: str) -> JSONResponse:
-    # The shape of app.api.schemas.ErrorOut (imported there, not here: no cycle).
-    body = {"detail": detail, "code": code, "retryable": False, "shortfalls": []}
+class BodyTooLarge(NodeledgerError):
+    code = "body_too_large"
+    http_status = 413
+
+
+class BodyTooSlow(NodeledgerError):
+    code = "body_too_slow"
+    http_status = 408
+
+
+def _error(exc: NodeledgerError) -> JSONResponse:
     # Unread body bytes may still arrive: the connection cannot carry another request.
-    return JSONResponse(body, status, headers={"connection": "close"})
+    return error_response(exc, headers={"connection": "close"})
 
 
 def invalid_body(loc: list[str | int], reason: str) -> JSONResponse:
@@ -141,10 +152,10 @@ class BodyGuard:
 
     def too_large(self) -> JSONResponse:
         return _error(
-            413,
-            "body_too_large",
-            f"the request body is larger than {self.max_bytes} bytes "
-            "(the limit is NODELEDGER_MAX_BODY_BYTES)",
+            BodyTooLarge(
+                f"the request body is larger than {self.max_bytes} bytes "
+                "(the limit is NODELEDGER_MAX_BODY_BYTES)"
+            )
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -164,7 +175,7 @@ class BodyGuard:
                 f"the request body did not arrive within {self.timeout:g} s "
                 "(the limit is NODELEDGER_REQUEST_TIMEOUT_SECONDS)"
             )
-            await _error(408, "body_too_slow", detail)(scope, receive, send)
+            await _error(BodyTooSlow(detail))(scope, receive, send)
             return
         if body is None:
             await self.too_large()(scope, receive, send)

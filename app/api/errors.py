@@ -1,4 +1,8 @@
-"""Domain errors to HTTP, in one place."""
+"""Errors to HTTP, in one place: every NodeledgerError (app.core.errors) a route raises is
+answered here with its own status, code and retryable, in the one shape of ErrorOut; so
+are the framework's refusals (invalid input, an unparsable body) and a database outage.
+The OpenAPI document lists the answers that no route declares itself: the body guard's
+408/413 and the auth guard's 401/403/503."""
 
 from __future__ import annotations
 
@@ -11,44 +15,32 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic.json_schema import models_json_schema
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 
+from app.api.answers import error_response
 from app.api.bodies import BodyGuard
-from app.api.schemas import ErrorOut, ShortfallOut
+from app.api.schemas import ErrorOut
+from app.auth.guard import document_refusals
+from app.core.errors import NodeledgerError
 from app.db.engine import is_outage
-from app.ledger import errors
 
 log = logging.getLogger(__name__)
 MAX_ERRORS = 20  # listed in a 422; the count says how many there were
 MAX_QUOTED = 200  # characters of an input, a location or a context value quoted back
 
-STATUS = {
-    errors.NodeNotFound: 404,
-    errors.HoldingNotFound: 404,
-    errors.AdmissionRejected: 409,
-    errors.HolderConflict: 409,
-    errors.NodeInUse: 409,
-    errors.CapacityBelowHoldings: 409,
-    errors.InvalidRequest: 422,
-}
+ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
 
 
-def status_of(exc: errors.LedgerError) -> int:
-    for cls in type(exc).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return 400
+class DatabaseUnavailable(NodeledgerError):
+    """The database lost or refused the connection (restarted, failing over): the pool
+    reconnects by itself."""
 
-
-def error_response(exc: errors.LedgerError) -> JSONResponse:
-    body = ErrorOut(
-        detail=exc.message,
-        code=exc.code,
-        retryable=exc.retryable,
-        shortfalls=[ShortfallOut.of(s) for s in getattr(exc, "shortfalls", ())],
-    )
-    return JSONResponse(body.model_dump(), status_code=status_of(exc))
+    code = "database_unavailable"
+    http_status = 503
+    retryable = True
+    unavailable = True
 
 
 def unparsable_body(cause: BaseException) -> JSONResponse:
@@ -115,22 +107,34 @@ BODY_REFUSALS = {
 
 def document_body_refusals(document: dict[str, Any]) -> dict[str, Any]:
     """408 and 413 (app.api.bodies) on every operation that takes a body; idempotent."""
-    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
     for operations in document.get("paths", {}).values():
         for operation in operations.values():
             if isinstance(operation, dict) and "requestBody" in operation:
                 for status, what in BODY_REFUSALS.items():
-                    answer = {"description": what, "content": content}
+                    answer = {"description": what, "content": ERROR_CONTENT}
                     operation.setdefault("responses", {}).setdefault(status, answer)
+    return document
+
+
+def document_error_schema(document: dict[str, Any]) -> dict[str, Any]:
+    """ErrorOut (and what it refers to) among the document's schemas, for the refusals no
+    route declares; idempotent."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    _, definitions = models_json_schema(
+        [(ErrorOut, "serialization")], ref_template="#/components/schemas/{model}"
+    )
+    for model, definition in definitions.get("$defs", {}).items():
+        schemas.setdefault(model, definition)
     return document
 
 
 def install(app: FastAPI, *, max_body_bytes: int, body_timeout: float) -> None:
     app.add_middleware(BodyGuard, max_bytes=max_body_bytes, timeout=body_timeout)
-    generate = app.openapi  # ErrorOut is in it: the routes' 404/409, the guard's refusals
+    generate = app.openapi  # cached by FastAPI until the routes change
 
     def openapi() -> dict[str, Any]:
-        return document_body_refusals(generate())
+        document = document_body_refusals(document_error_schema(generate()))
+        return document_refusals(app, document, ERROR_CONTENT)
 
     app.openapi = openapi  # type: ignore[method-assign]
 
@@ -138,8 +142,8 @@ def install(app: FastAPI, *, max_body_bytes: int, body_timeout: float) -> None:
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return invalid_input(exc.errors())
 
-    @app.exception_handler(errors.LedgerError)
-    async def _ledger_error(_request: Request, exc: errors.LedgerError) -> JSONResponse:
+    @app.exception_handler(NodeledgerError)
+    async def _error(_request: Request, exc: NodeledgerError) -> JSONResponse:
         return error_response(exc)
 
     @app.exception_handler(HTTPException)
@@ -163,7 +167,4 @@ def install(app: FastAPI, *, max_body_bytes: int, body_timeout: float) -> None:
         level = logging.DEBUG if database.down else logging.WARNING
         where = f"{request.method} {request.url.path}"
         log.log(level, "database unavailable during %s: %s", where, exc)
-        body = ErrorOut(
-            detail="database unavailable, try again", code="database_unavailable", retryable=True
-        )
-        return JSONResponse(body.model_dump(), status_code=503)
+        return error_response(DatabaseUnavailable("database unavailable, try again"))

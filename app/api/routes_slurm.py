@@ -6,17 +6,24 @@ from typing import Annotated
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.api.schemas import ErrorOut
 from app.auth.guard import require
+from app.core.errors import NodeledgerError
 from app.slurm.hints import JobHints
 
 router = APIRouter(prefix="/v1/slurm", tags=["slurm"])
 
 MAX_JOB_ID = 2**32 - 1  # Slurm job ids are uint32
 MAX_PER_REQUEST = 1000
+
+
+class SlurmDisabled(NodeledgerError):
+    """Job hints for a service that runs without the Slurm integration."""
+
+    code = "slurm_disabled"
+    http_status = 409
 
 
 class JobHintsIn(BaseModel):
@@ -40,15 +47,10 @@ class JobHintsOut(BaseModel):
     responses={409: {"model": ErrorOut, "description": "The Slurm integration is off"}},
     dependencies=[require("create", "jobhints")],
 )
-async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut | JSONResponse:
+async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut:
     """Queue the jobs for the Slurm sync, which reads each from Slurm; answers at once."""
     hints: JobHints | None = request.app.state.services.job_hints
     if hints is None:
-        off = ErrorOut(
-            detail="the Slurm integration is off (NODELEDGER_SLURM_ENABLED)",
-            code="slurm_disabled",
-            retryable=False,
-        )
-        return JSONResponse(off.model_dump(), status_code=409)
+        raise SlurmDisabled("the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
     await run_in_threadpool(hints.post, body.job_ids)
     return JobHintsOut(accepted=len(set(body.job_ids)))

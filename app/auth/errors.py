@@ -1,21 +1,19 @@
-"""The three ways a request is refused, mapped to HTTP once (app.auth.guard.install).
+"""The three ways a request is refused, answered by the API's one error handler
+(app.api.errors); ``CHALLENGE`` goes with every 401.
 
 Messages are built by this package from names and reasons only: a credential is never
 part of one."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from app.core.errors import NodeledgerError
+
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="nodeledger"'}
 
 
-class AuthError(Exception):
-    status: ClassVar[int] = 401
-    code: ClassVar[str] = "unauthenticated"
-    retryable: ClassVar[bool] = False
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+class AuthError(NodeledgerError):
+    code = "unauthenticated"
+    http_status = 401
 
 
 class Unauthenticated(AuthError):
@@ -25,14 +23,14 @@ class Unauthenticated(AuthError):
 class Forbidden(AuthError):
     """A known caller without the permission the route needs."""
 
-    status = 403
     code = "forbidden"
+    http_status = 403
 
 
 class AuthUnavailable(AuthError):
     """The credential cannot be checked now (API server unreachable, token file unreadable):
     refused, never allowed; the caller may retry."""
 
-    status = 503
     code = "auth_unavailable"
+    http_status = 503
     retryable = True

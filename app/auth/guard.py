@@ -1,5 +1,6 @@
 """The FastAPI side: one Guard per application (app.state.auth), route dependencies that
-name the permission a route needs, and the 401/403/503 answers.
+name the permission a route needs, and the 401/403/503 refusals (app.auth.errors,
+answered by the API's one error handler, app.api.errors).
 
     @router.put("/nodes/{name}", dependencies=[require("update", "nodes", name=path("name"))])
 
@@ -8,7 +9,8 @@ TLS client certificate of the connection (app.auth.tls). The identity is left on
 ``request.state.identity`` for whoever wants to record an actor.
 
 The OpenAPI document lists 401, 403 and 503 on exactly the routes that carry one of these
-dependencies (on the route or its router), so no guarded route can be left undocumented.
+dependencies (on the route or its router), so no guarded route can be left undocumented
+(``document_refusals``, which app.api.errors calls with the error shape's schema).
 """
 
 from __future__ import annotations
@@ -20,16 +22,12 @@ from weakref import WeakKeyDictionary
 
 from fastapi import Depends, FastAPI, Request, routing
 from fastapi.dependencies.models import Dependant
-from fastapi.responses import JSONResponse
-from pydantic.json_schema import models_json_schema
 
-from app.api.schemas import ErrorOut
-from app.auth.errors import AuthError, Forbidden, Unauthenticated
+from app.auth.errors import CHALLENGE, Forbidden, Unauthenticated
 from app.auth.model import Authenticator, Authorizer, Identity, Permission
 from app.auth.tls import client_identity
 
 log = logging.getLogger(__name__)
-CHALLENGE = {"WWW-Authenticate": 'Bearer realm="nodeledger"'}
 # What a guarded route may answer besides its own responses (the OpenAPI document).
 REFUSALS = {
     "401": "No credential, or one not accepted",
@@ -155,16 +153,11 @@ def _routes(app: FastAPI) -> list[Any]:
     return list(iterate(app.routes)) if iterate is not None else list(app.routes)
 
 
-def document_refusals(app: FastAPI, document: dict[str, Any]) -> dict[str, Any]:
-    """Add 401/403/503 (ErrorOut) to every guarded operation of the OpenAPI document;
-    idempotent."""
-    schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    _, definitions = models_json_schema(
-        [(ErrorOut, "serialization")], ref_template="#/components/schemas/{model}"
-    )
-    for model, definition in definitions.get("$defs", {}).items():
-        schemas.setdefault(model, definition)
-    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+def document_refusals(
+    app: FastAPI, document: dict[str, Any], content: dict[str, Any]
+) -> dict[str, Any]:
+    """Add 401/403/503, answered with ``content`` (the error shape), to every guarded
+    operation of the OpenAPI document; idempotent."""
     for route in _routes(app):
         dependant = getattr(route, "dependant", None)
         reads = _guards(dependant) if isinstance(dependant, Dependant) else []
@@ -185,18 +178,5 @@ def document_refusals(app: FastAPI, document: dict[str, Any]) -> dict[str, Any]:
 
 
 def install(app: FastAPI, guard: Guard) -> None:
-    """Put the guard on the app, answer AuthErrors in the API's error shape and document
-    them on the guarded routes."""
+    """Put the guard on the app (its refusals are answered and documented by app.api.errors)."""
     app.state.auth = guard
-    generate = app.openapi  # cached by FastAPI until the routes change
-
-    def openapi() -> dict[str, Any]:
-        return document_refusals(app, generate())
-
-    app.openapi = openapi  # type: ignore[method-assign]
-
-    @app.exception_handler(AuthError)
-    async def _auth_error(_request: Request, exc: AuthError) -> JSONResponse:
-        answer = ErrorOut(detail=exc.message, code=exc.code, retryable=exc.retryable)
-        headers = CHALLENGE if isinstance(exc, Unauthenticated) else None
-        return JSONResponse(answer.model_dump(), status_code=exc.status, headers=headers)

@@ -26,6 +26,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from app.core.errors import DependencyError
 from app.outages import Dependency
 
 log = logging.getLogger(__name__)
@@ -43,15 +44,19 @@ DEFAULT_PAGE_SIZE = 2000
 LIST_ATTEMPTS = 3
 
 
-class KubeError(Exception):
+class KubeError(DependencyError):
+    """A Kubernetes API call failed; ``status`` is the API server's answer, None when there
+    was none. ``unavailable`` (no answer, or a 5xx) is an outage, not a bug: retryable."""
+
+    code = "kube_error"
+
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-    @property
-    def unavailable(self) -> bool:
-        """The API server did not answer, or failed (5xx): an outage, not a bug."""
-        return self.status is None or self.status >= 500
+        if status is None or status >= 500:
+            self.code = "kube_unavailable"
+            self.http_status = 503
+            self.retryable = self.unavailable = True
 
 
 class _ListMeta(msgspec.Struct):

@@ -186,6 +186,21 @@ class NodeDiscovery:
         self._applied.pop(name, None)
         self._genericnodes.discard(name)
         try:
+            self._forget(name)
+        except LedgerError as exc:
+            # One node the ledger will not let go of must not stop the others (a raise here
+            # would relist, and meet it again): say so, and go on with its GenericNode.
+            log.warning("the Kubernetes Node %s is gone, but the ledger keeps it: %s", name, exc)
+        try:
+            self.client.request("DELETE", f"{GENERICNODES}/{name}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    def _forget(self, name: str) -> None:
+        """The ledger's side of a deleted Node: delete it, or cordon it while something
+        holds on it; a node the ledger does not have is forgotten already."""
+        try:
             self.ledger.delete_node(name)
         except NodeInUse:
             self.ledger.upsert_node(
@@ -194,13 +209,8 @@ class NodeDiscovery:
                 cordon_reason="the Kubernetes Node was deleted",
                 force=True,
             )
-        except LedgerError:
+        except NodeNotFound:
             pass
-        try:
-            self.client.request("DELETE", f"{GENERICNODES}/{name}")
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
 
     def _remove_gone(self, specs: dict[str, NodeSpec]) -> None:
         with self._lock:

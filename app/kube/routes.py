@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, Request
 
 from app.auth.guard import body, require
+from app.core.errors import NodeledgerError
 from app.kube.binder import Extender
 from app.kube.extender_wire import (
     ExtenderArgs,
@@ -24,12 +25,17 @@ from app.kube.extender_wire import (
 router = APIRouter(prefix="/v1/extender", tags=["kube-scheduler extender"])
 
 
+class KubeDisabled(NodeledgerError):
+    """The extender's routes on a service that runs without the Kubernetes integration."""
+
+    code = "kube_disabled"
+    http_status = 404
+
+
 async def _extender(request: Request) -> Extender:
     extender: Extender | None = request.app.state.services.extender
     if extender is None:
-        raise HTTPException(
-            404, "the Kubernetes integration is not enabled (NODELEDGER_KUBE_ENABLED)"
-        )
+        raise KubeDisabled("the Kubernetes integration is not enabled (NODELEDGER_KUBE_ENABLED)")
     return extender
 
 

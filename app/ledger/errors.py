@@ -1,24 +1,23 @@
-"""Domain errors. Whether retrying can help is data on the error, used alike by the API
-(mapped to HTTP once, in app.api.errors) and by the reconcilers."""
+"""The ledger's refusals, as NodeledgerErrors (app.core.errors): their code, HTTP status
+and whether retrying can help are data on the error, used alike by the API (mapped to HTTP
+once, in app.api.errors) and by the reconcilers."""
 
 from __future__ import annotations
 
+from app.core.errors import NodeledgerError
 from app.ledger.arithmetic import Shortfall
 
 
-class LedgerError(Exception):
-    """Base of every ledger error; ``retryable`` says whether the same call may succeed later."""
+class LedgerError(NodeledgerError):
+    """Base of every ledger error: the call makes no sense for the ledger as it is."""
 
-    retryable = False
     code = "ledger_error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    http_status = 400
 
 
 class NodeNotFound(LedgerError):
     code = "node_not_found"
+    http_status = 404
 
     def __init__(self, node: str) -> None:
         super().__init__(f"node {node!r} is not in the ledger")
@@ -27,6 +26,7 @@ class NodeNotFound(LedgerError):
 
 class HoldingNotFound(LedgerError):
     code = "holding_not_found"
+    http_status = 404
 
     def __init__(self, holder_id: str) -> None:
         super().__init__(f"no holding for holder {holder_id!r}")
@@ -36,8 +36,9 @@ class HoldingNotFound(LedgerError):
 class AdmissionRejected(LedgerError):
     """The request does not fit now; it may fit after something is released."""
 
-    retryable = True
     code = "admission_rejected"
+    http_status = 409
+    retryable = True
 
     def __init__(self, message: str, shortfalls: tuple[Shortfall, ...] = ()) -> None:
         super().__init__(message)
@@ -48,21 +49,26 @@ class HolderConflict(LedgerError):
     """The holder already holds something different (another node or other amounts)."""
 
     code = "holder_conflict"
+    http_status = 409
 
 
 class NodeInUse(LedgerError):
     """A node with holdings cannot be deleted."""
 
     code = "node_in_use"
+    http_status = 409
 
 
 class CapacityBelowHoldings(LedgerError):
     """A capacity change would leave holdings above capacity minus reserved."""
 
     code = "capacity_below_holdings"
+    http_status = 409
 
 
 class InvalidRequest(LedgerError):
-    """Input that passed the schema but makes no sense for the ledger."""
+    """Input that passed the schema but makes no sense for the ledger (releasing a slurm_job
+    holding, which only the Slurm sync writes: the API's schema refuses it first)."""
 
     code = "invalid_request"
+    http_status = 422

@@ -12,12 +12,13 @@ import gzip
 import re
 import uuid
 
-from fastapi import APIRouter, FastAPI, HTTPException, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client.exposition import choose_encoder
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.auth.guard import require_read
+from app.core.errors import NodeledgerError
 from app.metrics.logs import log_context
 from app.metrics.registry import Metrics
 
@@ -27,13 +28,20 @@ _VALID_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 router = APIRouter(tags=["metrics"])
 
 
+class MetricsDisabled(NodeledgerError):
+    """/metrics on a service built without a registry."""
+
+    code = "metrics_disabled"
+    http_status = 404
+
+
 # A sync route: collecting may read the ledger, so it runs in the thread pool. Guarded like
 # the node reads it reveals (open unless NODELEDGER_AUTH_PROTECT_READS).
 @router.get("/metrics", include_in_schema=False, dependencies=[require_read("list", "nodes")])
 def scrape(request: Request) -> Response:
     metrics: Metrics = request.app.state.services.metrics
     if metrics.registry is None:
-        raise HTTPException(404, "this service collects no metrics")
+        raise MetricsDisabled("this service collects no metrics")
     encode, content_type = choose_encoder(request.headers.get("accept", ""))
     body = encode(metrics.registry)
     if "gzip" in request.headers.get("accept-encoding", ""):

@@ -48,10 +48,6 @@ def log_context(
             var.reset(token)
 
 
-def current_request_id() -> str | None:
-    return _request_id.get()
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, RFC 3339), level, logger, message, and node,
     holder, request_id when known; exception and stack when the record has them."""

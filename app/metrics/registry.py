@@ -27,8 +27,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app import __version__
+from app.core.errors import DependencyError, NodeledgerError
 from app.ledger.errors import AdmissionRejected, LedgerError
-from app.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
 
 AdmissionPath = Literal["rest", "extender", "genericnode"]
 ReleasePath = Literal["rest", "extender", "kubernetes"]
@@ -52,7 +52,8 @@ def admission_result(exc: BaseException, phase: Phase | None) -> AdmissionResult
     """How an admission that raised ``exc`` in ``phase`` counts; None when the failure says
     nothing about the admission (the database down: answered 503, not counted)."""
     if phase == "slurm":
-        if isinstance(exc, AdmissionRejected) and not isinstance(exc.__cause__, SlurmError):
+        # Slurm is the only dependency the phase calls: an error from it is "could not confirm".
+        if isinstance(exc, AdmissionRejected) and not isinstance(exc.__cause__, DependencyError):
             return "rejected_slurm"  # Slurm said no: a job overlaps, or the Kubernetes cap
         if isinstance(exc, LedgerError) and not isinstance(exc, AdmissionRejected):
             return "rejected_ledger"  # e.g. the node was deleted meanwhile
@@ -60,12 +61,17 @@ def admission_result(exc: BaseException, phase: Phase | None) -> AdmissionResult
     return "rejected_ledger" if isinstance(exc, LedgerError) else None
 
 
+# The outcomes other than "ok" and "error", by the code of the error the request raised
+# (app.slurm.errors: this package is below app.slurm and names none of its classes).
+SLURM_OUTCOMES: dict[str, SlurmOutcome] = {
+    "slurm_auth_refused": "auth",
+    "slurm_unavailable": "unavailable",
+}
+
+
 def slurm_outcome(exc: BaseException) -> SlurmOutcome:
-    if isinstance(exc, SlurmAuthError):
-        return "auth"
-    if isinstance(exc, SlurmUnavailable):
-        return "unavailable"
-    return "error"
+    code = exc.code if isinstance(exc, NodeledgerError) else ""
+    return SLURM_OUTCOMES.get(code, "error")
 
 
 def slurm_endpoint(method: str, path: str) -> str:

@@ -1,13 +1,16 @@
 """What can go wrong talking to slurmrestd, as one error tree.
 
 ``SlurmUnavailable`` (transport failure, timeout, 5xx without Slurm errors) and
-``SlurmAuthError`` (401/511) mean "Slurm cannot answer now": admissions fail closed, the
-sync retries next interval. ``SlurmRequestError`` carries Slurm's own error numbers.
+``SlurmAuthError`` (401/511) mean "Slurm cannot answer now" (``retryable``): admissions fail
+closed, the sync retries next interval. ``SlurmRequestError`` carries Slurm's own error
+numbers. ``status`` is the HTTP status slurmrestd answered with, when it answered.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from app.core.errors import DependencyError
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,15 +24,14 @@ class SlurmErrorDetail:
         return f"{text}: {self.description}" if self.description else text
 
 
-class SlurmError(Exception):
-    retryable = False
+class SlurmError(DependencyError):
+    code = "slurm_error"
 
     def __init__(
         self, message: str, *, status: int | None = None, errors: tuple[SlurmErrorDetail, ...] = ()
     ) -> None:
         detail = "; ".join(str(e) for e in errors)
         super().__init__(f"{message}: {detail}" if detail else message)
-        self.message = str(self)
         self.status = status
         self.errors = errors
 
@@ -37,14 +39,21 @@ class SlurmError(Exception):
 class SlurmUnavailable(SlurmError):
     """slurmrestd did not answer (connection refused, timeout) or failed without saying why."""
 
+    code = "slurm_unavailable"
+    http_status = 503
     retryable = True
+    unavailable = True
 
 
 class SlurmAuthError(SlurmError):
     """slurmrestd refused the token (HTTP 401 missing, 511 invalid or expired)."""
 
+    code = "slurm_auth_refused"
+    http_status = 503
     retryable = True  # a rotated token file fixes it without a restart
 
 
 class SlurmRequestError(SlurmError):
     """Slurm understood and refused the request (unknown node, invalid user, ...)."""
+
+    code = "slurm_request_refused"

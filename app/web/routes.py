@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi.responses import FileResponse
+
+from app.core.errors import NodeledgerError
 
 STATIC = Path(__file__).parent / "static"
 ASSETS = {
@@ -28,6 +30,11 @@ HEADERS = {
 router = APIRouter(include_in_schema=False)
 
 
+class NoSuchAsset(NodeledgerError):
+    code = "asset_not_found"
+    http_status = 404
+
+
 @router.get("/")
 async def page() -> FileResponse:
     return FileResponse(
@@ -39,5 +46,5 @@ async def page() -> FileResponse:
 async def asset(asset: str) -> FileResponse:
     media_type = ASSETS.get(asset)
     if media_type is None:
-        raise HTTPException(status_code=404, detail="no such asset")
+        raise NoSuchAsset("no such asset")
     return FileResponse(STATIC / asset, media_type=media_type, headers=HEADERS)

@@ -1,0 +1,1 @@
+"""The pure core: no database, HTTP or Kubernetes imports (an import-linter contract)."""

@@ -1,0 +1,87 @@
+"""Node discovery when a Kubernetes Node is deleted: the ledger lets the node go, cordons
+it while something holds on it, or refuses, which is logged and stops nothing else."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from app.kube.client import GENERICNODES
+from app.kube.discovery import NodeDiscovery
+from app.ledger.errors import LedgerError
+from app.ledger.records import Holder, HolderKind, NodeSpec
+from app.ledger.resources import Resources
+from app.ledger.service import Ledger
+
+GIB = 2**30
+
+
+class RecordingClient:
+    """KubeClient.request, recording the calls; every call succeeds."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        self.calls.append((method, path))
+        return {}
+
+
+class RefusingLedger(Ledger):
+    """A ledger whose delete fails in a way discovery does not handle."""
+
+    def delete_node(self, name: str) -> None:
+        raise LedgerError(f"cannot delete {name}: the ledger says no")
+
+
+def discovery(ledger: Ledger, client: RecordingClient) -> NodeDiscovery:
+    return NodeDiscovery(
+        ledger,
+        client,  # type: ignore[arg-type]
+        lambda _name: None,
+        slurm_node_label="slurm-node",
+        cluster_name="test",
+        gpu_resource="nvidia.com/gpu",
+    )
+
+
+def test_a_deleted_node_leaves_the_ledger_and_its_genericnode_goes(ledger: Ledger) -> None:
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    client = RecordingClient()
+    discovery(ledger, client)._remove("n1")
+    assert "n1" not in ledger.node_specs()
+    assert client.calls == [("DELETE", f"{GENERICNODES}/n1")]
+
+
+def test_a_deleted_node_with_holdings_is_cordoned(ledger: Ledger) -> None:
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    ledger.admit("n1", Holder(HolderKind.POD, "p1"), Resources(1000, GIB))
+    discovery(ledger, RecordingClient())._remove("n1")
+    assert ledger.get_node("n1").cordon_reason == "the Kubernetes Node was deleted"
+
+
+def test_a_node_the_ledger_never_had_is_forgotten_quietly(
+    ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = RecordingClient()
+    with caplog.at_level(logging.DEBUG, logger="app.kube.discovery"):
+        discovery(ledger, client)._remove("ghost")
+    assert not caplog.records
+    assert client.calls == [("DELETE", f"{GENERICNODES}/ghost")]
+
+
+def test_a_ledger_refusal_is_logged_and_the_genericnode_still_goes(
+    ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    refusing = RefusingLedger(ledger.db)
+    refusing.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    client = RecordingClient()
+    with caplog.at_level(logging.WARNING, logger="app.kube.discovery"):
+        discovery(refusing, client)._remove("n1")
+    assert [r.getMessage() for r in caplog.records] == [
+        "the Kubernetes Node n1 is gone, but the ledger keeps it: "
+        "cannot delete n1: the ledger says no"
+    ]
+    assert client.calls == [("DELETE", f"{GENERICNODES}/n1")]
