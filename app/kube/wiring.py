@@ -31,7 +31,7 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
     slurm = services.slurm
 
     def slurm_sizes(name: str) -> Resources | None:
-        return slurm.node_size(name) if slurm is not None else None
+        return slurm.state.snapshot().node_size(name) if slurm is not None else None
 
     def slurm_health() -> Health | None:
         return slurm.health() if slurm is not None else None

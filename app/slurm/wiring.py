@@ -61,6 +61,7 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         metrics=services.metrics,
         views=services.snapshot,
     )
+    state = services.slurm.state  # published by the sync's thread, read by the gate's
     plugins = None
     if slurm.plugin_check != "off":
         plugins = PluginCheck(
@@ -73,7 +74,7 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         pusher,
         caps,
         fail_open=slurm.fail_open,
-        jobs_on=services.slurm.jobs_on,
+        jobs_on=lambda name: state.snapshot().jobs_on(name),
         refusal=plugins.refusal if plugins is not None else lambda: None,
     )
     services.components.append(services.slurm)
