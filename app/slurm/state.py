@@ -142,8 +142,9 @@ class SlurmState:
                 name: unallocated_rest(node, self._held_on(name))
                 for name, node in self._nodes.items()
             }
-        self._dirty = True
-        return nodes is not None or jobs is not None
+        changed = nodes is not None or jobs is not None
+        self._dirty = self._dirty or changed
+        return changed
 
     def _held_on(self, slurm_name: str) -> list[Resources]:
         jobs = self._jobs_by_node.get(slurm_name, {}).values()
