@@ -45,7 +45,7 @@ def build_kube(
     )
 
     def slurm_sizes(name: str) -> Resources | None:
-        return slurm.node_size(name) if slurm is not None else None
+        return slurm.state.snapshot().node_size(name) if slurm is not None else None
 
     def slurm_health() -> Health | None:
         return slurm.health() if slurm is not None else None

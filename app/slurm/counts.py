@@ -127,3 +127,8 @@ def slurm_overlap(node: SlurmNode, used: SlurmUnits, held: SlurmUnits) -> list[s
     if held.gpus and used.gpus > gpus - held.gpus:
         problems.append(f"gpu: Slurm uses {used.gpus} of {gpus} GPUs, Kubernetes needs {held.gpus}")
     return problems
+
+
+def node_size(node: SlurmNode) -> Resources:
+    """A Slurm node's size as the ledger counts it: CPUs, usable memory, GPUs."""
+    return Resources(node.cpus * 1000, node.usable_memory_mb * MIB, node_gpus(node))

@@ -89,7 +89,8 @@ def build_slurm(
         pusher,
         caps,
         fail_open=settings.fail_open,
-        jobs_on=sync.jobs_on,
+        # Slurm's state as the sync's thread last published it.
+        jobs_on=lambda name: sync.state.snapshot().jobs_on(name),
         refusal=plugins.refusal if plugins is not None else lambda: None,
     )
     components: tuple[Component, ...] = (sync,) if plugins is None else (sync, plugins)

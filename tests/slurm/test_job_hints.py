@@ -109,8 +109,8 @@ def full_listing(sync: SlurmSync) -> None:
     and the step that applies it."""
     sync.client.ctld_started += 1  # type: ignore[attr-defined]
     sync.step()
-    assert sync._listing is not None
-    sync._listing.result(timeout=10)
+    assert sync.listings.pending is not None
+    sync.listings.pending.result(timeout=10)
     sync.step()
 
 
@@ -130,7 +130,7 @@ def test_a_hinted_start_reaches_the_ledger_with_no_listing(
     hints.post([7])
     assert sync.apply_hints() == []
     assert held(ledger, "n1") == {"7": 2000}
-    assert sync.jobs_on("n1") == [slurm.jobs["7"]]
+    assert sync.state.snapshot().jobs_on("n1") == [slurm.jobs["7"]]
     sync.step()  # not due: no listing
     assert slurm.listings == listings
 
@@ -198,13 +198,13 @@ def test_an_older_listing_never_undoes_a_newer_hint(
     slurm.ctld_started += 1  # a restart: a listing at once, although not due
     slurm.hold_listing.clear()
     sync.step()
-    assert sync._listing is not None  # reading: it sees job 8 running, not job 7
+    assert sync.listings.pending is not None  # reading: it sees job 8 running, not job 7
     slurm.jobs["7"] = job("7", "n1")
     del slurm.jobs["8"]
     hints.post([7, 8])
     sync.apply_hints()
     slurm.hold_listing.set()
-    sync._listing.result(timeout=10)
+    sync.listings.pending.result(timeout=10)
     sync.step()  # applies the listing
     assert (held(ledger, "n1"), held(ledger, "n2")) == ({"7": 2000}, {})
     full_listing(sync)  # a listing that began after the hints: the same
@@ -331,7 +331,7 @@ def test_hints_are_applied_during_a_long_full_pass(
     """A full pass that pushes every node (after a slurmctld restart) takes minutes at
     15,000 nodes: a hint posted meanwhile is applied within it, not after it."""
     seen: list[dict[str, int]] = []
-    sync_node = sync._sync_node
+    sync_node = sync.reconciler.sync
 
     def slow_sync_node(view: NodeView) -> bool:  # the pass: n1, then n2
         if view.name == "n1":
@@ -343,7 +343,7 @@ def test_hints_are_applied_during_a_long_full_pass(
             seen.append(held(ledger, "n2"))  # first: after the earliest sync of n2
         return drifted
 
-    sync._sync_node = slow_sync_node  # type: ignore[method-assign]
-    sync._ledger_key = ()  # the ledger's nodes "changed": a full pass
+    sync.reconciler.sync = slow_sync_node  # type: ignore[method-assign]
+    sync.reconciler.forget()  # the ledger's nodes "changed": a full pass
     sync.step()
     assert seen[0] == {"7": 2000}  # the hint's sync of n2 came before the pass's

@@ -1,0 +1,169 @@
+"""What reconciling one ledger node with its Slurm node must do: a pure plan.
+
+Why pure: the Slurm sync's per-node reconcile used to decide and write in one pass
+(health, holdings, push, event interleaved). Here the decision is a function of plain data,
+the ledger's view of the node and Slurm's node and jobs as last read, so every case is a
+table test; app.slurm.reconcile observes, calls ``plan_node`` and applies the plan through
+the ledger and the pusher, in the plan's order (health, holdings, push, drift event).
+
+Invariants:
+- a node Slurm does not list only gets a health reason (nothing to hold or push);
+- Slurm-job holdings are replaced only when they differ from what Slurm holds: the jobs'
+  per-node allocations, plus whatever the node reports allocated beyond them held under
+  ``node:<name>``, so the ledger never undercounts Slurm;
+- counts are pushed only when Slurm's differ from what the ledger withholds (slurmctld
+  restart, reconfigure, slurmd re-registration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.ledger.records import EventKind, HolderKind, NodeView
+from app.ledger.resources import Resources
+from app.slurm.counts import MIB, K8sCounts, current_counts, desired_counts, withheld
+from app.slurm.gres import gres_count
+from app.slurm.models import SlurmJob, SlurmNode
+
+UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "INVALID_REG", "INVALID", "NOT_RESPONDING", "FAIL"})
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmHolding:
+    """What one Slurm job (or the node's allocation no job accounts for) holds on a node."""
+
+    display_name: str
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class HealthChange:
+    """The ledger's health reason for the node must become ``reason`` (None: healthy)."""
+
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEvent:
+    kind: EventKind
+    message: str
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """Slurm's counts differ from what the ledger withholds: push ``counts`` again."""
+
+    slurm_name: str
+    counts: K8sCounts
+
+    def drift_event(self, pushed: str) -> PlannedEvent:
+        """The event for a push that found Slurm had lost the pushed counts; ``pushed`` is
+        the GRES the push sent (known only once it read the node back)."""
+        return PlannedEvent(
+            EventKind.SLURM_DRIFT,
+            f"Slurm node {self.slurm_name} lost the pushed counts (slurmctld restart or "
+            f"reconfigure?); pushed {pushed} again",
+            {"pushed": pushed},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """What to write, in this order; None: already in place."""
+
+    health: HealthChange | None
+    holdings: Mapping[str, SlurmHolding] | None  # the node's Slurm-job holdings, whole
+    push: Push | None
+
+    @property
+    def settled(self) -> bool:
+        """Nothing to write: the node is in place."""
+        return self.health is None and self.holdings is None and self.push is None
+
+
+def plan_node(
+    view: NodeView,
+    node: SlurmNode | None,
+    jobs: Iterable[SlurmJob],
+    unlisted: Resources = Resources.ZERO,
+) -> NodePlan:
+    """Reconcile ``view`` with Slurm's ``node`` (None: Slurm does not list it), the ``jobs``
+    holding resources on it, and ``unlisted``: what the node reported allocated beyond
+    those jobs at the last full listing."""
+    reason = health_reason(node, view.slurm_name)
+    health = None if reason == view.health_reason else HealthChange(reason)
+    if node is None:
+        return NodePlan(health, None, None)
+    holdings = slurm_snapshot(node, jobs, unlisted)
+    desired = desired_counts(node, withheld(view))
+    return NodePlan(
+        health,
+        None if _same(view, holdings) else holdings,
+        None if current_counts(node) == desired else Push(node.name, desired),
+    )
+
+
+def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
+    """Why Slurm makes the node not admissible (its states DOWN, DRAIN, INVALID_REG,
+    NOT_RESPONDING, FAIL, or no such node); None when healthy."""
+    if node is None:
+        return f"Slurm has no node {slurm_name!r}"
+    bad = node.states & UNHEALTHY_STATES
+    if not bad:
+        return None
+    text = f"Slurm node {node.name} is {'+'.join(sorted(node.states))}"
+    return f"{text}: {node.reason}" if node.reason else text
+
+
+def slurm_snapshot(
+    node: SlurmNode, jobs: Iterable[SlurmJob], unlisted: Resources | None = None
+) -> dict[str, SlurmHolding]:
+    """What Slurm holds on ``node``, per job, plus any allocation no job accounts for
+    (``unlisted``; default: what the node reports allocated beyond ``jobs``)."""
+    snapshot: dict[str, SlurmHolding] = {}
+    for job in jobs:
+        if (held := job_on(job, node.name)) is not None:
+            snapshot[job.job_id] = SlurmHolding(
+                f"{job.name} ({job.user})" if job.user else job.name, held
+            )
+    if unlisted is None:
+        unlisted = unallocated_rest(node, [e.resources for e in snapshot.values()])
+    if not unlisted.is_zero():
+        snapshot[f"node:{node.name}"] = SlurmHolding("allocated, no job listed yet", unlisted)
+    return snapshot
+
+
+def job_on(job: SlurmJob, node: str) -> Resources | None:
+    """What ``job`` holds on ``node``; None when it holds nothing there."""
+    for a in job.allocations:
+        if a.node == node:
+            return Resources(a.cpus * 1000, a.memory_mb * MIB, a.gpus)
+    return None
+
+
+def unallocated_rest(node: SlurmNode, held: list[Resources]) -> Resources:
+    """What the node reports allocated (a full listing's figures) beyond what jobs hold."""
+    attributed = Resources.total(held)
+    reported = Resources(
+        node.alloc_cpus * 1000, node.alloc_memory_mb * MIB, gres_count(node.gres_used, "gpu")
+    )
+    return floored_minus(reported, attributed)
+
+
+def floored_minus(a: Resources, b: Resources) -> Resources:
+    """``a - b``, each amount at least 0."""
+    return Resources(
+        max(0, a.cpu_millis - b.cpu_millis),
+        max(0, a.memory_bytes - b.memory_bytes),
+        max(0, a.gpus - b.gpus),
+    )
+
+
+def _same(view: NodeView, snapshot: Mapping[str, SlurmHolding]) -> bool:
+    current = {
+        h.holder.id: h.resources for h in view.holdings if h.holder.kind is HolderKind.SLURM_JOB
+    }
+    return current == {k: e.resources for k, e in snapshot.items()}

@@ -1,0 +1,264 @@
+"""plan_node, the pure decision of the Slurm reconcile: every combination of health,
+holdings and counts a node can be in, as plain data (no database, no Slurm)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from app.core.plan import (
+    HealthChange,
+    NodePlan,
+    Push,
+    SlurmHolding,
+    floored_minus,
+    health_reason,
+    plan_node,
+    slurm_snapshot,
+)
+from app.ledger.records import (
+    EventKind,
+    Holder,
+    HolderKind,
+    Holding,
+    HoldingState,
+    NodeSpec,
+    NodeView,
+)
+from app.ledger.resources import Resources
+from app.slurm.counts import K8sCounts
+from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
+
+MIB = 2**20
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+FULL = "k8scpu:16,k8smemory:32000"
+
+
+def node(**changes: object) -> SlurmNode:
+    n = SlurmNode("n1", 16, 32000, 0, 0, 0, FULL, "", frozenset({"IDLE"}), "", "")
+    return replace(n, **changes)  # type: ignore[arg-type]
+
+
+def job(job_id: str = "7", on: str = "n1", cpus: int = 2, user: str = "alice") -> SlurmJob:
+    return SlurmJob(
+        job_id, "train", user, frozenset({"RUNNING"}), (JobAllocation(on, cpus, 1000, 0),)
+    )
+
+
+def holding(kind: HolderKind, holder_id: str, cpus: int, mb: int = 0) -> Holding:
+    return Holding(
+        "n1", Holder(kind, holder_id), Resources(cpus * 1000, mb * MIB), HoldingState.HELD, T0, T0
+    )
+
+
+def view(*holdings: Holding, health: str | None = None, alias: str | None = None) -> NodeView:
+    spec = NodeSpec(capacity=Resources(16000, 32000 * MIB), slurm_name=alias)
+    return NodeView("n1", spec, None, health, holdings, T0, T0)
+
+
+JOB_7 = holding(HolderKind.SLURM_JOB, "7", 2, 1000)
+POD = holding(HolderKind.POD, "u1", 2, 1024)
+MANUAL = holding(HolderKind.MANUAL, "m1", 1)
+HOLD_7 = {"7": SlurmHolding("train (alice)", Resources(2000, 1000 * MIB))}
+LOWERED = "k8scpu:14,k8smemory:30976"
+
+
+@pytest.mark.parametrize(
+    ("ledger", "slurm", "jobs", "unlisted", "expected"),
+    [
+        pytest.param(view(), node(), [], Resources.ZERO, NodePlan(None, None, None), id="in-place"),
+        pytest.param(
+            view(),
+            None,
+            [],
+            Resources.ZERO,
+            NodePlan(HealthChange("Slurm has no node 'n1'"), None, None),
+            id="not-in-slurm",
+        ),
+        pytest.param(
+            view(POD, health="Slurm has no node 'n1'"),
+            None,
+            [],
+            Resources.ZERO,
+            NodePlan(None, None, None),
+            id="not-in-slurm-already-said-nothing-pushed",
+        ),
+        pytest.param(
+            view(),
+            node(states=frozenset({"IDLE", "DRAIN"}), reason="disk"),
+            [],
+            Resources.ZERO,
+            NodePlan(HealthChange("Slurm node n1 is DRAIN+IDLE: disk"), None, None),
+            id="drained",
+        ),
+        pytest.param(
+            view(health="Slurm node n1 is DOWN"),
+            node(),
+            [],
+            Resources.ZERO,
+            NodePlan(HealthChange(None), None, None),
+            id="healthy-again",
+        ),
+        pytest.param(
+            view(), node(), [job()], Resources.ZERO, NodePlan(None, HOLD_7, None), id="job-came"
+        ),
+        pytest.param(
+            view(JOB_7), node(), [job()], Resources.ZERO, NodePlan(None, None, None), id="job-held"
+        ),
+        pytest.param(
+            view(JOB_7), node(), [], Resources.ZERO, NodePlan(None, {}, None), id="job-went"
+        ),
+        pytest.param(
+            view(JOB_7),
+            node(),
+            [job(cpus=4)],
+            Resources.ZERO,
+            NodePlan(None, {"7": SlurmHolding("train (alice)", Resources(4000, 1000 * MIB))}, None),
+            id="job-changed",
+        ),
+        pytest.param(
+            view(),
+            node(),
+            [job(on="n2")],
+            Resources.ZERO,
+            NodePlan(None, None, None),
+            id="job-elsewhere",
+        ),
+        pytest.param(
+            view(),
+            node(),
+            [job(user="")],
+            Resources.ZERO,
+            NodePlan(None, {"7": SlurmHolding("train", Resources(2000, 1000 * MIB))}, None),
+            id="job-without-user",
+        ),
+        pytest.param(
+            view(),
+            node(),
+            [],
+            Resources(3000),
+            NodePlan(
+                None,
+                {"node:n1": SlurmHolding("allocated, no job listed yet", Resources(3000))},
+                None,
+            ),
+            id="allocated-no-job-listed",
+        ),
+        pytest.param(
+            view(POD),
+            node(),
+            [],
+            Resources.ZERO,
+            NodePlan(None, None, Push("n1", K8sCounts(14, 30976, None))),
+            id="pod-not-withheld-push",
+        ),
+        pytest.param(
+            view(POD),
+            node(gres=LOWERED),
+            [],
+            Resources.ZERO,
+            NodePlan(None, None, None),
+            id="pod-withheld",
+        ),
+        pytest.param(
+            view(MANUAL, JOB_7),
+            node(),
+            [job()],
+            Resources.ZERO,
+            NodePlan(None, None, Push("n1", K8sCounts(15, 32000, None))),
+            id="manual-withheld-jobs-not",
+        ),
+        pytest.param(
+            view(),
+            node(gres=LOWERED),
+            [],
+            Resources.ZERO,
+            NodePlan(None, None, Push("n1", K8sCounts(16, 32000, None))),
+            id="pod-gone-push-back",
+        ),
+        pytest.param(
+            view(POD, health="old"),
+            node(states=frozenset({"DOWN"})),
+            [job()],
+            Resources.ZERO,
+            NodePlan(
+                HealthChange("Slurm node n1 is DOWN"),
+                HOLD_7,
+                Push("n1", K8sCounts(14, 30976, None)),
+            ),
+            id="all-three",
+        ),
+    ],
+)
+def test_plan(
+    ledger: NodeView,
+    slurm: SlurmNode | None,
+    jobs: list[SlurmJob],
+    unlisted: Resources,
+    expected: NodePlan,
+) -> None:
+    plan = plan_node(ledger, slurm, jobs, unlisted)
+    assert plan == expected
+    assert plan.settled == (expected == NodePlan(None, None, None))
+
+
+def test_an_aliased_node_is_planned_by_its_slurm_name() -> None:
+    aliased = view(POD, alias="c1")
+    slurm = node(name="c1")
+    assert plan_node(aliased, None, []).health == HealthChange("Slurm has no node 'c1'")
+    plan = plan_node(aliased, slurm, [job(on="c1")])
+    assert plan.holdings == HOLD_7
+    assert plan.push == Push("c1", K8sCounts(14, 30976, None))
+
+
+def test_a_node_with_gpus_plans_k8sgpu() -> None:
+    gpu_pod = Holding(
+        "n1", Holder(HolderKind.POD, "g"), Resources(0, 0, 1), HoldingState.HELD, T0, T0
+    )
+    plan = plan_node(view(gpu_pod), node(gres=f"gpu:4,{FULL},k8sgpu:4"), [])
+    assert plan.push == Push("n1", K8sCounts(16, 32000, 3))
+
+
+def test_the_drift_event_names_the_node_and_what_was_pushed() -> None:
+    event = Push("n1", K8sCounts(14, 30976, None)).drift_event(LOWERED)
+    assert event.kind is EventKind.SLURM_DRIFT
+    assert event.message == (
+        "Slurm node n1 lost the pushed counts (slurmctld restart or reconfigure?); "
+        f"pushed {LOWERED} again"
+    )
+    assert event.details == {"pushed": LOWERED}
+
+
+@pytest.mark.parametrize(
+    ("states", "reason", "expected"),
+    [
+        pytest.param({"IDLE"}, "", None, id="idle"),
+        pytest.param({"MIXED"}, "", None, id="mixed"),
+        pytest.param({"ALLOCATED", "COMPLETING"}, "", None, id="completing"),
+        pytest.param({"IDLE", "DRAIN"}, "disk", "Slurm node n1 is DRAIN+IDLE: disk", id="drain"),
+        pytest.param(
+            {"DOWN", "NOT_RESPONDING"}, "", "Slurm node n1 is DOWN+NOT_RESPONDING", id="down"
+        ),
+        pytest.param(
+            {"IDLE", "INVALID_REG"}, "", "Slurm node n1 is IDLE+INVALID_REG", id="invalid-reg"
+        ),
+        pytest.param({"INVALID"}, "", "Slurm node n1 is INVALID", id="invalid"),
+        pytest.param({"FAIL", "MIXED"}, "x", "Slurm node n1 is FAIL+MIXED: x", id="fail"),
+    ],
+)
+def test_health_reason(states: set[str], reason: str, expected: str | None) -> None:
+    assert health_reason(node(states=frozenset(states), reason=reason), "n1") == expected
+
+
+def test_unlisted_defaults_to_what_the_node_reports_beyond_its_jobs() -> None:
+    busy = node(alloc_cpus=3, alloc_memory_mb=500, gres="gpu:2", gres_used="gpu:1")
+    assert slurm_snapshot(busy, [job()]) == {
+        **HOLD_7,
+        "node:n1": SlurmHolding("allocated, no job listed yet", Resources(1000, 0, 1)),
+    }
+
+
+def test_floored_minus_never_goes_below_zero() -> None:
+    assert floored_minus(Resources(1000, 5, 1), Resources(2000, 3, 1)) == Resources(0, 2, 0)
