@@ -4,6 +4,7 @@ the one handler with its code, status and retryable, and docs/api.md lists exact
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,12 @@ from fastapi.testclient import TestClient
 
 import app.main  # noqa: F401  (every error class a route can raise is imported)
 from app.api.answers import error_response
+from app.bootstrap import build_services
 from app.core.errors import DependencyError, NodeledgerError
 from app.ledger.errors import LedgerError
+from app.main import create_app
 from app.metrics.registry import NO_METRICS
+from app.settings import Settings
 from app.slurm.errors import SlurmRequestError, SlurmUnavailable
 
 API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
@@ -67,11 +71,19 @@ def test_a_route_of_an_integration_that_is_off_answers_in_the_error_shape(
 
 
 def test_metrics_without_a_registry_and_an_unknown_asset_answer_in_the_error_shape(
-    api: TestClient,
+    database_url: str,
 ) -> None:
-    api.app.state.services.metrics = NO_METRICS  # type: ignore[attr-defined]
-    for path, code in [("/metrics", "metrics_disabled"), ("/ui/nothing.js", "asset_not_found")]:
-        answer = api.get(path)
+    settings = Settings(database_url=database_url, migrate_on_start=False)
+    services = replace(build_services(settings), metrics=NO_METRICS)
+    with TestClient(create_app(settings, services)) as api:
+        answers = [
+            (api.get(path), code)
+            for path, code in [
+                ("/metrics", "metrics_disabled"),
+                ("/ui/nothing.js", "asset_not_found"),
+            ]
+        ]
+    for answer, code in answers:
         assert answer.status_code == 404, answer.text
         assert answer.json() == {
             "detail": answer.json()["detail"],
