@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from app.components import Health
+from app.core.presentation import format_cpu, format_memory
 from app.ledger.records import NodeView
 from app.ledger.resources import Resources
-from app.quantities import format_cpu, format_memory
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
 # The status fields the mirror owns and compares; lastSyncTime is when they were last

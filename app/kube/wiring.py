@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.components import Health
+from app.core.caps import KubeCaps
 from app.kube.binder import Extender
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
 from app.ledger.resources import Resources
-from app.slurm.policy import KubeCaps
 
 if TYPE_CHECKING:
     from app.ledger.service import Clock

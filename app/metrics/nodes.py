@@ -23,8 +23,9 @@ from typing import Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.core.verdict import admissible as admits
 from app.db.engine import is_outage
-from app.ledger.records import NodeTotals, NodeView, not_admissible_reason
+from app.ledger.records import NodeTotals, NodeView
 from app.ledger.resources import Resources
 
 log = logging.getLogger(__name__)
@@ -130,10 +131,8 @@ class _Families:
         for view in views:
             count += 1
             by_holder = held_by_holder(view)
-            view_free = view.allocatable - Resources.total(list(by_holder.values()))
-            is_admissible = (
-                not_admissible_reason(view.cordon_reason, view.health_reason, view_free) is None
-            )
+            view_free = view.free
+            is_admissible = admits(view)
             capacity += view.spec.capacity
             free += view_free
             for holder, resources in by_holder.items():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.core.caps import KubeCaps
 from app.db.locks import Leadership
 from app.slurm.client import SlurmClient
 from app.slurm.gate import SlurmGate
 from app.slurm.hints import JobHints
 from app.slurm.plugins import PluginCheck
-from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from app.slurm.tokens import FileToken, StaticToken, TokenSource

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.components import Health
+from app.core.caps import KubeCaps
 from app.kube import leader
 from app.kube.extender import filter_nodes, prioritize
 from app.kube.genericnode import same_status, status_of
@@ -22,7 +23,6 @@ from app.kube.watch import ListWatch
 from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
-from app.slurm.policy import KubeCaps
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from fastapi.testclient import TestClient
 
+from app.core.caps import KubeCaps
 from app.main import Services, build_services, create_app
 from app.metrics.settings import MetricsSettings
 from app.settings import Settings
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
 from app.slurm.models import SlurmNode
-from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
 

@@ -11,13 +11,13 @@ from dataclasses import replace
 import pytest
 
 from app.admission.service import Admissions
+from app.core.caps import KubeCaps
 from app.ledger.errors import AdmissionRejected
 from app.ledger.records import Holder, HolderKind, NodeSpec
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
 from app.slurm.gate import SlurmGate
 from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
-from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 from app.slurm.sync import health_reason, slurm_snapshot
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from app.core.caps import KubeCaps
 from app.kube.binder import Extender
 from app.kube.client import KubeClient
-from app.slurm.policy import KubeCaps
 
 
 def offline_extender(services: Any, caps: KubeCaps | None = None, **options: Any) -> Extender:

@@ -1,0 +1,102 @@
+"""The admission verdict: may this request be held on this node now. Pure.
+
+One decision for every caller, so that they cannot disagree: the ledger's admit
+(app.ledger.commands, under the node's lock), the scheduler extender's filter
+(app.kube.extender, over the node snapshot), the Slurm gate (app.slurm.gate, on the node
+as its push reads it) and the metrics' admissibility (app.metrics.nodes).
+
+The checks, in this order (the first that fails is the verdict):
+1. admissible: not cordoned, healthy in its integrations (Slurm), not overcommitted;
+2. fits: the request is within free (capacity - reserved - every holding) for each
+   resource;
+3. within the Kubernetes cap (app.core.caps), when caps are given: what pods hold plus
+   the request.
+
+A node is any view of it (NodeView, NodeTotals) that carries its free amounts and its
+not-admissible reason, both computed once per view by ``not_admissible_reason`` below:
+the extender asks about a thousand nodes per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from app.core.caps import KubeCaps, KubeShare
+from app.core.presentation import describe_shortfalls
+from app.ledger.arithmetic import Shortfall, shortfalls
+from app.ledger.resources import Resources
+
+OVERCOMMITTED = "overcommitted: holdings exceed capacity minus reserved"
+
+
+def not_admissible_reason(cordon: str | None, health: str | None, free: Resources) -> str | None:
+    """Why a node admits nothing new (check 1), or None: what views compute once."""
+    reasons = [r for r in (cordon, health) if r]
+    if not free.is_nonnegative():
+        reasons.append(OVERCOMMITTED)
+    return "; ".join(reasons) or None
+
+
+class NodeState(KubeShare, Protocol):
+    """What the verdict reads of a node."""
+
+    @property
+    def free(self) -> Resources: ...
+
+    @property
+    def not_admissible_reason(self) -> str | None: ...
+
+
+class Refusal(StrEnum):
+    NOT_ADMISSIBLE = "not_admissible"
+    INSUFFICIENT = "insufficient"
+    OVER_KUBE_CAP = "over_kube_cap"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Admitted (``refusal`` None), or refused: ``reason`` says why in the extender's
+    words, ``message`` in the ledger's (AdmissionRejected, REJECTED events), and
+    ``shortfalls`` what is short when the request does not fit."""
+
+    refusal: Refusal | None = None
+    reason: str = ""
+    message: str = ""
+    shortfalls: tuple[Shortfall, ...] = ()
+
+    @property
+    def admitted(self) -> bool:
+        return self.refusal is None
+
+
+ADMITTED = Verdict()  # one instance: the common case costs no allocation
+
+
+def verdict(
+    node: NodeState, request: Resources, caps: KubeCaps | None = None, *, held: bool = False
+) -> Verdict:
+    """The verdict on holding ``request`` on ``node``.
+
+    ``held``: the request is among the node's holdings already (a PENDING hold the Slurm
+    gate confirms, on the node as its push reads it): admissibility and fit were decided
+    when it was held, under the node's lock, so only the cap is checked, on figures that
+    include it."""
+    if not held:
+        if (reason := node.not_admissible_reason) is not None:
+            message = f"node {node.name!r} is not admissible: {reason}"
+            return Verdict(Refusal.NOT_ADMISSIBLE, reason, message)
+        if short := shortfalls(request, node.free):
+            text = describe_shortfalls(node.name, short)
+            return Verdict(Refusal.INSUFFICIENT, text, text, short)
+    if caps is not None:
+        adding = Resources.ZERO if held else request
+        if (violation := caps.violation(node, adding=adding)) is not None:
+            return Verdict(Refusal.OVER_KUBE_CAP, violation, violation)
+    return ADMITTED
+
+
+def admissible(node: NodeState) -> bool:
+    """Whether the node admits anything at all (an empty request): the metrics' figure."""
+    return verdict(node, Resources.ZERO).admitted
