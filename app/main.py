@@ -23,6 +23,7 @@ from app.api import (
 from app.auth import guard as auth
 from app.auth.wiring import build_guard
 from app.components import Component
+from app.core.caps import KubeCaps
 from app.db import migrate
 from app.db.engine import Database
 from app.kube import routes as kube_routes
@@ -55,6 +56,7 @@ class Services:
     slurm: SlurmSync | None = None
     job_hints: JobHints | None = None  # with the Slurm integration on
     extender: Extender | None = None
+    kube_caps: KubeCaps | None = None  # Kubernetes' share of a node, with Slurm on (app.core.caps)
     metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry()))
     # What this replica sees of the database, slurmrestd, the Kubernetes API (app.outages).
     dependencies: dict[str, Dependency] = field(default_factory=dict)
@@ -88,6 +90,9 @@ def build_services(
     )
     admissions = Admissions(ledger, gate, metrics=metrics)
     services = Services(db, ledger, admissions, snapshot, metrics=metrics)
+    if settings.slurm.enabled:
+        slurm = settings.slurm
+        services.kube_caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
     database = services.dependency("database")
     db.watch(database.failed, database.answered)
     if integrated:

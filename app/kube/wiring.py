@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.components import Health
-from app.core.caps import KubeCaps
 from app.kube.binder import Extender
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
@@ -47,15 +46,10 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
             metrics=services.metrics,
         )
     )
-    caps = (
-        KubeCaps(settings.slurm.kube_max_cpu_fraction, settings.slurm.kube_max_memory_fraction)
-        if settings.slurm.enabled
-        else None
-    )
     services.extender = Extender(
         services.admissions,
         client,
-        caps,
+        services.kube_caps,
         gpu_resource=kube.gpu_resource,
         snapshot=services.snapshot,
         max_staleness=kube.extender_max_staleness,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.core.caps import KubeCaps
 from app.db.locks import Leadership
 from app.slurm.client import SlurmClient
 from app.slurm.gate import SlurmGate
@@ -46,7 +45,8 @@ def attach_slurm(services: Services, settings: Settings) -> None:
         availability=services.dependency("slurmrestd"),
     )
     pusher = Pusher(client, services.ledger, metrics=services.metrics)
-    caps = KubeCaps(slurm.kube_max_cpu_fraction, slurm.kube_max_memory_fraction)
+    caps = services.kube_caps
+    assert caps is not None  # built whenever Slurm is on
     services.job_hints = JobHints(services.db)
     services.slurm = SlurmSync(
         client,
