@@ -86,7 +86,11 @@ def build_services(
     metrics = Metrics(registry)
     per_node, cache = settings.metrics.per_node, settings.metrics.cache_seconds
     registry.register(
-        LedgerCollector(snapshot if integrated else ledger, per_node=per_node, cache_seconds=cache)
+        LedgerCollector(
+            snapshot.list_nodes if integrated else ledger.node_totals,
+            per_node=per_node,
+            cache_seconds=cache,
+        )
     )
     admissions = Admissions(ledger, gate, metrics=metrics)
     services = Services(db, ledger, admissions, snapshot, metrics=metrics)

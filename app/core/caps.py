@@ -12,37 +12,16 @@ a share for otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
+from app.core.nodestate import KubeShare
 from app.core.presentation import format_cpu, format_memory
 from app.ledger.resources import Resources
 from app.quantities import QuantityError, Rounding, cpu_millis, memory_bytes
 
 CPU_LABEL = "nodeledger.io/kube-max-cpu"
 MEMORY_LABEL = "nodeledger.io/kube-max-memory"
-
-
-class Labelled(Protocol):
-    @property
-    def labels(self) -> Mapping[str, str]: ...
-
-
-class KubeShare(Protocol):
-    """What the cap reads of a node (a NodeView or a NodeTotals)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def spec(self) -> Labelled: ...
-
-    @property
-    def allocatable(self) -> Resources: ...
-
-    @property
-    def held_by_kubernetes(self) -> Resources: ...
 
 
 @dataclass(frozen=True, slots=True)

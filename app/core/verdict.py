@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from app.core.caps import KubeCaps, KubeShare
+from app.core.nodestate import NodeState
 from app.core.presentation import describe_shortfalls
 from app.ledger.arithmetic import Shortfall, shortfalls
 from app.ledger.resources import Resources
@@ -39,14 +39,11 @@ def not_admissible_reason(cordon: str | None, health: str | None, free: Resource
     return "; ".join(reasons) or None
 
 
-class NodeState(KubeShare, Protocol):
-    """What the verdict reads of a node."""
+class Cap(Protocol):
+    """A limit on what one kind of holder may hold on a node (app.core.caps.KubeCaps).
+    A protocol, so that this module needs no quantity parser (the caps parse labels)."""
 
-    @property
-    def free(self) -> Resources: ...
-
-    @property
-    def not_admissible_reason(self) -> str | None: ...
+    def violation(self, node: NodeState, adding: Resources = ...) -> str | None: ...
 
 
 class Refusal(StrEnum):
@@ -75,7 +72,7 @@ ADMITTED = Verdict()  # one instance: the common case costs no allocation
 
 
 def verdict(
-    node: NodeState, request: Resources, caps: KubeCaps | None = None, *, held: bool = False
+    node: NodeState, request: Resources, caps: Cap | None = None, *, held: bool = False
 ) -> Verdict:
     """The verdict on holding ``request`` on ``node``.
 

@@ -127,11 +127,6 @@ def status_of(
     }
 
 
-def same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Equal in what the mirror owns (so unchanged nodes are not rewritten)."""
-    return fingerprint(a) == fingerprint(b)
-
-
 def fingerprint(status: Mapping[str, Any]) -> str:
     """The mirrored fields as one canonical string: compact to keep for 15,000 nodes,
     equal exactly when the fields are, and parsed back into the previous status that

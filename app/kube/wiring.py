@@ -43,6 +43,7 @@ def attach_kube(services: Services, settings: Settings, clock: Clock) -> None:
             slurm_sizes,
             slurm_health,
             clock,
+            services.snapshot,
             metrics=services.metrics,
         )
     )
