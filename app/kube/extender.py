@@ -31,7 +31,7 @@ def filter_nodes(
         view = views.get(name)
         if view is None:
             failed[name] = f"node {name} is not managed by nodeledger"
-        elif (decided := verdict(view, requests, caps)).admitted:
+        elif (decided := verdict(view, requests, caps)).refusal is None:  # admitted
             fits.append(name)
         else:
             failed[name] = decided.reason
