@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from app.admission.service import AdmissionGate, Admissions
 from app.components import Component
+from app.core.caps import KubeCaps
 from app.db import migrate
 from app.db.engine import Database
 from app.kube.binder import Extender
@@ -30,7 +31,6 @@ from app.metrics.registry import Metrics
 from app.outages import Dependency
 from app.settings import Settings
 from app.slurm.hints import JobHints
-from app.slurm.policy import KubeCaps
 from app.slurm.sync import SlurmSync
 from app.slurm.wiring import SlurmParts, build_slurm
 
@@ -88,7 +88,7 @@ def build_services(
     registry.register(
         LedgerCollector(
             # With an integration on, the snapshot runs for its readers: scrapes read it too.
-            snapshot if integrated else ledger,
+            snapshot.list_nodes if integrated else ledger.node_totals,
             per_node=settings.metrics.per_node,
             cache_seconds=settings.metrics.cache_seconds,
         )

@@ -1,4 +1,5 @@
-"""Kubernetes quantity strings <-> integer base units, at the edges of the ledger.
+"""Kubernetes quantity strings -> integer base units, at the edges of the ledger (the way
+back, for people, is app.core.presentation).
 
 Parsing uses the Kubernetes client's own ``parse_quantity``; on top of it we refuse what it
 lets through but Kubernetes would not (NaN, infinities, negatives, absurd sizes) and round
@@ -24,7 +25,6 @@ _NUMBER = r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?"
 _QUANTITY = re.compile(rf"^[+-]?{_NUMBER}$")
 # What a quantity string may be (no sign but +), for the OpenAPI document.
 QUANTITY_PATTERN = rf"^\+?{_NUMBER}$"
-_BINARY_SUFFIXES = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
 
 Quantity = str | int | float
 
@@ -89,22 +89,3 @@ def gpu_count(value: Quantity) -> int:
     if number != number.to_integral_value():
         raise QuantityError(f"gpu count must be a whole number, got {number}")
     return _integral(number, Rounding.UP, MAX_GPUS, "gpu count")
-
-
-def format_cpu(millis: int) -> str:
-    """Millicores in Kubernetes notation: "2", "1500m", "-250m"."""
-    if millis % 1000 == 0:
-        return str(millis // 1000)
-    return f"{millis}m"
-
-
-def format_memory(num_bytes: int) -> str:
-    """Bytes with the largest binary suffix that divides them exactly: "4Gi", "1536Mi"."""
-    if num_bytes == 0:
-        return "0"
-    magnitude = abs(num_bytes)
-    for power, suffix in zip(range(6, 0, -1), _BINARY_SUFFIXES, strict=True):
-        unit = 1024**power
-        if magnitude % unit == 0:
-            return f"{num_bytes // unit}{suffix}"
-    return str(num_bytes)

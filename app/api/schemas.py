@@ -24,18 +24,16 @@ from pydantic import (
     model_validator,
 )
 
+from app.core.presentation import format_amount, format_cpu, format_memory
 from app.ledger.arithmetic import Shortfall
 from app.ledger.paging import HoldingKey, NodeKey, NodeSort
 from app.ledger.records import Holder, HolderKind, Holding, LedgerEvent, NodeSpec, NodeView
 from app.ledger.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES, Resources
-from app.ledger.service import format_amount
 from app.quantities import (
     QUANTITY_PATTERN,
     Quantity,
     Rounding,
     cpu_millis,
-    format_cpu,
-    format_memory,
     gpu_count,
 )
 from app.quantities import memory_bytes as to_memory_bytes

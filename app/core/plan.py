@@ -21,21 +21,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.ledger.records import EventKind, HolderKind, NodeView
+from app.ledger.records import EventKind, HolderKind, NodeView, SnapshotEntry
 from app.ledger.resources import Resources
 from app.slurm.counts import MIB, K8sCounts, current_counts, desired_counts, withheld
 from app.slurm.gres import gres_count
 from app.slurm.models import SlurmJob, SlurmNode
 
 UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "INVALID_REG", "INVALID", "NOT_RESPONDING", "FAIL"})
-
-
-@dataclass(frozen=True, slots=True)
-class SlurmHolding:
-    """What one Slurm job (or the node's allocation no job accounts for) holds on a node."""
-
-    display_name: str
-    resources: Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +67,7 @@ class NodePlan:
     """What to write, in this order; None: already in place."""
 
     health: HealthChange | None
-    holdings: Mapping[str, SlurmHolding] | None  # the node's Slurm-job holdings, whole
+    holdings: Mapping[str, SnapshotEntry] | None  # the node's Slurm-job holdings, whole
     push: Push | None
 
     @property
@@ -120,19 +112,19 @@ def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
 
 def slurm_snapshot(
     node: SlurmNode, jobs: Iterable[SlurmJob], unlisted: Resources | None = None
-) -> dict[str, SlurmHolding]:
+) -> dict[str, SnapshotEntry]:
     """What Slurm holds on ``node``, per job, plus any allocation no job accounts for
     (``unlisted``; default: what the node reports allocated beyond ``jobs``)."""
-    snapshot: dict[str, SlurmHolding] = {}
+    snapshot: dict[str, SnapshotEntry] = {}
     for job in jobs:
         if (held := job_on(job, node.name)) is not None:
-            snapshot[job.job_id] = SlurmHolding(
+            snapshot[job.job_id] = SnapshotEntry(
                 f"{job.name} ({job.user})" if job.user else job.name, held
             )
     if unlisted is None:
         unlisted = unallocated_rest(node, [e.resources for e in snapshot.values()])
     if not unlisted.is_zero():
-        snapshot[f"node:{node.name}"] = SlurmHolding("allocated, no job listed yet", unlisted)
+        snapshot[f"node:{node.name}"] = SnapshotEntry("allocated, no job listed yet", unlisted)
     return snapshot
 
 
@@ -162,7 +154,7 @@ def floored_minus(a: Resources, b: Resources) -> Resources:
     )
 
 
-def _same(view: NodeView, snapshot: Mapping[str, SlurmHolding]) -> bool:
+def _same(view: NodeView, snapshot: Mapping[str, SnapshotEntry]) -> bool:
     current = {
         h.holder.id: h.resources for h in view.holdings if h.holder.kind is HolderKind.SLURM_JOB
     }

@@ -8,6 +8,7 @@ import contextlib
 import logging
 
 from app.admission.service import Admissions
+from app.core.caps import KubeCaps
 from app.kube.client import KubeClient, KubeError
 from app.kube.extender import filter_nodes, prioritize
 from app.kube.extender_wire import (
@@ -22,7 +23,6 @@ from app.ledger.errors import HoldingNotFound, LedgerError
 from app.ledger.records import Holder, HolderKind
 from app.ledger.snapshot import NodeSnapshot
 from app.quantities import QuantityError
-from app.slurm.policy import KubeCaps
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from app.kube.protocol import AdmissionRequests
 from app.kube.settings import KubeSettings
 from app.kube.watch import ListWatch
 from app.ledger.service import Clock
+from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import log_failure
 
@@ -42,6 +43,7 @@ class KubeControllers:
         slurm_sizes: SlurmSizes,
         slurm_health: Callable[[], Health | None],
         clock: Clock,
+        snapshot: NodeSnapshot,
         *,
         metrics: Metrics = NO_METRICS,
     ) -> None:
@@ -67,7 +69,7 @@ class KubeControllers:
             admissions, client, gpu_resource=settings.gpu_resource, clock=clock
         )
         self.mirror = StatusMirror(
-            ledger,
+            snapshot,
             client,
             slurm_health,
             qps=settings.status_qps,

@@ -1,20 +1,19 @@
 """kube-scheduler extender decisions over a ledger snapshot. Pure.
 
-Filter: a node passes when it is managed, admissible and has room for the pod within the
-Kubernetes cap; every other node gets a reason. Unmanaged nodes are out (the extender is
-for co-located nodes). Prioritize: prefer nodes where Slurm holds least, then the most
-free CPU, on kube-scheduler's 0..10 scale.
+Filter: a node passes when it is managed and the admission verdict (app.core.verdict) on
+the pod admits it; every other node gets the verdict's reason. Unmanaged nodes are out
+(the extender is for co-located nodes). Prioritize: prefer nodes where Slurm holds least,
+then the most free CPU, on kube-scheduler's 0..10 scale.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.ledger.arithmetic import shortfalls
+from app.core.caps import KubeCaps
+from app.core.verdict import verdict
 from app.ledger.records import NodeView
 from app.ledger.resources import Resources
-from app.ledger.service import describe_shortfalls
-from app.slurm.policy import KubeCaps
 
 MAX_SCORE = 10
 
@@ -32,14 +31,10 @@ def filter_nodes(
         view = views.get(name)
         if view is None:
             failed[name] = f"node {name} is not managed by nodeledger"
-        elif (reason := view.not_admissible_reason) is not None:
-            failed[name] = reason
-        elif short := shortfalls(requests, view.free):
-            failed[name] = describe_shortfalls(name, short)
-        elif caps is not None and (violation := caps.violation(view, adding=requests)):
-            failed[name] = violation
-        else:
+        elif (decided := verdict(view, requests, caps)).refusal is None:  # admitted
             fits.append(name)
+        else:
+            failed[name] = decided.reason
     return fits, failed
 
 

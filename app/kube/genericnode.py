@@ -16,9 +16,10 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from app.components import Health
+from app.core.nodestate import NodeState
+from app.core.presentation import format_cpu, format_memory
 from app.ledger.records import NodeView
 from app.ledger.resources import Resources
-from app.quantities import format_cpu, format_memory
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
 # The status fields the mirror owns and compares; lastSyncTime is when they were last
@@ -40,23 +41,11 @@ def amounts(r: Resources, gpu_resource: str) -> dict[str, str]:
     }
 
 
-class NodeFigures(Protocol):
+class NodeFigures(NodeState, Protocol):
     """What a status is made of: a NodeView, or a NodeTotals (no holdings loaded)."""
 
     @property
-    def allocatable(self) -> Resources: ...
-
-    @property
-    def held_by_kubernetes(self) -> Resources: ...
-
-    @property
     def held_by_slurm(self) -> Resources: ...
-
-    @property
-    def free(self) -> Resources: ...
-
-    @property
-    def not_admissible_reason(self) -> str | None: ...
 
 
 def new_object(view: NodeView, cluster_name: str) -> dict[str, Any]:
@@ -125,11 +114,6 @@ def status_of(
         ],
         "lastSyncTime": timestamp(now),
     }
-
-
-def same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Equal in what the mirror owns (so unchanged nodes are not rewritten)."""
-    return fingerprint(a) == fingerprint(b)
 
 
 def fingerprint(status: Mapping[str, Any]) -> str:

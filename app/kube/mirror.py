@@ -1,14 +1,15 @@
 """GenericNode status mirrors the ledger: on every change, batched and rate-limited.
 
-Changes are found by following the ledger's event log (so changes made by any replica
-count; app.ledger.follow catches events that commit out of id order), collected as a set
-of dirty nodes, and written at most ``qps`` per second with a ``burst`` (1,000 nodes
-changing at once cost 1,000 / qps seconds, not a flood).
+Changes come from the node snapshot (app.ledger.snapshot, the one follower of the
+ledger's event log, so changes made by any replica count): while the mirror runs it
+subscribes to the names of changed nodes, collects them as a set of dirty nodes, and
+writes them, reading their views from the snapshot, at most ``qps`` per second with a
+``burst`` (1,000 nodes changing at once cost 1,000 / qps seconds, not a flood).
 
 A node is written only when its figures differ from what its GenericNode has. What each
 GenericNode has is known from the mirror's own writes and, every ``resync_period``, from a
 paginated LIST of the GenericNodes (in case someone else changed them), compared with
-every node's totals (summed by the database, no holdings loaded): the resync then writes
+every node's view in the snapshot: the resync then writes
 exactly the nodes that differ, none when nothing changed, within the same rate.
 Each condition keeps its lastTransitionTime until its status changes; lastSyncTime says
 when the figures were last written. Per node only a compact fingerprint of the mirrored
@@ -21,21 +22,21 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, TypedDict
 
 from app.components import Health
 from app.kube.client import GENERICNODES, KubeClient, KubeError
 from app.kube.genericnode import MANAGED_BY, fingerprint, status_of
-from app.ledger.errors import NodeNotFound
-from app.ledger.follow import EventFollower
-from app.ledger.records import NodeTotals, NodeView
-from app.ledger.service import Clock, Ledger
+from app.ledger.records import NodeView
+from app.ledger.service import Clock
+from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import log_failure
 
 log = logging.getLogger(__name__)
+POLL = 0.2  # seconds between looks at the snapshot (its refresh reads the event log)
 
 
 class _Meta(TypedDict, total=False):
@@ -80,7 +81,7 @@ class TokenBucket:
 class StatusMirror:
     def __init__(
         self,
-        ledger: Ledger,
+        snapshot: NodeSnapshot,
         client: KubeClient,
         slurm_health: Callable[[], Health | None],
         *,
@@ -91,7 +92,7 @@ class StatusMirror:
         clock: Clock,
         metrics: Metrics = NO_METRICS,
     ) -> None:
-        self.ledger = ledger
+        self.snapshot = snapshot
         self.client = client
         self.slurm_health = slurm_health
         self.bucket = TokenBucket(qps, burst)
@@ -100,24 +101,37 @@ class StatusMirror:
         self.clock = clock
         self.metrics = metrics
         self.written: dict[str, str] = {}  # node -> fingerprint of its GenericNode's status
+        # Added to by the snapshot's refreshes, on whichever thread makes them: the lock
+        # guards it (never held while reading the snapshot, which may call back).
         self._dirty: set[str] = set()
-        self._events = EventFollower(ledger)
+        self._dirty_lock = threading.Lock()
         self._slurm_ok: bool | None = None
 
     def run(self, stop: threading.Event) -> None:
-        resynced: float | None = None
-        while not stop.is_set():
-            try:
-                # Events first: the follower's first poll anchors at the log's end, so any
-                # change after a resync's ledger read is also seen as an event.
-                self._follow_events()
-                if resynced is None or time.monotonic() - resynced > self.resync_period:
-                    self.resync()
-                    resynced = time.monotonic()
-                self.flush(stop)
-            except Exception as exc:  # keep mirroring; the next pass retries
-                log_failure(log, "GenericNode status mirror", exc)
-            stop.wait(0.2)
+        # Subscribed first: any change after the resync's read of the snapshot is marked.
+        unsubscribe = self.snapshot.subscribe(self._mark)
+        try:
+            resynced: float | None = None
+            while not stop.is_set():
+                try:
+                    self._follow()
+                    if resynced is None or time.monotonic() - resynced > self.resync_period:
+                        self.resync()
+                        resynced = time.monotonic()
+                    self.flush(stop)
+                except Exception as exc:  # keep mirroring; the next pass retries
+                    log_failure(log, "GenericNode status mirror", exc)
+                stop.wait(POLL)
+        finally:
+            unsubscribe()
+
+    def _mark(self, names: Collection[str]) -> None:
+        with self._dirty_lock:
+            self._dirty.update(names)
+
+    def _next_dirty(self) -> str | None:
+        with self._dirty_lock:
+            return self._dirty.pop() if self._dirty else None
 
     def resync(self) -> None:
         """Read every GenericNode's status from Kubernetes and mark the nodes whose
@@ -129,24 +143,26 @@ class StatusMirror:
         )
         self.written = dict(listed)
         health, now = self.slurm_health(), self.clock()
-        differ = 0
-        for view in self.ledger.node_totals():
+        differ: list[str] = []
+        for view in self.snapshot.list_nodes():
             known = self.written.get(view.name)
             if known is not None and self._desired(view, health, now)[1] != known:
-                self._dirty.add(view.name)
-                differ += 1
+                differ.append(view.name)
+        self._mark(differ)
         log.info(
             "GenericNode status resync: %d of %d differ from the ledger (%.2f s)",
-            differ, len(listed), time.monotonic() - started,
+            len(differ), len(listed), time.monotonic() - started,
         )  # fmt: skip
 
-    def _follow_events(self) -> None:
-        self._dirty.update(e.node for e in self._events.poll() if e.node)
+    def _follow(self) -> None:
+        """Bring the snapshot up to date (its subscribers, this one too, hear of the
+        changes), and mark every node when Slurm's health flips."""
+        views = self.snapshot.views(max_age=POLL)
         health = self.slurm_health()
         ok = None if health is None else health.status == "ok"
         if ok != self._slurm_ok:  # SlurmSynced changes on every node
             self._slurm_ok = ok
-            self._dirty.update(self.ledger.node_specs())
+            self._mark(list(views))
 
     def flush(self, stop: threading.Event) -> None:
         while self._dirty and not stop.is_set():
@@ -154,14 +170,13 @@ class StatusMirror:
             if pause:
                 stop.wait(pause)
                 continue
-            while self._dirty and not self.write(self._dirty.pop()):
+            while (name := self._next_dirty()) is not None and not self.write(name):
                 pass  # an unchanged node costs no token
 
     def write(self, name: str) -> bool:
         """Write the node's status if it differs from its GenericNode's; whether it did."""
-        try:
-            view = self.ledger.get_node(name)
-        except NodeNotFound:
+        view = self.snapshot.views().get(name)
+        if view is None:
             return False
         status, mark = self._desired(view, self.slurm_health(), self.clock())
         if self.written.get(name) == mark:
@@ -177,7 +192,7 @@ class StatusMirror:
         return True
 
     def _desired(
-        self, view: NodeView | NodeTotals, health: Health | None, now: datetime
+        self, view: NodeView, health: Health | None, now: datetime
     ) -> tuple[dict[str, Any], str]:
         """The status to have, with its fingerprint; conditions keep the transition times
         of the status Kubernetes has."""

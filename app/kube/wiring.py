@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.admission.service import Admissions
 from app.components import Health
+from app.core.caps import KubeCaps
 from app.kube.binder import Extender
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
@@ -15,7 +16,6 @@ from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics
 from app.outages import Dependency
-from app.slurm.policy import KubeCaps
 from app.slurm.sync import SlurmSync
 
 
@@ -51,7 +51,7 @@ def build_kube(
         return slurm.health() if slurm is not None else None
 
     controllers = KubeControllers(
-        settings, client, admissions, slurm_sizes, slurm_health, clock, metrics=metrics
+        settings, client, admissions, slurm_sizes, slurm_health, clock, views, metrics=metrics
     )
     extender = Extender(
         admissions,

@@ -1,7 +1,7 @@
-"""Pure admission arithmetic: does a request fit, and if not, what is short.
+"""Pure arithmetic on amounts: what a request is short of, how a snapshot changes holdings.
 
-free = capacity - reserved - sum(holdings). An admission fits when the node is
-admissible and the request is within free for every resource.
+free = capacity - reserved - sum(holdings); the admission verdict (app.core.verdict) uses
+``shortfalls`` for its fit check.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from app.ledger.records import NodeView
 from app.ledger.resources import ResourceName, Resources
 
 
@@ -31,10 +30,6 @@ def shortfalls(requested: Resources, free: Resources) -> tuple[Shortfall, ...]:
         for name in Resources.NAMES
         if requested.amount(name) > free.amount(name)
     )
-
-
-def fits(requested: Resources, node: NodeView) -> bool:
-    return node.admissible and not shortfalls(requested, node.free)
 
 
 @dataclass(frozen=True, slots=True)

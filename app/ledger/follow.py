@@ -37,10 +37,6 @@ class EventFollower:
         self.given_up = 0  # gaps dropped unfilled: changes this follower may have missed
         self._gaps: dict[int, float] = {}  # event id -> when it was first missed
 
-    @property
-    def open_gaps(self) -> int:
-        return len(self._gaps)
-
     def start(self) -> None:
         """Start at the end of the log, as the first poll would, but also look for the ids
         below it that are not committed yet: what a reader of the ledger could not see

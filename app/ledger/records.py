@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from app.core.verdict import not_admissible_reason
 from app.ledger.resources import Resources
 
 
@@ -16,10 +17,6 @@ class HolderKind(StrEnum):
     POD = "pod"
     SLURM_JOB = "slurm_job"
     MANUAL = "manual"
-
-    @property
-    def is_kubernetes(self) -> bool:
-        return self is HolderKind.POD
 
 
 class HoldingState(StrEnum):
@@ -125,13 +122,8 @@ class NodeView:
         for holding in self.holdings:
             by_kind.setdefault(holding.holder.kind, []).append(holding.resources)
         held_by_kind = {kind: Resources.total(amounts) for kind, amounts in by_kind.items()}
-        allocatable = self.spec.capacity - self.spec.reserved
         object.__setattr__(self, "_held_by_kind", held_by_kind)
-        object.__setattr__(self, "_allocatable", allocatable)
-        free = allocatable - Resources.total(held_by_kind.values())
-        object.__setattr__(self, "_free", free)
-        reason = not_admissible_reason(self.cordon_reason, self.health_reason, free)
-        object.__setattr__(self, "_not_admissible_reason", reason)
+        _derive(self, held_by_kind)
 
     @property
     def slurm_name(self) -> str:
@@ -181,18 +173,25 @@ class NodeView:
 @dataclass(frozen=True, slots=True)
 class NodeTotals:
     """A node with what each kind of holder holds on it in total, but not the holdings:
-    what a summary of every node needs (GenericNode statuses), read without loading
-    150,000 holdings."""
+    what a summary of every node needs (the metrics without the snapshot) and what the
+    ledger's admit decides on, read without loading the holdings."""
 
     name: str
     spec: NodeSpec
     cordon_reason: str | None
     health_reason: str | None
     held_by_kind: dict[HolderKind, Resources]
+    # As NodeView's: computed once.
+    _allocatable: Resources = field(init=False, repr=False, compare=False)
+    _free: Resources = field(init=False, repr=False, compare=False)
+    _not_admissible_reason: str | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _derive(self, self.held_by_kind)
 
     @property
     def allocatable(self) -> Resources:
-        return self.spec.capacity - self.spec.reserved
+        return self._allocatable
 
     @property
     def held_by_kubernetes(self) -> Resources:
@@ -208,18 +207,21 @@ class NodeTotals:
 
     @property
     def free(self) -> Resources:
-        return self.allocatable - Resources.total(tuple(self.held_by_kind.values()))
+        return self._free
 
     @property
     def not_admissible_reason(self) -> str | None:
-        return not_admissible_reason(self.cordon_reason, self.health_reason, self.free)
+        return self._not_admissible_reason
 
 
-def not_admissible_reason(cordon: str | None, health: str | None, free: Resources) -> str | None:
-    reasons = [r for r in (cordon, health) if r]
-    if not free.is_nonnegative():
-        reasons.append("overcommitted: holdings exceed capacity minus reserved")
-    return "; ".join(reasons) or None
+def _derive(node: NodeView | NodeTotals, held_by_kind: dict[HolderKind, Resources]) -> None:
+    """Set a view's allocatable, free and not-admissible reason, once (it never changes)."""
+    allocatable = node.spec.capacity - node.spec.reserved
+    free = allocatable - Resources.total(held_by_kind.values())
+    reason = not_admissible_reason(node.cordon_reason, node.health_reason, free)
+    object.__setattr__(node, "_allocatable", allocatable)
+    object.__setattr__(node, "_free", free)
+    object.__setattr__(node, "_not_admissible_reason", reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,3 +235,19 @@ class LedgerEvent:
     resources: Resources | None
     message: str
     details: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What an admission or a recording did: the holding, and whether it is new."""
+
+    holding: Holding
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotEntry:
+    """What one holder keeps on a node according to an external system (Slurm)."""
+
+    display_name: str
+    resources: Resources

@@ -51,11 +51,16 @@ EVENTS = cast(Table, EventRow.__table__)
 # Hot-path statements, built once: constructing a statement costs more than running it.
 _LOCK_NODE = select(NODES).where(NODES.c.name == bindparam("name")).with_for_update()
 _LOCK_NODE_ID = select(NODES.c.name).where(NODES.c.id == bindparam("node_id")).with_for_update()
-_HELD_ON = select(
-    func.coalesce(func.sum(HOLDINGS.c.cpu_millis), 0),
-    func.coalesce(func.sum(HOLDINGS.c.memory_bytes), 0),
-    func.coalesce(func.sum(HOLDINGS.c.gpus), 0),
-).where(HOLDINGS.c.node_id == bindparam("node_id"))
+_HELD_ON = (
+    select(
+        HOLDINGS.c.holder_kind,
+        func.sum(HOLDINGS.c.cpu_millis),
+        func.sum(HOLDINGS.c.memory_bytes),
+        func.sum(HOLDINGS.c.gpus),
+    )
+    .where(HOLDINGS.c.node_id == bindparam("node_id"))
+    .group_by(HOLDINGS.c.holder_kind)
+)
 _HOLDER_HOLDINGS = (
     select(HOLDINGS, NODES.c.name.label("node_name"))
     .join(NODES, HOLDINGS.c.node_id == NODES.c.id)
@@ -206,6 +211,10 @@ def node_record(row: NodeRow | Row[Any], holdings: Sequence[HoldingRow | Row[Any
     return _node_view(row, [holding_record(h, row.name) for h in holdings])
 
 
+def totals_record(row: NodeRow | Row[Any], held_by_kind: dict[HolderKind, Resources]) -> NodeTotals:
+    return NodeTotals(row.name, node_spec(row), row.cordon_reason, row.health_reason, held_by_kind)
+
+
 def _node_view(row: NodeRow | Row[Any], holdings: list[Holding]) -> NodeView:
     return NodeView(
         name=row.name,
@@ -279,10 +288,13 @@ class LedgerStatements:
         name: str = self.session.execute(_LOCK_NODE_ID, {"node_id": node_id}).scalar_one()
         return name
 
-    def held_on(self, node_id: int) -> Resources:
-        """Sum of all holdings on the node, computed by the database."""
-        cpu, memory, gpus = self.session.execute(_HELD_ON, {"node_id": node_id}).one()
-        return Resources(int(cpu), int(memory), int(gpus))
+    def held_on(self, node_id: int) -> dict[HolderKind, Resources]:
+        """What each kind of holder holds on the node, summed by the database."""
+        rows = self.session.execute(_HELD_ON, {"node_id": node_id})
+        return {
+            _HOLDER_KINDS[kind]: Resources(int(cpu), int(memory), int(gpus))
+            for kind, cpu, memory, gpus in rows
+        }
 
     def single_node_holdings(self, holder_id: str, kind: HolderKind | None) -> list[Row[Any]]:
         """A pod's or manual holder's holding rows with their node's name."""
@@ -337,12 +349,15 @@ class LedgerStatements:
         resources: Resources | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
-        self.session.execute(
-            _INSERT_EVENT,
+        self.insert_event(
             event_values(
                 at, kind, node, message, holder=holder, resources=resources, details=details
-            ),
+            )
         )
+
+    def insert_event(self, values: dict[str, Any]) -> None:
+        """One event (from event_values, app.ledger.events)."""
+        self.session.execute(_INSERT_EVENT, values)
 
     def append_events(self, values: Sequence[dict[str, Any]]) -> None:
         """Many events (each from event_values) in one statement."""
@@ -373,9 +388,6 @@ class LedgerRepository(LedgerStatements):
             raise NodeNotFound(name)
         return row
 
-    def node_by_id(self, node_id: int) -> NodeRow:
-        return self.session.get_one(NodeRow, node_id)
-
     def view(self, row: NodeRow) -> NodeView:
         return node_record(row, self.holdings_on(row.id))
 
@@ -386,7 +398,7 @@ class LedgerRepository(LedgerStatements):
             sums = Resources(int(row.cpu), int(row.memory), int(row.gpus))
             held.setdefault(row.node_id, {})[HolderKind(row.holder_kind)] = sums
         return [
-            NodeTotals(n.name, node_spec(n), n.cordon_reason, n.health_reason, held.get(n.id, {}))
+            totals_record(n, held.get(n.id, {}))
             for n in self.session.scalars(select(NodeRow).order_by(NodeRow.name))
         ]
 

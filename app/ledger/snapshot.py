@@ -1,9 +1,12 @@
-"""Every node view in memory, kept current from the ledger's event log.
+"""Every node view in memory, kept current from the ledger's event log: the one read
+model, and the process's only follower of the log.
 
 Why: the extender's filter and prioritize (a thousand candidates a call), the Slurm sync,
-node discovery and the GenericNode mirror read many nodes, often; reading every view from
-the database costs seconds at 15,000 nodes and 150,000 holdings. Here every view is read
-once, and then only the nodes that changed.
+the GenericNode mirror and the metrics (with an integration on) read many nodes, often;
+reading every view from the database costs seconds at 15,000 nodes and 150,000 holdings.
+Here every view is read once, and then only the nodes that changed. Those that act on
+changes (the mirror) subscribe: they are told the names of the nodes that changed, and
+read their views here.
 
 How: a full load starts an EventFollower (app.ledger.follow) at the end of the log, then
 reads every node and every holding (two queries). A refresh polls the follower and reads
@@ -32,6 +35,12 @@ Contract:
   background and is swapped in when done; refreshes go on meanwhile.
 - A refresh that fails (database down) raises to its caller, and the next one loads
   everything again: the events the failed one consumed are not lost.
+- Subscribers (``subscribe``) are called with the names of the nodes that changed (new,
+  changed or gone) after every refresh or reload that changed any, once ``views()``
+  returns the new views; after a full load, with every name whose view differs from the
+  last ones published (every name, the first time). A callback runs on the thread that
+  refreshed, while the next refresh waits: it should only note the names. Subscribing
+  and unsubscribing are thread-safe; a callback that raises is logged and skipped.
 - The extender only advises the scheduler (bind admits through the ledger, atomically):
   a stale view costs a failed bind at worst, never an oversubscribed node.
 """
@@ -42,7 +51,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, overload
 
@@ -55,6 +64,7 @@ from app.outages import log_failure
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+ChangedNodes = Callable[[frozenset[str]], None]
 _ABSENT: Any = object()
 COMPACT_AFTER = 256  # changed views kept beside the base at least (at most an eighth of it)
 # Events that record something about a node without changing it.
@@ -163,6 +173,9 @@ class NodeSnapshot:
         self._written = False  # this process committed a write since the last refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._subscribers: tuple[ChangedNodes, ...] = ()  # replaced whole: read without a lock
+        self._subscribing = threading.Lock()
+        self._published: Views | None = None  # the views subscribers were last told about
         ledger.db.on_commit(self._on_commit)
 
     # reads
@@ -184,9 +197,37 @@ class NodeSnapshot:
         while no node changed."""
         return self.views().by_name()
 
-    def node_totals(self) -> tuple[NodeView, ...]:
-        """What the metrics read (app.metrics.nodes): a view has its totals too."""
-        return self.list_nodes()
+    # subscriptions
+
+    def subscribe(self, callback: ChangedNodes) -> Callable[[], None]:
+        """Call ``callback(names)`` whenever nodes change (see the module's contract);
+        returns what ends the subscription."""
+        with self._subscribing:
+            self._subscribers = (*self._subscribers, callback)
+
+        def unsubscribe() -> None:
+            with self._subscribing:
+                self._subscribers = tuple(c for c in self._subscribers if c is not callback)
+
+        return unsubscribe
+
+    def _publish(self, views: Views, names: Collection[str] | None = None) -> None:
+        """Tell the subscribers which nodes changed: ``names``, or after a full load those
+        whose view differs from the views last published. The caller holds ``_refreshing``."""
+        before, self._published = self._published, views
+        subscribers = self._subscribers
+        if not subscribers:
+            return
+        if names is None:
+            names = _differing(before, views)
+        if not names:
+            return
+        changed = frozenset(names)
+        for callback in subscribers:
+            try:
+                callback(changed)
+            except Exception:
+                log.exception("a subscriber of the node snapshot failed")
 
     def _stale(self, asked: float, max_age: float) -> bool:
         return self._loaded is None or self._written or self._refreshed < asked - max_age
@@ -206,6 +247,7 @@ class NodeSnapshot:
             loaded = self._load()
             with self._refreshing:
                 self._loaded = loaded
+                self._publish(loaded.views)
                 # Older than the refresh before, maybe: the new views are as of their start,
                 # so the next read polls their follower (this process's commits included).
                 self._refreshed = loaded.started
@@ -227,11 +269,13 @@ class NodeSnapshot:
         try:
             if loaded is None:
                 self._loaded = loaded = self._load()
+                self._publish(loaded.views)
             else:
                 events = loaded.follower.poll()
                 names = {e.node for e in events if e.node is not None and e.kind not in UNCHANGING}
                 if names:
-                    self._loaded = self._with_nodes(loaded, names)
+                    self._loaded = loaded = self._with_nodes(loaded, names)
+                    self._publish(loaded.views, names)
         except Exception as exc:
             self._loaded = None  # the polled events are gone: load everything next time
             self._error = f"refreshing the node snapshot failed: {exc}"
@@ -285,3 +329,12 @@ class NodeSnapshot:
             except Exception as exc:  # the next round tries again; health() says why
                 self._error = f"refreshing the node snapshot failed: {exc}"
                 log_failure(log, "node snapshot", exc)
+
+
+def _differing(before: Views | None, after: Views) -> set[str]:
+    """The names of the nodes whose views differ between two full sets of views."""
+    if before is None:
+        return set(after)
+    names = {name for name, view in after.items() if before.get(name) != view}
+    names.update(name for name in before if name not in after)
+    return names

@@ -16,15 +16,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.core.verdict import admissible as admits
 from app.db.engine import is_outage
-from app.ledger.records import NodeTotals, NodeView, not_admissible_reason
+from app.ledger.records import NodeTotals, NodeView
 from app.ledger.resources import Resources
 
 log = logging.getLogger(__name__)
@@ -32,11 +32,9 @@ log = logging.getLogger(__name__)
 HOLDERS = ("kubernetes", "slurm", "manual")
 
 
-class NodeTotalsSource(Protocol):
-    """Every node with what each kind of holder holds: the Ledger sums it in the database,
-    the NodeSnapshot has it in memory."""
-
-    def node_totals(self) -> Sequence[NodeView | NodeTotals]: ...
+# Every node with what each kind of holder holds: Ledger.node_totals sums it in the
+# database, NodeSnapshot.list_nodes has it in memory (a view has its totals too).
+ReadNodes = Callable[[], Iterable[NodeView | NodeTotals]]
 
 
 def base_units(resources: Resources) -> dict[str, float]:
@@ -130,10 +128,8 @@ class _Families:
         for view in views:
             count += 1
             by_holder = held_by_holder(view)
-            view_free = view.allocatable - Resources.total(list(by_holder.values()))
-            is_admissible = (
-                not_admissible_reason(view.cordon_reason, view.health_reason, view_free) is None
-            )
+            view_free = view.free
+            is_admissible = admits(view)
             capacity += view.spec.capacity
             free += view_free
             for holder, resources in by_holder.items():
@@ -175,18 +171,18 @@ class _Families:
 
 
 class LedgerCollector:
-    """A prometheus-client collector over ``node_totals()`` (the ledger's, or the node
-    snapshot's when it runs) with a short cache."""
+    """A prometheus-client collector over ``read_nodes()`` (the ledger's node totals, or
+    the node snapshot's views when it runs) with a short cache."""
 
     def __init__(
         self,
-        ledger: NodeTotalsSource,
+        read_nodes: ReadNodes,
         *,
         per_node: bool = True,
         cache_seconds: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.ledger = ledger
+        self.read_nodes = read_nodes
         self.per_node = per_node
         self.cache_seconds = cache_seconds
         self.monotonic = monotonic
@@ -207,7 +203,7 @@ class LedgerCollector:
 
     def _read(self) -> list[Metric]:
         try:
-            views = self.ledger.node_totals()
+            views = self.read_nodes()
         except SQLAlchemyError as exc:
             # The other metrics still scrape; the ledger's series are absent until it answers.
             # An outage of the database is logged when it starts and ends (app.outages).

@@ -1,6 +1,6 @@
 """Admission confirmed by Slurm (the AdmissionGate the admission service calls).
 
-1. Cap: Kubernetes may hold only its share of the node (app.slurm.policy), checked on the
+1. Cap: Kubernetes may hold only its share of the node (app.core.caps), checked on the
    ledger's node as the push reads it, before anything is sent.
 2. Push the lowered counts (the hold is already in the ledger, so the push includes it); the
    push ends with a read of that one node, made after the update landed.
@@ -33,12 +33,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from app.core.caps import KubeCaps
+from app.core.verdict import verdict
 from app.ledger.errors import AdmissionRejected
 from app.ledger.records import Holding, NodeView
+from app.ledger.resources import Resources
 from app.slurm.counts import gres_usage, slurm_overlap
 from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.models import SlurmJob
-from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 
 log = logging.getLogger(__name__)
@@ -98,8 +100,8 @@ class SlurmGate:
             )
 
     def _within_cap(self, node: NodeView) -> None:
-        if (violation := self.caps.violation(node)) is not None:
-            raise AdmissionRejected(violation)
+        if not (decided := verdict(node, Resources.ZERO, self.caps, held=True)).admitted:
+            raise AdmissionRejected(decided.message)
 
     def changed(self, node: str) -> None:
         self.pusher.push(node, reason="holdings changed")

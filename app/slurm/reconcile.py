@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from app.core.plan import NodePlan, Push, plan_node
 from app.ledger.records import HolderKind, NodeView
-from app.ledger.service import Ledger, SnapshotEntry
+from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
 from app.slurm.push import Pusher
@@ -86,7 +86,7 @@ class NodeReconciler:
             self.ledger.replace_holdings(
                 view.name,
                 HolderKind.SLURM_JOB,
-                {k: SnapshotEntry(h.display_name, h.resources) for k, h in plan.holdings.items()},
+                plan.holdings,
             )
         if settled and observed.node is not None:
             self._in_place[view.name] = inputs

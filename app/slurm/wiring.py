@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.components import Component
+from app.core.caps import KubeCaps
 from app.db.engine import Database
 from app.db.locks import Leadership
 from app.ledger.service import Ledger
@@ -15,7 +16,6 @@ from app.slurm.client import SlurmClient
 from app.slurm.gate import SlurmGate
 from app.slurm.hints import JobHints
 from app.slurm.plugins import PluginCheck
-from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 from app.slurm.settings import SlurmSettings
 from app.slurm.sync import SlurmSync

@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 
 from app.components import Health
+from app.core.caps import KubeCaps
 from app.kube import leader
 from app.kube.extender import filter_nodes, prioritize
-from app.kube.genericnode import same_status, status_of
+from app.kube.genericnode import fingerprint, status_of
 from app.kube.mirror import StatusMirror, TokenBucket
 from app.kube.watch import ListWatch
 from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
-from app.slurm.policy import KubeCaps
+from app.ledger.snapshot import NodeSnapshot
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -78,7 +79,7 @@ def test_genericnode_status_keeps_transition_times_until_something_changes() -> 
     assert first["free"]["cpu"] == "10500m"
     later = datetime(2026, 1, 2, tzinfo=UTC)
     again = status_of(node, Health("ok"), first, later, "nvidia.com/gpu")
-    assert same_status(first, again)
+    assert fingerprint(first) == fingerprint(again)  # what the mirror compares
     down = status_of(node, Health("degraded", "Slurm unreachable"), first, later, "nvidia.com/gpu")
     synced = {c["type"]: c for c in down["conditions"]}["SlurmSynced"]
     assert synced["status"] == "False"
@@ -220,7 +221,7 @@ class FakeStatusClient:
 
 def mirror_of(ledger: Ledger, client: FakeStatusClient, now: list[datetime]) -> StatusMirror:
     return StatusMirror(
-        ledger, client, lambda: None, qps=1000, burst=1000, resync_period=3600,  # type: ignore[arg-type]
+        NodeSnapshot(ledger), client, lambda: None, qps=1000, burst=1000, resync_period=3600,  # type: ignore[arg-type]
         gpu_resource="nvidia.com/gpu", clock=lambda: now[0],
     )  # fmt: skip
 
@@ -266,12 +267,36 @@ def test_a_resync_takes_transition_times_from_what_kubernetes_has(ledger: Ledger
     assert conditions["SlurmSynced"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
 
 
+def test_the_running_mirror_writes_the_nodes_the_snapshot_says_changed(ledger: Ledger) -> None:
+    for name in ("a", "b"):
+        ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    client, now = FakeStatusClient("a", "b"), [T0]
+    mirror = mirror_of(ledger, client, now)
+    stop = threading.Event()
+    thread = threading.Thread(target=mirror.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while sorted(client.written) != ["a", "b"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(client.written) == ["a", "b"]  # the first resync
+        ledger.admit("b", Holder(HolderKind.POD, "p1"), Resources(1000, GIB))
+        while len(client.written) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.written[2:] == ["b"]  # told by the snapshot, not by a resync
+        assert client.objects["b"]["free"]["cpu"] == "15"
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not mirror.snapshot._subscribers  # a mirror that stopped no longer listens
+
+
 def test_status_writes_keep_to_the_rate(ledger: Ledger) -> None:
     for i in range(30):
         ledger.upsert_node(f"n{i}", NodeSpec(capacity=Resources(16000, 32 * GIB)))
     client = FakeStatusClient(*(f"n{i}" for i in range(30)))
     mirror = StatusMirror(
-        ledger, client, lambda: None, qps=20, burst=10, resync_period=3600,  # type: ignore[arg-type]
+        NodeSnapshot(ledger), client, lambda: None, qps=20, burst=10, resync_period=3600,  # type: ignore[arg-type]
         gpu_resource="nvidia.com/gpu", clock=lambda: T0,
     )  # fmt: skip
     started = time.monotonic()

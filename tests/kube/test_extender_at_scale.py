@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.bootstrap import build_services
+from app.core.caps import KubeCaps
 from app.db.engine import Database
 from app.kube.extender import filter_nodes, prioritize
 from app.ledger.records import Holder, HolderKind
@@ -22,7 +23,6 @@ from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.settings import Settings
-from app.slurm.policy import KubeCaps
 from tests.support.bulk import fill, node_name
 from tests.support.extender import offline_extender
 

@@ -20,6 +20,7 @@ from app.kube.mirror import StatusMirror
 from app.ledger.records import Holder, HolderKind, NodeSpec
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
+from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics
 from tests.kube.coloc import CRD
 from tests.support.kube_cluster import KubeCluster
@@ -71,7 +72,7 @@ def test_a_resync_writes_exactly_the_changed_genericnodes(
     metrics = Metrics(registry)
     now = [datetime(2026, 1, 1, tzinfo=UTC)]
     mirror = StatusMirror(
-        ledger, client, lambda: None, qps=100, burst=100, resync_period=3600,
+        NodeSnapshot(ledger), client, lambda: None, qps=100, burst=100, resync_period=3600,
         gpu_resource="nvidia.com/gpu", clock=lambda: now[0], metrics=metrics,
     )  # fmt: skip
     # Other tests' GenericNodes may exist: only this test's nodes are in its ledger.
@@ -93,7 +94,7 @@ def test_a_resync_writes_exactly_the_changed_genericnodes(
     # A restarted service learns what Kubernetes has and writes nothing.
     fresh = CountingClient(kube_cluster.kubeconfig, page_size=2)
     restarted = StatusMirror(
-        ledger, fresh, lambda: None, qps=100, burst=100, resync_period=3600,
+        NodeSnapshot(ledger), fresh, lambda: None, qps=100, burst=100, resync_period=3600,
         gpu_resource="nvidia.com/gpu", clock=lambda: now[0],
     )  # fmt: skip
     assert resync(restarted, fresh) == []

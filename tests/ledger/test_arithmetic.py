@@ -1,4 +1,4 @@
-"""The pure core: free, shortfalls, admissibility and snapshot diffs."""
+"""The pure core: free, shortfalls, admissibility (the verdict) and snapshot diffs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.ledger.arithmetic import Shortfall, diff_snapshot, fits, shortfalls
+from app.core.verdict import verdict
+from app.ledger.arithmetic import Shortfall, diff_snapshot, shortfalls
 from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
 from app.ledger.resources import Resources
 
@@ -102,7 +103,7 @@ def test_admissibility(
         view.not_admissible_reason or ""
     )
     assert view.admissible is (reason is None)
-    assert fits(Resources(1, 0, 0), view) is (reason is None)
+    assert verdict(view, Resources(1, 0, 0)).admitted is (reason is None)
 
 
 def test_diff_snapshot() -> None:
@@ -122,7 +123,7 @@ def test_greedy_admission_never_exceeds_capacity(
     """Admitting whatever fits, in any order, never overcommits."""
     holdings: list[Holding] = []
     for i, r in enumerate(requests):
-        if fits(r, node(capacity, *holdings)):
+        if verdict(node(capacity, *holdings), r).admitted:
             holdings.append(holding(HolderKind.POD, str(i), r))
     view = node(capacity, *holdings)
     assert view.held.fits_within(capacity)

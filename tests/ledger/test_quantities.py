@@ -6,15 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.quantities import (
-    QuantityError,
-    Rounding,
-    cpu_millis,
-    format_cpu,
-    format_memory,
-    gpu_count,
-    memory_bytes,
-)
+from app.core.presentation import format_cpu, format_memory
+from app.quantities import QuantityError, Rounding, cpu_millis, gpu_count, memory_bytes
 
 CPU = [
     ("250m", Rounding.UP, 250),

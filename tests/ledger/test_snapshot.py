@@ -87,6 +87,51 @@ def test_follows_every_kind_of_change_reading_only_the_changed_nodes(
     assert snapshot.list_nodes() is nodes  # the same while no node changed (app.slurm.sync)
 
 
+def test_subscribers_hear_which_nodes_changed(counting: CountingLedger) -> None:
+    snapshot = NodeSnapshot(counting)
+    heard: list[frozenset[str]] = []
+    unsubscribe = snapshot.subscribe(heard.append)
+    snapshot.views()
+    assert heard == [frozenset({"a", "b", "c"})]  # the first load: every node
+    for name, step in STEPS.items():
+        heard.clear()
+        last = counting.last_event_id()
+        step(counting)
+        views = snapshot.views()
+        named = {e.node for e in counting.events(after_id=last)}
+        assert heard == [frozenset(named)], name
+    heard.clear()
+    counting.record_event(EventKind.SLURM_PUSHED, "a", "pushed")  # says nothing changed
+    snapshot.views()
+    assert heard == []
+    # A full reload tells only what differs from what the subscribers last heard.
+    snapshot.reload()
+    assert heard == []
+    counting.admit("a", pod("p9"), CPU)
+    snapshot.reload()
+    assert heard == [frozenset({"a"})]
+    assert views["a"] != snapshot.views()["a"]
+    unsubscribe()
+    counting.release("p9")
+    snapshot.views()
+    assert heard == [frozenset({"a"})]
+
+
+def test_a_failing_subscriber_does_not_stop_the_others(counting: CountingLedger) -> None:
+    snapshot = NodeSnapshot(counting)
+    heard: list[frozenset[str]] = []
+
+    def broken(names: frozenset[str]) -> None:
+        raise RuntimeError("subscriber bug")
+
+    snapshot.subscribe(broken)
+    snapshot.subscribe(heard.append)
+    snapshot.views()
+    counting.admit("b", pod("p1"), CPU)
+    assert snapshot.views()["b"].held == CPU
+    assert heard[-1] == frozenset({"b"})
+
+
 def test_a_change_by_another_replica_shows_on_the_next_read(
     database_url: str, counting: CountingLedger
 ) -> None:

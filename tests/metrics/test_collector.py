@@ -33,7 +33,9 @@ def test_scrapes_within_the_cache_period_read_the_ledger_once(ledger: Ledger) ->
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32 * GIB)))
     counting, clock = CountingLedger(ledger), [0.0]
     registry = CollectorRegistry()
-    registry.register(LedgerCollector(counting, cache_seconds=5, monotonic=lambda: clock[0]))
+    registry.register(
+        LedgerCollector(counting.node_totals, cache_seconds=5, monotonic=lambda: clock[0])
+    )
     for _ in range(10):
         generate_latest(registry)
     assert counting.reads == 1
@@ -54,7 +56,7 @@ def test_an_unreadable_ledger_drops_only_the_ledger_series(ledger: Ledger) -> No
     counting.broken = True
     registry = CollectorRegistry()
     Metrics(registry)
-    registry.register(LedgerCollector(counting, cache_seconds=0))
+    registry.register(LedgerCollector(counting.node_totals, cache_seconds=0))
     s = parse(generate_latest(registry).decode())
     assert "nodeledger_cluster_capacity" not in s.families
     assert s.value("nodeledger_build_info", version="0.1.0") == 1

@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.auth.settings import AuthSettings
+from app.core.caps import KubeCaps
 from app.kube.binder import Extender
 from app.kube.client import KubeError
 from app.kube.extender_wire import ExtenderBindingArgs
@@ -21,7 +22,6 @@ from app.ledger.snapshot import NodeSnapshot
 from app.main import create_app
 from app.metrics.settings import MetricsSettings
 from app.settings import Settings
-from app.slurm.policy import KubeCaps
 from tests.auth.fakes import READER_TOKEN, STATIC_ENTRIES, bearer, write_tokens
 from tests.kube.test_controllers_unit import FakeStatusClient
 from tests.metrics.apps import MakeApp

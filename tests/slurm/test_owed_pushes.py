@@ -5,6 +5,7 @@ SQLite ledger; tests/slurm/test_failures.py proves the same against the real clu
 from __future__ import annotations
 
 from app.admission.service import Admissions
+from app.core.caps import KubeCaps
 from app.ledger.records import Holder, HolderKind, NodeSpec
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
@@ -12,7 +13,6 @@ from app.ledger.snapshot import NodeSnapshot
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
 from app.slurm.models import Listing, SlurmJob, SlurmNode
-from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 from app.slurm.sync import FULL_PASS_EVERY, SlurmSync
 from tests.metrics.apps import FlakySlurm

@@ -12,7 +12,6 @@ from app.core.plan import (
     HealthChange,
     NodePlan,
     Push,
-    SlurmHolding,
     floored_minus,
     health_reason,
     plan_node,
@@ -26,6 +25,7 @@ from app.ledger.records import (
     HoldingState,
     NodeSpec,
     NodeView,
+    SnapshotEntry,
 )
 from app.ledger.resources import Resources
 from app.slurm.counts import K8sCounts
@@ -61,7 +61,7 @@ def view(*holdings: Holding, health: str | None = None, alias: str | None = None
 JOB_7 = holding(HolderKind.SLURM_JOB, "7", 2, 1000)
 POD = holding(HolderKind.POD, "u1", 2, 1024)
 MANUAL = holding(HolderKind.MANUAL, "m1", 1)
-HOLD_7 = {"7": SlurmHolding("train (alice)", Resources(2000, 1000 * MIB))}
+HOLD_7 = {"7": SnapshotEntry("train (alice)", Resources(2000, 1000 * MIB))}
 LOWERED = "k8scpu:14,k8smemory:30976"
 
 
@@ -115,7 +115,9 @@ LOWERED = "k8scpu:14,k8smemory:30976"
             node(),
             [job(cpus=4)],
             Resources.ZERO,
-            NodePlan(None, {"7": SlurmHolding("train (alice)", Resources(4000, 1000 * MIB))}, None),
+            NodePlan(
+                None, {"7": SnapshotEntry("train (alice)", Resources(4000, 1000 * MIB))}, None
+            ),
             id="job-changed",
         ),
         pytest.param(
@@ -131,7 +133,7 @@ LOWERED = "k8scpu:14,k8smemory:30976"
             node(),
             [job(user="")],
             Resources.ZERO,
-            NodePlan(None, {"7": SlurmHolding("train", Resources(2000, 1000 * MIB))}, None),
+            NodePlan(None, {"7": SnapshotEntry("train", Resources(2000, 1000 * MIB))}, None),
             id="job-without-user",
         ),
         pytest.param(
@@ -141,7 +143,7 @@ LOWERED = "k8scpu:14,k8smemory:30976"
             Resources(3000),
             NodePlan(
                 None,
-                {"node:n1": SlurmHolding("allocated, no job listed yet", Resources(3000))},
+                {"node:n1": SnapshotEntry("allocated, no job listed yet", Resources(3000))},
                 None,
             ),
             id="allocated-no-job-listed",
@@ -256,7 +258,7 @@ def test_unlisted_defaults_to_what_the_node_reports_beyond_its_jobs() -> None:
     busy = node(alloc_cpus=3, alloc_memory_mb=500, gres="gpu:2", gres_used="gpu:1")
     assert slurm_snapshot(busy, [job()]) == {
         **HOLD_7,
-        "node:n1": SlurmHolding("allocated, no job listed yet", Resources(1000, 0, 1)),
+        "node:n1": SnapshotEntry("allocated, no job listed yet", Resources(1000, 0, 1)),
     }
 
 

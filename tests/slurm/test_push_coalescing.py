@@ -11,14 +11,14 @@ from dataclasses import replace
 import pytest
 
 from app.admission.service import Admissions
-from app.core.plan import SlurmHolding, health_reason, slurm_snapshot
+from app.core.caps import KubeCaps
+from app.core.plan import health_reason, slurm_snapshot
 from app.ledger.errors import AdmissionRejected
-from app.ledger.records import Holder, HolderKind, NodeSpec
+from app.ledger.records import Holder, HolderKind, NodeSpec, SnapshotEntry
 from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
 from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
-from app.slurm.policy import KubeCaps
 from app.slurm.push import Pusher
 
 GIB = 1024**3
@@ -94,7 +94,7 @@ def test_snapshot_attributes_jobs_and_keeps_the_unattributed_rest() -> None:
         "7", "train", "alice", frozenset({"RUNNING"}), (JobAllocation("n1", 4, 2000, 1),)
     )
     snapshot = slurm_snapshot(node, [job])
-    assert snapshot["7"] == SlurmHolding("train (alice)", Resources(4000, 2000 * 2**20, 1))
+    assert snapshot["7"] == SnapshotEntry("train (alice)", Resources(4000, 2000 * 2**20, 1))
     assert snapshot["node:n1"].resources == Resources(2000, 1000 * 2**20, 0)
     assert "node:n1" not in slurm_snapshot(replace(node, alloc_cpus=4, alloc_memory_mb=2000), [job])
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 from typing import Any, cast
 
 from app.bootstrap import Services
+from app.core.caps import KubeCaps
 from app.kube.binder import Extender
 from app.kube.client import KubeClient
-from app.slurm.policy import KubeCaps
 
 
 def offline_extender(

@@ -5,7 +5,9 @@ every node's CURRENT total, so if Kubernetes may take whole nodes, large Slurm j
 refused instead of waiting. A cap keeps part of each node always requestable by Slurm.
 Global fractions come from settings; a node's labels can set absolute caps:
 ``nodeledger.io/kube-max-cpu`` and ``nodeledger.io/kube-max-memory`` (quantities). The
-smaller of the two applies.
+smaller of the two applies. The caps are an input of the admission verdict
+(app.core.verdict), applied only with the Slurm integration on (there is no one to keep
+a share for otherwise).
 """
 
 from __future__ import annotations
@@ -13,16 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.ledger.records import HolderKind, NodeView
+from app.core.nodestate import KubeShare
+from app.core.presentation import format_cpu, format_memory
 from app.ledger.resources import Resources
-from app.quantities import (
-    QuantityError,
-    Rounding,
-    cpu_millis,
-    format_cpu,
-    format_memory,
-    memory_bytes,
-)
+from app.quantities import QuantityError, Rounding, cpu_millis, memory_bytes
 
 CPU_LABEL = "nodeledger.io/kube-max-cpu"
 MEMORY_LABEL = "nodeledger.io/kube-max-memory"
@@ -33,22 +29,20 @@ class KubeCaps:
     cpu_fraction: float = 1.0
     memory_fraction: float = 1.0
 
-    def violation(self, node: NodeView, adding: Resources = Resources.ZERO) -> str | None:
+    def violation(self, node: KubeShare, adding: Resources = Resources.ZERO) -> str | None:
         """Why what Kubernetes holds on ``node`` (plus a pod of ``adding``) is above its
         cap; None when within."""
-        held = node.held_by(HolderKind.POD) + adding
+        held = node.held_by_kubernetes + adding
         allocatable = node.allocatable
+        labels = node.spec.labels
         try:
             cpu_cap = _cap(
-                allocatable.cpu_millis,
-                self.cpu_fraction,
-                node.spec.labels.get(CPU_LABEL),
-                cpu_millis,
+                allocatable.cpu_millis, self.cpu_fraction, labels.get(CPU_LABEL), cpu_millis
             )
             memory_cap = _cap(
                 allocatable.memory_bytes,
                 self.memory_fraction,
-                node.spec.labels.get(MEMORY_LABEL),
+                labels.get(MEMORY_LABEL),
                 memory_bytes,
             )
         except QuantityError as exc:

@@ -1,0 +1,112 @@
+"""The admission verdict: may this request be held on this node now. Pure.
+
+One decision for every caller, so that they cannot disagree: the ledger's admit
+(app.ledger.commands, under the node's lock), the scheduler extender's filter
+(app.kube.extender, over the node snapshot), the Slurm gate (app.slurm.gate, on the node
+as its push reads it) and the metrics' admissibility (app.metrics.nodes).
+
+The checks, in this order (the first that fails is the verdict):
+1. admissible: not cordoned, healthy in its integrations (Slurm), not overcommitted;
+2. fits: the request is within free (capacity - reserved - every holding) for each
+   resource;
+3. within the Kubernetes cap (app.core.caps), when caps are given: what pods hold plus
+   the request.
+
+A node is any view of it (NodeView, NodeTotals) that carries its free amounts and its
+not-admissible reason, both computed once per view by ``not_admissible_reason`` below:
+the extender asks about a thousand nodes per call.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple, Protocol
+
+from app.core.nodestate import NodeState
+from app.core.presentation import describe_shortfalls
+from app.ledger.arithmetic import Shortfall, shortfalls
+from app.ledger.resources import Resources
+
+OVERCOMMITTED = "overcommitted: holdings exceed capacity minus reserved"
+
+
+def not_admissible_reason(cordon: str | None, health: str | None, free: Resources) -> str | None:
+    """Why a node admits nothing new (check 1), or None: what views compute once."""
+    reasons = [r for r in (cordon, health) if r]
+    if not free.is_nonnegative():
+        reasons.append(OVERCOMMITTED)
+    return "; ".join(reasons) or None
+
+
+class Cap(Protocol):
+    """A limit on what one kind of holder may hold on a node (app.core.caps.KubeCaps).
+    A protocol, so that this module needs no quantity parser (the caps parse labels)."""
+
+    def violation(self, node: NodeState, adding: Resources = ...) -> str | None: ...
+
+
+class Refusal(StrEnum):
+    NOT_ADMISSIBLE = "not_admissible"
+    INSUFFICIENT = "insufficient"
+    OVER_KUBE_CAP = "over_kube_cap"
+
+
+class Verdict(NamedTuple):
+    """Admitted (``refusal`` None), or refused: ``reason`` says why in the extender's
+    words, ``message`` in the ledger's (AdmissionRejected, REJECTED events), and
+    ``shortfalls`` what is short when the request does not fit. A named tuple: the
+    extender makes a few hundred per call, and a tuple is the cheapest to make."""
+
+    refusal: Refusal | None = None
+    reason: str = ""
+    node: str = ""
+    shortfalls: tuple[Shortfall, ...] = ()
+
+    @property
+    def admitted(self) -> bool:
+        return self.refusal is None
+
+    @property
+    def message(self) -> str:
+        if self.refusal is Refusal.NOT_ADMISSIBLE:
+            return f"node {self.node!r} is not admissible: {self.reason}"
+        return self.reason
+
+
+ADMITTED = Verdict()  # one instance: the common case costs no allocation
+
+
+# The refusals as plain names, and tuple.__new__ in place of Verdict(...)'s Python
+# __new__: together a third of a refusal's cost, and the extender refuses hundreds of
+# nodes per call.
+_NOT_ADMISSIBLE = Refusal.NOT_ADMISSIBLE
+_INSUFFICIENT = Refusal.INSUFFICIENT
+_OVER_KUBE_CAP = Refusal.OVER_KUBE_CAP
+_new = tuple.__new__
+
+
+def verdict(
+    node: NodeState, request: Resources, caps: Cap | None = None, *, held: bool = False
+) -> Verdict:
+    """The verdict on holding ``request`` on ``node``.
+
+    ``held``: the request is among the node's holdings already (a PENDING hold the Slurm
+    gate confirms, on the node as its push reads it): admissibility and fit were decided
+    when it was held, under the node's lock, so only the cap is checked, on figures that
+    include it."""
+    if not held:
+        if (reason := node.not_admissible_reason) is not None:
+            return _new(Verdict, (_NOT_ADMISSIBLE, reason, node.name, ()))
+        if short := shortfalls(request, node.free):
+            reason = describe_shortfalls(node.name, short)
+            return _new(Verdict, (_INSUFFICIENT, reason, node.name, short))
+    if caps is not None:
+        adding = Resources.ZERO if held else request
+        if (violation := caps.violation(node, adding=adding)) is not None:
+            return _new(Verdict, (_OVER_KUBE_CAP, violation, node.name, ()))
+    return ADMITTED
+
+
+def admissible(node: NodeState) -> bool:
+    """Whether the node admits anything at all (an empty request): the metrics' figure."""
+    return verdict(node, Resources.ZERO).admitted

@@ -1,0 +1,408 @@
+"""The ledger's changes, each one transaction: lock the node -> read its view -> decide
+(app.core.verdict for an admission) -> write the change and its event (app.ledger.events).
+
+Concurrency contract (see app.db.engine): every operation that changes a node's holdings
+or capacity takes that node's row lock first and decides on the view it reads under the
+lock, so concurrent callers, in one process or many, serialize per node. Admission never
+leaves holdings above capacity - reserved. Snapshots from Slurm and forced capacity changes
+record the truth even when it overcommits a node; such a node admits nothing until it is
+back within capacity.
+
+Every change to a node or its holdings appends an event naming the node in the same
+transaction: the follower of the log (app.ledger.snapshot, whose subscribers include the
+GenericNode mirror) learns of changes, from any replica, only that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.exc import IntegrityError
+
+from app.core.presentation import describe_resources
+from app.core.verdict import verdict
+from app.ledger import events
+from app.ledger.arithmetic import SnapshotDiff, diff_snapshot
+from app.ledger.clock import Clock
+from app.ledger.errors import (
+    AdmissionRejected,
+    CapacityBelowHoldings,
+    HolderConflict,
+    HoldingNotFound,
+    InvalidRequest,
+    NodeInUse,
+    NodeNotFound,
+)
+from app.ledger.records import (
+    Admission,
+    EventKind,
+    Holder,
+    HolderKind,
+    Holding,
+    HoldingState,
+    NodeSpec,
+    NodeView,
+    Recorded,
+    Recording,
+    SnapshotEntry,
+)
+from app.ledger.repository import LedgerStatements, holding_record, totals_record
+from app.ledger.resources import Resources
+from app.ledger.store import Store
+from app.ledger.tables import HoldingRow, NodeRow
+
+
+class LedgerCommands:
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    # nodes
+
+    def upsert_node(
+        self,
+        name: str,
+        spec: NodeSpec,
+        *,
+        cordon_reason: str | None = None,
+        force: bool = False,
+        health_reason: str | None = None,
+    ) -> tuple[NodeView, bool]:
+        """Create or update a node; returns (view, created). Refuses to shrink capacity
+        below what is held unless ``force`` (the node then admits nothing until it fits).
+        ``health_reason``: a new node's, when the integration creating it knows it (a node
+        registered from Slurm is never admissible before its Slurm state says so)."""
+        try:
+            return self._upsert_node(name, spec, cordon_reason, force, health_reason)
+        except IntegrityError:
+            # Another caller created the same node concurrently: now it is an update.
+            return self._upsert_node(name, spec, cordon_reason, force, health_reason)
+
+    def _upsert_node(
+        self,
+        name: str,
+        spec: NodeSpec,
+        cordon_reason: str | None,
+        force: bool,
+        health_reason: str | None,
+    ) -> tuple[NodeView, bool]:
+        now = self.clock()
+        with self.store.write() as repo:
+            row = repo.find_node(name, lock=True)
+            if row is None:
+                row = NodeRow(name=name, health_reason=health_reason, created_at=now)
+                _apply_spec(row, spec, cordon_reason, now)
+                repo.add_node(row)
+                repo.insert_event(events.node_created(now, name, spec, health_reason))
+                repo.session.flush()
+                return repo.view(row), True
+            view = repo.view(row)
+            if not force and not view.held.fits_within(spec.capacity - spec.reserved):
+                raise CapacityBelowHoldings(
+                    f"node {name!r}: capacity minus reserved would be below what is "
+                    f"held ({describe_resources(view.held)}); "
+                    "release holdings first or pass force=true"
+                )
+            before, cordon_before = view.spec, row.cordon_reason
+            if before == spec and cordon_before == cordon_reason:
+                return view, False  # nothing changes, nothing to record
+            _apply_spec(row, spec, cordon_reason, now)
+            if before != spec:
+                repo.insert_event(events.spec_changed(now, name, before, spec))
+            if cordon_before != cordon_reason:
+                repo.insert_event(events.cordon_changed(now, name, cordon_before, cordon_reason))
+            repo.session.flush()
+            return repo.view(row), False
+
+    def set_health(self, name: str, reason: str | None) -> NodeView:
+        """Record why an integration (Slurm) makes the node non-admissible (None: healthy)."""
+        with self.store.write() as repo:
+            row = repo.lock_node(name)
+            if row.health_reason != reason:
+                now = self.clock()
+                repo.insert_event(events.health_changed(now, name, row.health_reason, reason))
+                row.health_reason = reason
+                row.updated_at = now
+            return repo.view(row)
+
+    def delete_node(self, name: str) -> None:
+        with self.store.write() as repo:
+            row = repo.lock_node(name)
+            holdings = repo.holdings_on(row.id)
+            if holdings:
+                raise NodeInUse(
+                    f"node {name!r} still has {len(holdings)} holding(s); release them first"
+                )
+            repo.delete_node(row)
+            repo.insert_event(events.node_deleted(self.clock(), name))
+
+    # holdings
+
+    def admit(
+        self,
+        node: str,
+        holder: Holder,
+        requests: Resources,
+        *,
+        state: HoldingState = HoldingState.HELD,
+    ) -> Admission:
+        """Atomic check-and-hold. Idempotent by holder: the same holder asking the same
+        node for the same amounts gets its existing holding (created=False)."""
+        try:
+            return self._admit(node, holder, requests, state)
+        except IntegrityError:
+            # The same holder was admitted concurrently on another node; the retry sees it.
+            return self._admit(node, holder, requests, state)
+
+    def _admit(
+        self, node: str, holder: Holder, requests: Resources, state: HoldingState
+    ) -> Admission:
+        now = self.clock()
+        with self.store.write_hot() as repo:
+            row = repo.lock_node_state(node)
+            existing = _holding_of(repo, holder.id, holder.kind)
+            if existing is not None:
+                return Admission(_same_holding(existing, node, requests), False)
+            # The Kubernetes cap is not the ledger's: the Slurm gate applies it to the hold.
+            decided = verdict(totals_record(row, repo.held_on(row.id)), requests)
+            if decided.admitted:
+                repo.insert_holding(_holding_values(row.id, holder, requests, state, now))
+                repo.insert_event(events.admitted(now, node, holder, requests, state))
+                return Admission(Holding(node, holder, requests, state, now, now), True)
+            repo.insert_event(events.rejected(now, node, holder, requests, decided))
+        raise AdmissionRejected(decided.message, decided.shortfalls)
+
+    def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
+        """Record a holding that already exists outside the ledger (a pod another scheduler
+        bound to the node). No fit check: the truth must be in the ledger even when it
+        overcommits the node, which then admits nothing until it fits again. The holder's
+        holding with other amounts or on another node (in-place resize) is replaced."""
+        now = self.clock()
+        with self.store.write() as repo:
+            row = repo.lock_node_state(node)
+            existing = _holding_of(repo, holder.id, holder.kind)
+            if existing is not None:
+                holding = holding_record(existing, existing.node_name)
+                if existing.node_name == node and holding.resources == requests:
+                    return Admission(holding, False)
+                repo.delete_holding_returning(existing.id)
+                if existing.node_name != node:  # the event below names only the new node
+                    old = existing.node_name
+                    repo.insert_event(
+                        events.moved(now, old, node, holding.holder, holding.resources, reason)
+                    )
+            held = HoldingState.HELD
+            repo.insert_holding(_holding_values(row.id, holder, requests, held, now))
+            repo.insert_event(events.recorded(now, node, holder, requests, reason))
+            return Admission(Holding(node, holder, requests, held, now, now), True)
+
+    def record_many(self, entries: Sequence[Recording], *, reason: str) -> Recorded:
+        """record() for many single-node holders in one transaction (a resync that finds
+        thousands of pods the ledger lacks; one transaction each would take minutes). The
+        entries' nodes are locked in name order; a holder already recorded as it is costs
+        nothing; each holding written gets its event, as with record()."""
+        try:
+            return self._record_many(entries, reason)
+        except IntegrityError:
+            # One of the holders was admitted meanwhile: one by one, record() sorts it out.
+            return self._record_each(entries, reason)
+
+    def _record_each(self, entries: Sequence[Recording], reason: str) -> Recorded:
+        changed: set[str] = set()
+        unknown: list[Recording] = []
+        for entry in entries:
+            try:
+                if self.record(entry.node, entry.holder, entry.resources, reason=reason).created:
+                    changed.add(entry.node)
+            except NodeNotFound:
+                unknown.append(entry)
+        return Recorded(frozenset(changed), tuple(unknown))
+
+    def _record_many(self, entries: Sequence[Recording], reason: str) -> Recorded:
+        now = self.clock()
+        latest = {(e.holder.kind, e.holder.id): e for e in entries}  # the last entry wins
+        with self.store.write_hot() as repo:
+            node_ids = repo.lock_nodes([e.node for e in latest.values()])
+            existing: dict[tuple[HolderKind, str], Row[Any]] = {}
+            for kind in {kind for kind, _ in latest}:
+                ids = [holder_id for k, holder_id in latest if k is kind]
+                existing.update(((kind, r.holder_id), r) for r in repo.holdings_of(kind, ids))
+            unknown: list[Recording] = []
+            stale: list[int] = []
+            holdings: list[dict[str, Any]] = []
+            written: list[dict[str, Any]] = []
+            changed: set[str] = set()
+            for key, entry in latest.items():
+                node_id = node_ids.get(entry.node)
+                if node_id is None:
+                    unknown.append(entry)
+                    continue
+                old = existing.get(key)
+                if old is not None:
+                    amounts = Resources(old.cpu_millis, old.memory_bytes, old.gpus)
+                    if old.node_name == entry.node and amounts == entry.resources:
+                        continue
+                    stale.append(old.id)
+                    if old.node_name != entry.node:  # its own event: followers go by node
+                        changed.add(old.node_name)
+                        written.append(
+                            events.moved(
+                                now, old.node_name, entry.node, entry.holder, amounts, reason
+                            )
+                        )
+                held = HoldingState.HELD
+                holdings.append(_holding_values(node_id, entry.holder, entry.resources, held, now))
+                written.append(
+                    events.recorded(now, entry.node, entry.holder, entry.resources, reason)
+                )
+                changed.add(entry.node)
+            repo.delete_holdings(stale)
+            repo.insert_holdings(holdings)
+            repo.append_events(written)
+        return Recorded(frozenset(changed), tuple(unknown))
+
+    def confirm(self, kind: HolderKind, holder_id: str) -> Holding:
+        """PENDING -> HELD once the external system confirmed the hold."""
+        with self.store.write_hot() as repo:
+            found = _locked_holding_of(repo, holder_id, kind)
+            now = self.clock()
+            holding = holding_record(repo.confirm_holding_returning(found.id, now), found.node_name)
+            repo.insert_event(events.confirmed(now, holding))
+            return holding
+
+    def release(
+        self, holder_id: str, kind: HolderKind | None = None, *, reason: str = "released"
+    ) -> Holding:
+        """Remove a pod's or manual holder's holding. Raises HoldingNotFound when there is
+        none, so callers that want idempotence treat that as success."""
+        if kind is HolderKind.SLURM_JOB:  # only the Slurm sync writes those (replace_holdings)
+            raise InvalidRequest("slurm_job holdings are released by the Slurm sync only")
+        with self.store.write_hot() as repo:
+            found = _locked_holding_of(repo, holder_id, kind)
+            deleted = repo.delete_holding_returning(found.id)
+            if deleted is None:
+                raise HoldingNotFound(holder_id)
+            holding = holding_record(deleted, found.node_name)
+            repo.insert_event(events.released(self.clock(), holding, reason))
+            return holding
+
+    def replace_holdings(
+        self, node: str, kind: HolderKind, snapshot: Mapping[str, SnapshotEntry]
+    ) -> SnapshotDiff:
+        """Make ``kind``'s holdings on ``node`` exactly ``snapshot`` in one transaction;
+        one event lists the holders that came, went or changed."""
+        now = self.clock()
+        with self.store.write() as repo:
+            row = repo.lock_node(node)
+            rows = {h.holder_id: h for h in repo.holdings_on(row.id, kind)}
+            diff = diff_snapshot(
+                {k: Resources(h.cpu_millis, h.memory_bytes, h.gpus) for k, h in rows.items()},
+                {k: e.resources for k, e in snapshot.items()},
+            )
+            if diff.is_empty:
+                return diff
+            for holder_id in diff.removed:
+                repo.delete_holding(rows[holder_id])
+            for holder_id in diff.changed:
+                entry = snapshot[holder_id]
+                _apply_amounts(rows[holder_id], entry.resources)
+                rows[holder_id].display_name = entry.display_name
+                rows[holder_id].updated_at = now
+            for holder_id in diff.added:
+                entry = snapshot[holder_id]
+                repo.add_holding(
+                    HoldingRow(
+                        node_id=row.id,
+                        holder_kind=kind.value,
+                        holder_id=holder_id,
+                        display_name=entry.display_name,
+                        cpu_millis=entry.resources.cpu_millis,
+                        memory_bytes=entry.resources.memory_bytes,
+                        gpus=entry.resources.gpus,
+                        state=HoldingState.HELD.value,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+            total = Resources.total([e.resources for e in snapshot.values()])
+            repo.insert_event(events.holdings_replaced(now, node, kind, diff, total))
+            return diff
+
+    def record_event(
+        self, kind: EventKind, node: str | None, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        """Append an event for something that happened outside the ledger (a Slurm push)."""
+        with self.store.write_hot() as repo:
+            repo.append_event(self.clock(), kind, node, message, details=details)
+
+
+def _holding_of(repo: LedgerStatements, holder_id: str, kind: HolderKind | None) -> Row[Any] | None:
+    """The holding this holder already has, with its node's name, or None: the one answer
+    to "does this holder hold something already" (a pod or manual holder holds on one node
+    at most). Without a kind, an id that both a pod and a manual holder use is a conflict."""
+    rows = repo.single_node_holdings(holder_id, kind)
+    if kind is None and len(rows) > 1:
+        raise HolderConflict(
+            f"holder id {holder_id!r} exists as both pod and manual; say which kind"
+        )
+    return rows[0] if rows else None
+
+
+def _locked_holding_of(repo: LedgerStatements, holder_id: str, kind: HolderKind | None) -> Row[Any]:
+    """The holder's holding, re-read under its node's lock; HoldingNotFound if none."""
+    found = _holding_of(repo, holder_id, kind)
+    if found is None:
+        raise HoldingNotFound(holder_id)
+    repo.lock_node_id(found.node_id)
+    locked = _holding_of(repo, holder_id, HolderKind(found.holder_kind))
+    if locked is None:
+        raise HoldingNotFound(holder_id)
+    return locked
+
+
+def _same_holding(existing: Row[Any], node: str, requests: Resources) -> Holding:
+    """The holder's existing holding when it is the same request, else a conflict."""
+    holding = holding_record(existing, existing.node_name)
+    if existing.node_name != node or holding.resources != requests:
+        raise HolderConflict(
+            f"holder {existing.holder_id!r} already holds {describe_resources(holding.resources)}"
+            f" on node {existing.node_name!r}; release it first"
+        )
+    return holding
+
+
+def _holding_values(
+    node_id: int, holder: Holder, requests: Resources, state: HoldingState, now: datetime
+) -> dict[str, Any]:
+    return {
+        "node_id": node_id,
+        "holder_kind": holder.kind.value,
+        "holder_id": holder.id,
+        "display_name": holder.display_name,
+        "cpu_millis": requests.cpu_millis,
+        "memory_bytes": requests.memory_bytes,
+        "gpus": requests.gpus,
+        "state": state.value,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _apply_amounts(row: NodeRow | HoldingRow, resources: Resources) -> None:
+    row.cpu_millis = resources.cpu_millis
+    row.memory_bytes = resources.memory_bytes
+    row.gpus = resources.gpus
+
+
+def _apply_spec(row: NodeRow, spec: NodeSpec, cordon_reason: str | None, now: datetime) -> None:
+    _apply_amounts(row, spec.capacity)
+    row.reserved_cpu_millis = spec.reserved.cpu_millis
+    row.reserved_memory_bytes = spec.reserved.memory_bytes
+    row.reserved_gpus = spec.reserved.gpus
+    row.slurm_name = spec.slurm_name
+    row.labels = dict(spec.labels)
+    row.cordon_reason = cordon_reason
+    row.updated_at = now

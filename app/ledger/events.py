@@ -1,0 +1,178 @@
+"""The events the ledger's commands append: their kinds, texts and details. Pure.
+
+Every change to a node or its holdings appends one naming the node, in the same
+transaction: followers of the log (app.ledger.snapshot) learn of changes, from any
+replica, only that way. Each function returns the row's values (repository.event_values).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from app.core.verdict import Verdict
+from app.ledger.arithmetic import SnapshotDiff
+from app.ledger.records import EventKind, Holder, HolderKind, Holding, HoldingState, NodeSpec
+from app.ledger.repository import event_values
+from app.ledger.resources import Resources
+
+Event = dict[str, Any]
+
+
+def resources_details(resources: Resources) -> dict[str, int]:
+    return {
+        "cpu_millis": resources.cpu_millis,
+        "memory_bytes": resources.memory_bytes,
+        "gpus": resources.gpus,
+    }
+
+
+def spec_details(spec: NodeSpec) -> dict[str, Any]:
+    return {
+        "capacity": resources_details(spec.capacity),
+        "reserved": resources_details(spec.reserved),
+        "slurm_name": spec.slurm_name,
+        "labels": spec.labels,
+    }
+
+
+def node_created(now: datetime, node: str, spec: NodeSpec, health_reason: str | None) -> Event:
+    message = f"node created, not admissible: {health_reason}" if health_reason else "node created"
+    return event_values(
+        now,
+        EventKind.NODE_CREATED,
+        node,
+        message,
+        resources=spec.capacity,
+        details=spec_details(spec),
+    )
+
+
+def spec_changed(now: datetime, node: str, before: NodeSpec, after: NodeSpec) -> Event:
+    return event_values(
+        now,
+        EventKind.CAPACITY_CHANGED,
+        node,
+        "node spec changed",
+        resources=after.capacity,
+        details={"before": spec_details(before), "after": spec_details(after)},
+    )
+
+
+def cordon_changed(now: datetime, node: str, before: str | None, after: str | None) -> Event:
+    return event_values(
+        now,
+        EventKind.ADMISSIBILITY_CHANGED,
+        node,
+        f"cordoned: {after}" if after else "cordon cleared",
+        details={"cordon_before": before, "cordon_after": after},
+    )
+
+
+def health_changed(now: datetime, node: str, before: str | None, after: str | None) -> Event:
+    return event_values(
+        now,
+        EventKind.ADMISSIBILITY_CHANGED,
+        node,
+        f"not admissible: {after}" if after else "admissible again",
+        details={"before": before, "after": after},
+    )
+
+
+def node_deleted(now: datetime, node: str) -> Event:
+    return event_values(now, EventKind.NODE_DELETED, node, "node deleted")
+
+
+def admitted(
+    now: datetime, node: str, holder: Holder, requests: Resources, state: HoldingState
+) -> Event:
+    return event_values(
+        now,
+        EventKind.ADMITTED,
+        node,
+        f"admitted {holder.display_name or holder.id}",
+        holder=holder,
+        resources=requests,
+        details={"state": state.value},
+    )
+
+
+def rejected(
+    now: datetime, node: str, holder: Holder, requests: Resources, verdict: Verdict
+) -> Event:
+    return event_values(
+        now,
+        EventKind.REJECTED,
+        node,
+        verdict.message,
+        holder=holder,
+        resources=requests,
+        details={"shortfalls": [s.resource for s in verdict.shortfalls]},
+    )
+
+
+def recorded(now: datetime, node: str, holder: Holder, resources: Resources, reason: str) -> Event:
+    return event_values(
+        now,
+        EventKind.ADMITTED,
+        node,
+        f"recorded {holder.display_name or holder.id}: {reason}",
+        holder=holder,
+        resources=resources,
+        details={"recorded": True},
+    )
+
+
+def moved(
+    now: datetime, old: str, new: str, holder: Holder, resources: Resources, reason: str
+) -> Event:
+    """A holder recorded on another node: released on the old one (followers go by node)."""
+    return event_values(
+        now,
+        EventKind.RELEASED,
+        old,
+        f"moved to node {new!r}: {reason}",
+        holder=holder,
+        resources=resources,
+    )
+
+
+def confirmed(now: datetime, holding: Holding) -> Event:
+    return event_values(
+        now,
+        EventKind.CONFIRMED,
+        holding.node,
+        f"confirmed {holding.holder.display_name or holding.holder.id}",
+        holder=holding.holder,
+        resources=holding.resources,
+    )
+
+
+def released(now: datetime, holding: Holding, reason: str) -> Event:
+    return event_values(
+        now,
+        EventKind.RELEASED,
+        holding.node,
+        reason,
+        holder=holding.holder,
+        resources=holding.resources,
+    )
+
+
+def holdings_replaced(
+    now: datetime, node: str, kind: HolderKind, diff: SnapshotDiff, total: Resources
+) -> Event:
+    return event_values(
+        now,
+        EventKind.HOLDINGS_REPLACED,
+        node,
+        f"{kind.value} holdings replaced: +{len(diff.added)} -{len(diff.removed)} "
+        f"~{len(diff.changed)}",
+        resources=total,
+        details={
+            "holder_kind": kind.value,
+            "added": list(diff.added),
+            "removed": list(diff.removed),
+            "changed": list(diff.changed),
+        },
+    )
