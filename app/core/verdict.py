@@ -19,8 +19,9 @@ the extender asks about a thousand nodes per call.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from app.core.nodestate import NodeState
 from app.core.presentation import describe_shortfalls
@@ -51,11 +52,11 @@ class Refusal(StrEnum):
     OVER_KUBE_CAP = "over_kube_cap"
 
 
-class Verdict(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Verdict:
     """Admitted (``refusal`` None), or refused: ``reason`` says why in the extender's
     words, ``message`` in the ledger's (AdmissionRejected, REJECTED events), and
-    ``shortfalls`` what is short when the request does not fit. A named tuple: the
-    extender makes a few hundred per call, and a tuple is the cheapest to make."""
+    ``shortfalls`` what is short when the request does not fit."""
 
     refusal: Refusal | None = None
     reason: str = ""
@@ -76,15 +77,6 @@ class Verdict(NamedTuple):
 ADMITTED = Verdict()  # one instance: the common case costs no allocation
 
 
-# The refusals as plain names, and tuple.__new__ in place of Verdict(...)'s Python
-# __new__: together a third of a refusal's cost, and the extender refuses hundreds of
-# nodes per call.
-_NOT_ADMISSIBLE = Refusal.NOT_ADMISSIBLE
-_INSUFFICIENT = Refusal.INSUFFICIENT
-_OVER_KUBE_CAP = Refusal.OVER_KUBE_CAP
-_new = tuple.__new__
-
-
 def verdict(
     node: NodeState, request: Resources, caps: Cap | None = None, *, held: bool = False
 ) -> Verdict:
@@ -96,14 +88,17 @@ def verdict(
     include it."""
     if not held:
         if (reason := node.not_admissible_reason) is not None:
-            return _new(Verdict, (_NOT_ADMISSIBLE, reason, node.name, ()))
-        if short := shortfalls(request, node.free):
-            reason = describe_shortfalls(node.name, short)
-            return _new(Verdict, (_INSUFFICIENT, reason, node.name, short))
+            return Verdict(Refusal.NOT_ADMISSIBLE, reason, node.name)
+        free = node.free
+        if not request.fits_within(free):  # the extender asks a thousand nodes per call
+            short = shortfalls(request, free)
+            return Verdict(
+                Refusal.INSUFFICIENT, describe_shortfalls(node.name, short), node.name, short
+            )
     if caps is not None:
         adding = Resources.ZERO if held else request
         if (violation := caps.violation(node, adding=adding)) is not None:
-            return _new(Verdict, (_OVER_KUBE_CAP, violation, node.name, ()))
+            return Verdict(Refusal.OVER_KUBE_CAP, violation, node.name)
     return ADMITTED
 
 

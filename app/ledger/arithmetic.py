@@ -22,14 +22,17 @@ class Shortfall:
 
 
 def shortfalls(requested: Resources, free: Resources) -> tuple[Shortfall, ...]:
-    """Every resource where ``requested`` exceeds ``free`` (free may be negative)."""
-    if requested.fits_within(free):
-        return ()  # the common case, a thousand times per extender call
-    return tuple(
-        Shortfall(name, requested.amount(name), free.amount(name))
-        for name in Resources.NAMES
-        if requested.amount(name) > free.amount(name)
-    )
+    """Every resource where ``requested`` exceeds ``free`` (free may be negative), in
+    Resources.NAMES order. Spelled out per resource: the extender asks it of hundreds of
+    refused nodes per call."""
+    short = []
+    if requested.cpu_millis > free.cpu_millis:
+        short.append(Shortfall("cpu", requested.cpu_millis, free.cpu_millis))
+    if requested.memory_bytes > free.memory_bytes:
+        short.append(Shortfall("memory", requested.memory_bytes, free.memory_bytes))
+    if requested.gpus > free.gpus:
+        short.append(Shortfall("gpu", requested.gpus, free.gpus))
+    return tuple(short)
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,9 +113,11 @@ class NodeView:
     # Sums per holder kind, and free, computed once: a view never changes, and the
     # extender reads them for a thousand nodes per call.
     _held_by_kind: dict[HolderKind, Resources] = field(init=False, repr=False, compare=False)
-    _allocatable: Resources = field(init=False, repr=False, compare=False)
-    _free: Resources = field(init=False, repr=False, compare=False)
-    _not_admissible_reason: str | None = field(init=False, repr=False, compare=False)
+    # Plain fields rather than properties: the cheapest reads for the extender's loop.
+    allocatable: Resources = field(init=False, repr=False, compare=False)
+    free: Resources = field(init=False, repr=False, compare=False)  # < 0: overcommitted
+    # Why no new holding is admitted here, or None when the node is admissible.
+    not_admissible_reason: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_kind: dict[HolderKind, list[Resources]] = {}
@@ -129,10 +131,6 @@ class NodeView:
     def slurm_name(self) -> str:
         """The node's name in Slurm: its alias, else the same name."""
         return self.spec.slurm_name or self.name
-
-    @property
-    def allocatable(self) -> Resources:
-        return self._allocatable
 
     def held_by(self, *kinds: HolderKind) -> Resources:
         if len(kinds) == 1:
@@ -156,16 +154,6 @@ class NodeView:
         return Resources.total(self._held_by_kind.values())
 
     @property
-    def free(self) -> Resources:
-        """May be negative when Slurm or a forced capacity change overcommitted the node."""
-        return self._free
-
-    @property
-    def not_admissible_reason(self) -> str | None:
-        """Why no new holding is admitted here, or None when the node is admissible."""
-        return self._not_admissible_reason
-
-    @property
     def admissible(self) -> bool:
         return self.not_admissible_reason is None
 
@@ -182,16 +170,14 @@ class NodeTotals:
     health_reason: str | None
     held_by_kind: dict[HolderKind, Resources]
     # As NodeView's: computed once.
-    _allocatable: Resources = field(init=False, repr=False, compare=False)
-    _free: Resources = field(init=False, repr=False, compare=False)
-    _not_admissible_reason: str | None = field(init=False, repr=False, compare=False)
+    # Plain fields rather than properties: the cheapest reads for the extender's loop.
+    allocatable: Resources = field(init=False, repr=False, compare=False)
+    free: Resources = field(init=False, repr=False, compare=False)  # < 0: overcommitted
+    # Why no new holding is admitted here, or None when the node is admissible.
+    not_admissible_reason: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _derive(self, self.held_by_kind)
-
-    @property
-    def allocatable(self) -> Resources:
-        return self._allocatable
 
     @property
     def held_by_kubernetes(self) -> Resources:
@@ -205,23 +191,15 @@ class NodeTotals:
     def held_manually(self) -> Resources:
         return self.held_by_kind.get(HolderKind.MANUAL, Resources.ZERO)
 
-    @property
-    def free(self) -> Resources:
-        return self._free
-
-    @property
-    def not_admissible_reason(self) -> str | None:
-        return self._not_admissible_reason
-
 
 def _derive(node: NodeView | NodeTotals, held_by_kind: dict[HolderKind, Resources]) -> None:
     """Set a view's allocatable, free and not-admissible reason, once (it never changes)."""
     allocatable = node.spec.capacity - node.spec.reserved
     free = allocatable - Resources.total(held_by_kind.values())
     reason = not_admissible_reason(node.cordon_reason, node.health_reason, free)
-    object.__setattr__(node, "_allocatable", allocatable)
-    object.__setattr__(node, "_free", free)
-    object.__setattr__(node, "_not_admissible_reason", reason)
+    object.__setattr__(node, "allocatable", allocatable)
+    object.__setattr__(node, "free", free)
+    object.__setattr__(node, "not_admissible_reason", reason)
 
 
 @dataclass(frozen=True, slots=True)
