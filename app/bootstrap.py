@@ -1,6 +1,8 @@
 """The composition root: every part of the service built once, from settings, in the
 order its parts depend on each other; nothing is attached or replaced afterwards.
 
+The guard of the HTTP API (``build_guard``) is built here too, from the same settings.
+
 Order: the database and the ledger; the read model (app.ledger.snapshot); the Slurm
 integration, whose gate the admissions need; the admissions; the Kubernetes integration,
 which admits through them and reads Slurm's node sizes. ``running`` starts the background
@@ -15,14 +17,20 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from cachetools import TTLCache
 from prometheus_client import CollectorRegistry
 
 from app.admission.service import AdmissionGate, Admissions
-from app.components import Component
+from app.auth.guard import Guard
+from app.auth.reviews import AccessReviewer, Reviews, TokenReviewer
+from app.auth.static import StaticTokens
 from app.core.caps import KubeCaps
+from app.core.components import Component
 from app.db import migrate
 from app.db.engine import Database
 from app.kube.binder import Extender
+from app.kube.client import KubeClient
+from app.kube.reviews import KubeReviews
 from app.kube.wiring import KubeParts, build_kube
 from app.ledger.service import Clock, Ledger, utcnow
 from app.ledger.snapshot import NodeSnapshot
@@ -158,3 +166,27 @@ def running(services: Services) -> Iterator[Services]:
             except Exception:
                 log.exception("stopping %s failed", component.name)
         services.db.dispose()
+
+
+def build_guard(settings: Settings, *, reviews: Reviews | None = None) -> Guard:
+    """``reviews``: the TokenReview/SubjectAccessReview calls (default: through a KubeClient
+    of NODELEDGER_KUBE_KUBECONFIG, in-cluster when unset)."""
+    auth = settings.auth
+    reads = "reads need a caller too" if auth.protect_reads else "reads are open"
+    if auth.mode == "none":
+        log.warning("NODELEDGER_AUTH_MODE=none: anyone who reaches the API may change the ledger")
+        return Guard()
+    if auth.mode == "static":
+        assert auth.token_file is not None  # AuthSettings checks it
+        tokens = StaticTokens(auth.token_file)
+        log.info("authentication: static tokens from %s; %s", auth.token_file, reads)
+        return Guard(tokens, tokens, protect_reads=auth.protect_reads)
+    if reviews is None:
+        reviews = KubeReviews(KubeClient(settings.kube.kubeconfig, timeout=auth.review_timeout))
+    log.info("authentication: Kubernetes TokenReview and SubjectAccessReview; %s", reads)
+    return Guard(
+        # Bounded, expiring; used from the event loop only, so no lock.
+        TokenReviewer(reviews, TTLCache(maxsize=auth.cache_size, ttl=auth.cache_ttl)),
+        AccessReviewer(reviews, TTLCache(maxsize=auth.cache_size, ttl=auth.cache_ttl)),
+        protect_reads=auth.protect_reads,
+    )

@@ -14,14 +14,13 @@ from app.api import (
     routes_admissions,
     routes_events,
     routes_health,
+    routes_metrics,
     routes_nodes,
     routes_slurm,
 )
 from app.auth import guard as auth
-from app.auth.wiring import build_guard
-from app.bootstrap import Services, build_services, running
+from app.bootstrap import Services, build_guard, build_services, running
 from app.kube import routes as kube_routes
-from app.metrics import http as metrics_http
 from app.settings import Settings
 from app.web import routes as web_routes
 
@@ -52,7 +51,7 @@ def create_app(
         app, max_body_bytes=settings.max_body_bytes, body_timeout=settings.request_timeout_seconds
     )
     auth.install(app, guard)
-    metrics_http.install(app)
+    routes_metrics.install(app)
     for module in (routes_health, routes_nodes, routes_admissions, routes_slurm, web_routes):
         app.include_router(module.router)
     # Routers whose reads are guarded here rather than route by route.

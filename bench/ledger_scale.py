@@ -37,10 +37,10 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
+from app.core.records import Holder, HolderKind
+from app.core.resources import Resources
 from app.kube.extender_wire import ExtenderArgs
-from app.ledger.errors import AdmissionRejected, HoldingNotFound
-from app.ledger.records import Holder, HolderKind
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.settings import Settings

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from app.ledger.errors import AdmissionRejected, HoldingNotFound
-from app.ledger.records import (
+from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
+from app.core.records import (
     EventKind,
     Holder,
     HolderKind,
@@ -25,7 +25,7 @@ from app.ledger.records import (
     Recorded,
     Recording,
 )
-from app.ledger.resources import Resources
+from app.core.resources import Resources
 from app.ledger.service import Admission, Ledger
 from app.metrics.logs import log_context
 from app.metrics.registry import NO_METRICS, AdmissionPath, Metrics, ReleasePath

@@ -11,7 +11,7 @@ from app.api import links
 from app.api.deps import AdmissionsDep
 from app.api.schemas import HOLDER_ID_PATTERN, AdmissionIn, ErrorOut, HoldingOut
 from app.auth.guard import body, path, require
-from app.ledger.records import HolderKind
+from app.core.records import HolderKind
 
 P = ParamSpec("P")
 T = TypeVar("T")

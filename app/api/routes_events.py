@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import LedgerDep
 from app.api.schemas import NAME_PATTERN, EventOut, UtcTime
-from app.ledger.records import EventKind
+from app.core.records import EventKind
 
 router = APIRouter(prefix="/v1", tags=["events"])
 MAX_EVENT_ID = 2**63 - 1  # a 64-bit id column: a larger cursor cannot even be compared

@@ -22,8 +22,8 @@ from app.api.schemas import (
     node_key,
 )
 from app.auth.guard import path, require, require_read
+from app.core.records import HolderKind
 from app.ledger.paging import HoldingKey, NodeKey, NodeSort
-from app.ledger.records import HolderKind
 
 router = APIRouter(prefix="/v1", tags=["nodes"])
 NodePath = Annotated[str, Path(pattern=NAME_PATTERN, max_length=253)]

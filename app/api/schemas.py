@@ -24,19 +24,19 @@ from pydantic import (
     model_validator,
 )
 
+from app.core.arithmetic import Shortfall
 from app.core.presentation import format_amount, format_cpu, format_memory
-from app.ledger.arithmetic import Shortfall
-from app.ledger.paging import HoldingKey, NodeKey, NodeSort
-from app.ledger.records import Holder, HolderKind, Holding, LedgerEvent, NodeSpec, NodeView
-from app.ledger.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES, Resources
-from app.quantities import (
+from app.core.quantities import (
     QUANTITY_PATTERN,
     Quantity,
     Rounding,
     cpu_millis,
     gpu_count,
 )
-from app.quantities import memory_bytes as to_memory_bytes
+from app.core.quantities import memory_bytes as to_memory_bytes
+from app.core.records import Holder, HolderKind, Holding, LedgerEvent, NodeSpec, NodeView
+from app.core.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES, Resources
+from app.ledger.paging import HoldingKey, NodeKey, NodeSort
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL refuses NUL in text, even in a comparison

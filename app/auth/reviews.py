@@ -20,11 +20,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.auth.errors import AuthUnavailable, Unauthenticated
 from app.auth.model import GROUP, Decision, Identity, Permission
-from app.kube.client import KubeClient, KubeError
 
 log = logging.getLogger(__name__)
-TOKENREVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
-SUBJECTACCESSREVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 class ReviewError(Exception):
@@ -49,39 +46,6 @@ class Reviews(Protocol):
 
 def redact(text: str, secret: str) -> str:
     return text.replace(secret, "[redacted]") if secret else text
-
-
-class KubeReviews:
-    """The two POSTs through KubeClient (kubeconfig or in-cluster credentials). The
-    TokenReview answer echoes the token in its spec: only its status leaves here."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self.client = client
-
-    def token_review(self, token: str) -> dict[str, Any]:
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token},
-        }
-        try:
-            answer = self.client.request("POST", TOKENREVIEWS, body=body)
-        except KubeError as exc:
-            away = self.client.availability.down
-            raise ReviewError(redact(str(exc), token), away=away) from None
-        return dict(answer.get("status") or {})
-
-    def access_review(self, spec: dict[str, Any]) -> dict[str, Any]:
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": spec,
-        }
-        try:
-            answer = self.client.request("POST", SUBJECTACCESSREVIEWS, body=body)
-        except KubeError as exc:
-            raise ReviewError(str(exc), away=self.client.availability.down) from None
-        return dict(answer.get("status") or {})
 
 
 def _unavailable(what: str, error: ReviewError) -> AuthUnavailable:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from app.core.nodestate import KubeShare
 from app.core.presentation import format_cpu, format_memory
-from app.ledger.resources import Resources
-from app.quantities import QuantityError, Rounding, cpu_millis, memory_bytes
+from app.core.quantities import QuantityError, Rounding, cpu_millis, memory_bytes
+from app.core.resources import Resources
 
 CPU_LABEL = "nodeledger.io/kube-max-cpu"
 MEMORY_LABEL = "nodeledger.io/kube-max-memory"

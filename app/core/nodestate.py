@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from app.ledger.resources import Resources
+from app.core.resources import Resources
 
 
 class Labelled(Protocol):

@@ -21,11 +21,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.ledger.records import EventKind, HolderKind, NodeView, SnapshotEntry
-from app.ledger.resources import Resources
-from app.slurm.counts import MIB, K8sCounts, current_counts, desired_counts, withheld
-from app.slurm.gres import gres_count
-from app.slurm.models import SlurmJob, SlurmNode
+from app.core.counts import MIB, K8sCounts, current_counts, desired_counts, withheld
+from app.core.gres import gres_count
+from app.core.records import EventKind, HolderKind, NodeView, SnapshotEntry
+from app.core.resources import Resources
+from app.core.slurm_models import SlurmJob, SlurmNode
 
 UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "INVALID_REG", "INVALID", "NOT_RESPONDING", "FAIL"})
 

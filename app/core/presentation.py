@@ -6,8 +6,8 @@ HTTP schemas and the scheduler extender use the same words without importing eac
 
 from __future__ import annotations
 
-from app.ledger.arithmetic import Shortfall
-from app.ledger.resources import ResourceName, Resources
+from app.core.arithmetic import Shortfall
+from app.core.resources import ResourceName, Resources
 
 _BINARY_SUFFIXES = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from app.core.arithmetic import Shortfall, shortfalls
 from app.core.nodestate import NodeState
 from app.core.presentation import describe_shortfalls
-from app.ledger.arithmetic import Shortfall, shortfalls
-from app.ledger.resources import Resources
+from app.core.resources import Resources
 
 OVERCOMMITTED = "overcommitted: holdings exceed capacity minus reserved"
 

@@ -27,9 +27,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from app.admission.service import Admissions
-from app.kube.pods import PodInfo, PodShape, pod_info
-from app.ledger.errors import HoldingNotFound, LedgerError
-from app.ledger.records import Holder, HolderKind, Placement, Recording
+from app.core.ledger_errors import HoldingNotFound, LedgerError
+from app.core.pods import PodInfo, PodShape, pod_info
+from app.core.records import Holder, HolderKind, Placement, Recording
 from app.ledger.service import Clock
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,10 @@ import logging
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
+from app.core.ledger_errors import HoldingNotFound, LedgerError
+from app.core.pods import pod_requests
+from app.core.quantities import QuantityError
+from app.core.records import Holder, HolderKind
 from app.kube.client import KubeClient, KubeError
 from app.kube.extender import filter_nodes, prioritize
 from app.kube.extender_wire import (
@@ -18,11 +22,7 @@ from app.kube.extender_wire import (
     ExtenderFilterResult,
     HostPriority,
 )
-from app.kube.pods import pod_requests
-from app.ledger.errors import HoldingNotFound, LedgerError
-from app.ledger.records import Holder, HolderKind
 from app.ledger.snapshot import NodeSnapshot
-from app.quantities import QuantityError
 
 log = logging.getLogger(__name__)
 

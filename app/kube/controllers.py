@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from app.admission.service import Admissions
-from app.components import Health
+from app.core.components import Health
+from app.core.genericnode import MANAGED_BY
 from app.kube.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.client import GENERICNODES, KubeClient
 from app.kube.discovery import NodeDiscovery, SlurmSizes
-from app.kube.genericnode import MANAGED_BY
 from app.kube.leader import LeaderElector
 from app.kube.mirror import StatusMirror
 from app.kube.protocol import AdmissionRequests

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from app.core.genericnode import MANAGED_BY, new_object
+from app.core.ledger_errors import LedgerError, NodeInUse, NodeNotFound
+from app.core.quantities import Rounding, cpu_millis, gpu_count, memory_bytes
+from app.core.records import NodeSpec, NodeView
+from app.core.resources import Resources
 from app.kube.client import GENERICNODES, KubeClient, KubeError
-from app.kube.genericnode import MANAGED_BY, new_object
-from app.ledger.errors import LedgerError, NodeInUse, NodeNotFound
-from app.ledger.records import NodeSpec, NodeView
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
-from app.quantities import Rounding, cpu_millis, gpu_count, memory_bytes
 
 log = logging.getLogger(__name__)
 DISCOVERED = "nodeledger.io/discovered"

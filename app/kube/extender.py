@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.core.caps import KubeCaps
+from app.core.records import NodeView
+from app.core.resources import Resources
 from app.core.verdict import verdict
-from app.ledger.records import NodeView
-from app.ledger.resources import Resources
 
 MAX_SCORE = 10
 

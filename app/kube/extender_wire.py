@@ -52,7 +52,7 @@ class KubePod(_Wire):
     spec: PodSpec = Field(default_factory=PodSpec)
 
     def as_api_object(self) -> dict[str, Any]:
-        """The pod as the Kubernetes API would give it (what app.kube.pods reads)."""
+        """The pod as the Kubernetes API would give it (what app.core.pods reads)."""
         return self.model_dump(exclude_none=True)
 
 

@@ -13,7 +13,7 @@ every node's view in the snapshot: the resync then writes
 exactly the nodes that differ, none when nothing changed, within the same rate.
 Each condition keeps its lastTransitionTime until its status changes; lastSyncTime says
 when the figures were last written. Per node only a compact fingerprint of the mirrored
-fields is kept (app.kube.genericnode.fingerprint).
+fields is kept (app.core.genericnode.fingerprint).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, TypedDict
 
-from app.components import Health
+from app.core.components import Health
+from app.core.genericnode import MANAGED_BY, fingerprint, status_of
+from app.core.records import NodeView
 from app.kube.client import GENERICNODES, KubeClient, KubeError
-from app.kube.genericnode import MANAGED_BY, fingerprint, status_of
-from app.ledger.records import NodeView
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics

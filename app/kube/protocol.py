@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from app.admission.service import Admissions
+from app.core.genericnode import ADMITTED, REJECTED, timestamp
+from app.core.ledger_errors import LedgerError
+from app.core.quantities import QuantityError, cpu_millis, gpu_count, memory_bytes
+from app.core.records import Holder, HolderKind
+from app.core.resources import Resources
 from app.kube.client import GENERICNODES, KubeClient
-from app.kube.genericnode import ADMITTED, REJECTED, timestamp
-from app.ledger.errors import LedgerError
-from app.ledger.records import Holder, HolderKind
-from app.ledger.resources import Resources
 from app.ledger.service import Clock
-from app.quantities import QuantityError, cpu_millis, gpu_count, memory_bytes
 
 log = logging.getLogger(__name__)
 

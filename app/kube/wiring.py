@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.admission.service import Admissions
-from app.components import Health
 from app.core.caps import KubeCaps
+from app.core.components import Health
+from app.core.resources import Resources
 from app.kube.binder import Extender
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
 from app.kube.settings import KubeSettings
-from app.ledger.resources import Resources
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics

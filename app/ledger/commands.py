@@ -22,12 +22,8 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
-from app.core.presentation import describe_resources
-from app.core.verdict import verdict
-from app.ledger import events
-from app.ledger.arithmetic import SnapshotDiff, diff_snapshot
-from app.ledger.clock import Clock
-from app.ledger.errors import (
+from app.core.arithmetic import SnapshotDiff, diff_snapshot
+from app.core.ledger_errors import (
     AdmissionRejected,
     CapacityBelowHoldings,
     HolderConflict,
@@ -36,7 +32,8 @@ from app.ledger.errors import (
     NodeInUse,
     NodeNotFound,
 )
-from app.ledger.records import (
+from app.core.presentation import describe_resources
+from app.core.records import (
     Admission,
     EventKind,
     Holder,
@@ -49,8 +46,11 @@ from app.ledger.records import (
     Recording,
     SnapshotEntry,
 )
+from app.core.resources import Resources
+from app.core.verdict import verdict
+from app.ledger import events
+from app.ledger.clock import Clock
 from app.ledger.repository import LedgerStatements, holding_record, totals_record
-from app.ledger.resources import Resources
 from app.ledger.store import Store
 from app.ledger.tables import HoldingRow, NodeRow
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from app.core.arithmetic import SnapshotDiff
+from app.core.records import EventKind, Holder, HolderKind, Holding, HoldingState, NodeSpec
+from app.core.resources import Resources
 from app.core.verdict import Verdict
-from app.ledger.arithmetic import SnapshotDiff
-from app.ledger.records import EventKind, Holder, HolderKind, Holding, HoldingState, NodeSpec
 from app.ledger.repository import event_values
-from app.ledger.resources import Resources
 
 Event = dict[str, Any]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from app.ledger.records import LedgerEvent
+from app.core.records import LedgerEvent
 from app.ledger.service import Ledger
 
 BATCH = 500

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-from app.ledger.records import HolderKind
+from app.core.records import HolderKind
 
 T = TypeVar("T")
 K = TypeVar("K")

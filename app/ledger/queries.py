@@ -7,9 +7,8 @@ from collections.abc import Collection, Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
 
-from app.ledger.errors import NodeNotFound
-from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
-from app.ledger.records import (
+from app.core.ledger_errors import NodeNotFound
+from app.core.records import (
     EventKind,
     HolderKind,
     Holding,
@@ -19,8 +18,9 @@ from app.ledger.records import (
     NodeView,
     Placement,
 )
+from app.core.resources import Resources
+from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
 from app.ledger.repository import holding_record
-from app.ledger.resources import Resources
 from app.ledger.store import Store
 
 

@@ -26,9 +26,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Subquery
 
-from app.ledger.errors import NodeNotFound
-from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
-from app.ledger.records import (
+from app.core.ledger_errors import NodeNotFound
+from app.core.records import (
     EventKind,
     Holder,
     HolderKind,
@@ -39,7 +38,8 @@ from app.ledger.records import (
     NodeTotals,
     NodeView,
 )
-from app.ledger.resources import Resources
+from app.core.resources import Resources
+from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
 from app.ledger.tables import EventRow, HoldingRow, NodeRow
 
 T = TypeVar("T")

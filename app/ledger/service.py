@@ -8,11 +8,11 @@ view in memory, and who changed, is app.ledger.snapshot.
 
 from __future__ import annotations
 
+from app.core.records import Admission, SnapshotEntry
 from app.db.engine import Database
 from app.ledger.clock import Clock, utcnow
 from app.ledger.commands import LedgerCommands
 from app.ledger.queries import LedgerQueries
-from app.ledger.records import Admission, SnapshotEntry
 from app.ledger.store import Store
 
 __all__ = ["Admission", "Clock", "Ledger", "SnapshotEntry", "utcnow"]

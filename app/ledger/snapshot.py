@@ -55,9 +55,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, overload
 
-from app.components import Health
+from app.core.components import Health
+from app.core.records import EventKind, NodeView
 from app.ledger.follow import EventFollower
-from app.ledger.records import EventKind, NodeView
 from app.ledger.service import Ledger
 from app.outages import log_failure
 

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 
 from sqlalchemy.orm import Session
 
+from app.core.ledger_errors import NodeNotFound
+from app.core.records import NodeView
 from app.db.engine import Database
 from app.db.locks import node_lock
-from app.ledger.errors import NodeNotFound
-from app.ledger.records import NodeView
 from app.ledger.repository import LedgerRepository, LedgerStatements
 
 

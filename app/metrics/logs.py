@@ -2,7 +2,7 @@
 written for when known.
 
 The request id, node and holder live in context variables: the request-id middleware
-(app.metrics.http) and the admission service set them, and every line logged meanwhile
+(app.api.routes_metrics) and the admission service set them, and every line logged meanwhile
 carries them, including from the worker thread an admission runs in (Starlette copies the
 context into it). A record's own ``extra={"node": ...}`` wins over the context. Nothing
 here adds a value that was not already in a log line or a header: no token is logged.

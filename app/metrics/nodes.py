@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.core.records import NodeTotals, NodeView
+from app.core.resources import Resources
 from app.core.verdict import admissible as admits
 from app.db.engine import is_outage
-from app.ledger.records import NodeTotals, NodeView
-from app.ledger.resources import Resources
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app import __version__
 from app.core.errors import DependencyError, NodeledgerError
-from app.ledger.errors import AdmissionRejected, LedgerError
+from app.core.ledger_errors import AdmissionRejected, LedgerError
 
 AdmissionPath = Literal["rest", "extender", "genericnode"]
 ReleasePath = Literal["rest", "extender", "kubernetes"]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from app.ledger.errors import HoldingNotFound
+from app.core.ledger_errors import HoldingNotFound
 from app.ledger.service import Ledger
 from app.slurm.push import Pusher
 

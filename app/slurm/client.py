@@ -22,6 +22,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from app.core.slurm_models import Listing, SlurmJob, SlurmNode
 from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import Dependency
 from app.slurm import payloads
@@ -32,7 +33,6 @@ from app.slurm.errors import (
     SlurmRequestError,
     SlurmUnavailable,
 )
-from app.slurm.models import Listing, SlurmJob, SlurmNode
 from app.slurm.tokens import TokenSource
 
 log = logging.getLogger(__name__)

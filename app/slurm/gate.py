@@ -34,13 +34,13 @@ import logging
 from collections.abc import Callable, Sequence
 
 from app.core.caps import KubeCaps
+from app.core.counts import gres_usage, slurm_overlap
+from app.core.ledger_errors import AdmissionRejected
+from app.core.records import Holding, NodeView
+from app.core.resources import Resources
+from app.core.slurm_models import SlurmJob
 from app.core.verdict import verdict
-from app.ledger.errors import AdmissionRejected
-from app.ledger.records import Holding, NodeView
-from app.ledger.resources import Resources
-from app.slurm.counts import gres_usage, slurm_overlap
 from app.slurm.errors import SlurmError, SlurmUnavailable
-from app.slurm.models import SlurmJob
 from app.slurm.push import Pusher
 
 log = logging.getLogger(__name__)

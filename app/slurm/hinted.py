@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from app.ledger.errors import LedgerError
+from app.core.ledger_errors import LedgerError
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError
 from app.slurm.hints import JobHints

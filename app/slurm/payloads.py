@@ -28,8 +28,8 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from app.slurm.gres import gres_count
-from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
+from app.core.gres import gres_count
+from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
 
 SUPPORTED_VERSIONS = tuple(f"v0.0.{n}" for n in range(40, 46))
 _VERSION_PATH = re.compile(r"^/slurm/(v0\.0\.\d+)/")

@@ -29,11 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.ledger.records import EventKind, NodeView
-from app.ledger.service import Ledger
-from app.metrics.registry import NO_METRICS, Metrics
-from app.slurm.client import SlurmClient
-from app.slurm.counts import (
+from app.core.counts import (
     SlurmUnits,
     current_counts,
     desired_counts,
@@ -41,8 +37,12 @@ from app.slurm.counts import (
     gres_update,
     withheld,
 )
+from app.core.records import EventKind, NodeView
+from app.core.slurm_models import SlurmNode
+from app.ledger.service import Ledger
+from app.metrics.registry import NO_METRICS, Metrics
+from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmRequestError
-from app.slurm.models import SlurmNode
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.plan import NodePlan, Push, plan_node
-from app.ledger.records import HolderKind, NodeView
+from app.core.records import HolderKind, NodeView
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient

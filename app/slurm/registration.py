@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from app.core.counts import node_size
 from app.core.plan import health_reason
-from app.ledger.records import NodeSpec, NodeView
+from app.core.records import NodeSpec, NodeView
+from app.core.slurm_models import SlurmNode
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeViews
-from app.slurm.counts import node_size
-from app.slurm.models import SlurmNode
 
 
 def register_unknown(

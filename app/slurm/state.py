@@ -22,10 +22,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+from app.core.counts import node_size
 from app.core.plan import floored_minus, job_on, unallocated_rest
-from app.ledger.resources import Resources
-from app.slurm.counts import node_size
-from app.slurm.models import Listing, SlurmJob, SlurmNode
+from app.core.resources import Resources
+from app.core.slurm_models import Listing, SlurmJob, SlurmNode
 
 Listings = tuple[Listing[SlurmNode] | None, Listing[SlurmJob] | None]
 _NO_JOBS: Mapping[str, SlurmJob] = MappingProxyType({})  # one object: compared by identity

@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from app.components import Health
+from app.core.components import Health
+from app.core.ledger_errors import LedgerError
+from app.core.records import NodeView
 from app.db.locks import Leadership
-from app.ledger.errors import LedgerError
-from app.ledger.records import NodeView
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeViews
 from app.metrics.registry import NO_METRICS, Metrics

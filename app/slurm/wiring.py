@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.components import Component
 from app.core.caps import KubeCaps
+from app.core.components import Component
 from app.db.engine import Database
 from app.db.locks import Leadership
 from app.ledger.service import Ledger

@@ -49,7 +49,7 @@ def holdings_check(book: Book, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def withheld(node: dict[str, Any]) -> tuple[int, int, int]:
-    """What the ledger withholds from Slurm (app/slurm/counts.py): pods and manual
+    """What the ledger withholds from Slurm (app/core/counts.py): pods and manual
     reservations, in whole CPUs and MB rounded up, and GPUs."""
     k8s, manual = node["held_by_kubernetes"], node["held_manually"]
     millis = k8s["cpu_millis"] + manual["cpu_millis"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app.admission.service import Admissions
+from app.core.records import Holding
 from app.db.engine import Database
-from app.ledger.records import Holding
 from app.ledger.service import Ledger
 
 

@@ -14,7 +14,7 @@ import app.main  # noqa: F401  (every error class a route can raise is imported)
 from app.api.answers import error_response
 from app.bootstrap import build_services
 from app.core.errors import DependencyError, NodeledgerError
-from app.ledger.errors import LedgerError
+from app.core.ledger_errors import LedgerError
 from app.main import create_app
 from app.metrics.registry import NO_METRICS
 from app.settings import Settings

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.ledger.records import NodeSpec
-from app.ledger.resources import Resources
+from app.core.records import NodeSpec
+from app.core.resources import Resources
 from app.ledger.service import Ledger
 
 GIB = 2**30

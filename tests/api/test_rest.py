@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.ledger.errors import InvalidRequest
-from app.ledger.records import HolderKind
-from app.ledger.resources import Resources
+from app.core.ledger_errors import InvalidRequest
+from app.core.records import HolderKind
+from app.core.resources import Resources
 from app.ledger.service import SnapshotEntry
 
 NODE = {"capacity": {"cpu": "8", "memory": "16Gi", "gpu": 2}, "reserved": {"cpu": "500m"}}

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.auth.settings import AuthSettings
-from app.auth.wiring import build_guard
+from app.bootstrap import build_guard
 from app.main import create_app
 from app.settings import Settings
 from tests.auth.fakes import STATIC_ENTRIES, FakeReviews, write_tokens

@@ -25,12 +25,13 @@ from cachetools import TTLCache
 from fastapi.testclient import TestClient
 
 from app.auth.model import Identity, Permission
-from app.auth.reviews import AccessReviewer, KubeReviews
+from app.auth.reviews import AccessReviewer
 from app.auth.settings import AuthSettings
+from app.core.records import NodeSpec
+from app.core.resources import Resources
 from app.kube.client import KubeClient
+from app.kube.reviews import KubeReviews
 from app.kube.settings import KubeSettings
-from app.ledger.records import NodeSpec
-from app.ledger.resources import Resources
 from app.main import create_app
 from app.settings import Settings
 from tests.auth.fakes import admission, bearer

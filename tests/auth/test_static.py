@@ -13,9 +13,10 @@ import pytest
 
 from app.auth.errors import AuthUnavailable, Unauthenticated
 from app.auth.model import Identity, Permission
-from app.auth.reviews import KubeReviews, ReviewError
+from app.auth.reviews import ReviewError
 from app.auth.static import StaticTokens
 from app.kube.client import KubeClient, KubeError
+from app.kube.reviews import KubeReviews
 from app.outages import Dependency
 from tests.auth.fakes import READER_TOKEN, STATIC_ENTRIES, WRITER_TOKEN, bearer, write_tokens
 

@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from app.admission.service import Admissions
+from app.core.pods import PodInfo
+from app.core.records import EventKind, Holder, HolderKind, NodeSpec, Recorded, Recording
+from app.core.resources import Resources
 from app.db.engine import Database
 from app.kube.accounting import RECORD_BATCH, PodAccounting
-from app.kube.pods import PodInfo
-from app.ledger.records import EventKind, Holder, HolderKind, NodeSpec, Recorded, Recording
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 
 GIB = 2**30

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from app.components import Health
 from app.core.caps import KubeCaps
+from app.core.components import Health
+from app.core.genericnode import fingerprint, status_of
+from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
+from app.core.resources import Resources
 from app.kube import leader
 from app.kube.extender import filter_nodes, prioritize
-from app.kube.genericnode import fingerprint, status_of
 from app.kube.mirror import StatusMirror, TokenBucket
 from app.kube.watch import ListWatch
-from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from app.core.ledger_errors import LedgerError
+from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
 from app.kube.client import GENERICNODES
 from app.kube.discovery import NodeDiscovery
-from app.ledger.errors import LedgerError
-from app.ledger.records import Holder, HolderKind, NodeSpec
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 
 GIB = 2**30

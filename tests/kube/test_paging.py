@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from app.core.pods import PodShape
 from app.kube.client import KubeClient
-from app.kube.pods import PodShape
 from app.kube.watch import ListWatch
 from tests.support.kube_cluster import KubeCluster, wait_until
 

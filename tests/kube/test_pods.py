@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from app.kube.pods import pod_info, pod_requests
-from app.ledger.resources import Resources
+from app.core.pods import pod_info, pod_requests
+from app.core.resources import Resources
 
 MI = 2**20
 

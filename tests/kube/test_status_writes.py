@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from app.core.genericnode import new_object
+from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
 from app.db.engine import Database
 from app.kube.client import GENERICNODES, KubeClient
-from app.kube.genericnode import new_object
 from app.kube.mirror import StatusMirror
-from app.ledger.records import Holder, HolderKind, NodeSpec
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.core.arithmetic import Shortfall, diff_snapshot, shortfalls
+from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
+from app.core.resources import Resources
 from app.core.verdict import verdict
-from app.ledger.arithmetic import Shortfall, diff_snapshot, shortfalls
-from app.ledger.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
-from app.ledger.resources import Resources
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GiB = 2**30

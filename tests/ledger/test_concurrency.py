@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from app.ledger.errors import AdmissionRejected
-from app.ledger.records import Holder, HolderKind, NodeSpec
-from app.ledger.resources import Resources
+from app.core.ledger_errors import AdmissionRejected
+from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
 from app.ledger.service import Ledger
 
 ONE_CPU = Resources(1000, 2**20, 0)

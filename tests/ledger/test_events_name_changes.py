@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from app.ledger.errors import AdmissionRejected
-from app.ledger.records import Holder, HolderKind, HoldingState, NodeSpec, NodeView
-from app.ledger.resources import Resources
+from app.core.ledger_errors import AdmissionRejected
+from app.core.records import Holder, HolderKind, HoldingState, NodeSpec, NodeView
+from app.core.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
 
 GIB = 2**30

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.core.records import EventKind, NodeSpec
+from app.core.resources import Resources
 from app.db.engine import Database
 from app.ledger.follow import EventFollower
-from app.ledger.records import EventKind, NodeSpec
 from app.ledger.repository import LedgerStatements
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 
 

@@ -11,10 +11,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from app.core.ledger_errors import AdmissionRejected, CapacityBelowHoldings, HoldingNotFound
+from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
 from app.db.engine import Database
-from app.ledger.errors import AdmissionRejected, CapacityBelowHoldings, HoldingNotFound
-from app.ledger.records import Holder, HolderKind, NodeSpec
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from tests.support.databases import sqlite_database
 

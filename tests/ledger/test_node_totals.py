@@ -3,8 +3,8 @@ full node views, which load every holding (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
-from app.ledger.records import Holder, HolderKind, NodeSpec, Recording
-from app.ledger.resources import Resources
+from app.core.records import Holder, HolderKind, NodeSpec, Recording
+from app.core.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
 
 GIB = 2**30

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.presentation import format_cpu, format_memory
-from app.quantities import QuantityError, Rounding, cpu_millis, gpu_count, memory_bytes
+from app.core.quantities import QuantityError, Rounding, cpu_millis, gpu_count, memory_bytes
 
 CPU = [
     ("250m", Rounding.UP, 250),

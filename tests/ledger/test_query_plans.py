@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from app.core.ledger_errors import AdmissionRejected
+from app.core.records import Holder, HolderKind, HoldingState, NodeSpec
+from app.core.resources import Resources
 from app.db.engine import Database
-from app.ledger.errors import AdmissionRejected
-from app.ledger.records import Holder, HolderKind, HoldingState, NodeSpec
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 
 GIB = 2**30

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from app.ledger.records import EventKind, Holder, HolderKind, NodeSpec, Recording
-from app.ledger.resources import Resources
+from app.core.records import EventKind, Holder, HolderKind, NodeSpec, Recording
+from app.core.resources import Resources
 from app.ledger.service import Ledger
 
 GIB = 2**30

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.ledger.errors import (
+from app.core.ledger_errors import (
     AdmissionRejected,
     CapacityBelowHoldings,
     HolderConflict,
@@ -12,8 +12,8 @@ from app.ledger.errors import (
     NodeInUse,
     NodeNotFound,
 )
-from app.ledger.records import EventKind, Holder, HolderKind, HoldingState, NodeSpec
-from app.ledger.resources import Resources
+from app.core.records import EventKind, Holder, HolderKind, HoldingState, NodeSpec
+from app.core.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
 
 GiB = 2**30

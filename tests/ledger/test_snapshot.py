@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import update
 
+from app.core.records import EventKind, Holder, HolderKind, HoldingState, NodeSpec, NodeView
+from app.core.resources import Resources
 from app.db.engine import Database
-from app.ledger.records import EventKind, Holder, HolderKind, HoldingState, NodeSpec, NodeView
 from app.ledger.repository import HOLDINGS, LedgerStatements
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
 from app.ledger.snapshot import COMPACT_AFTER, NodeSnapshot, Views
 from app.ledger.tables import NodeRow

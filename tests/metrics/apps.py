@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from app.admission.service import AdmissionGate
 from app.bootstrap import Services, build_services
 from app.core.caps import KubeCaps
+from app.core.slurm_models import SlurmNode
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.metrics.registry import Metrics
@@ -18,7 +19,6 @@ from app.metrics.settings import MetricsSettings
 from app.settings import Settings
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
-from app.slurm.models import SlurmNode
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.exc import OperationalError
 
-from app.ledger.records import NodeSpec, NodeTotals
-from app.ledger.resources import Resources
+from app.core.records import NodeSpec, NodeTotals
+from app.core.resources import Resources
 from app.ledger.service import Ledger
 from app.metrics.nodes import LedgerCollector
 from app.metrics.registry import Metrics

@@ -11,10 +11,11 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from app.core.ledger_errors import AdmissionRejected, HolderConflict, NodeNotFound
+from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
+from app.core.slurm_models import Listing, SlurmJob, SlurmNode
 from app.kube.watch import ListWatch
-from app.ledger.errors import AdmissionRejected, HolderConflict, NodeNotFound
-from app.ledger.records import Holder, HolderKind, NodeSpec
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.metrics.registry import (
     Metrics,
@@ -24,7 +25,6 @@ from app.metrics.registry import (
 )
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmAuthError, SlurmRequestError, SlurmUnavailable
-from app.slurm.models import Listing, SlurmJob, SlurmNode
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from app.slurm.tokens import StaticToken

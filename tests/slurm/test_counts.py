@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.ledger.resources import Resources
-from app.slurm.counts import (
+from app.core.counts import (
     K8sCounts,
     SlurmUnits,
     current_counts,
@@ -16,7 +15,8 @@ from app.slurm.counts import (
     gres_usage,
     slurm_overlap,
 )
-from app.slurm.models import SlurmNode
+from app.core.resources import Resources
+from app.core.slurm_models import SlurmNode
 
 GIB = 1024**3
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.slurm.gres import GresEntry, gres_count, parse_entry, split_items, with_counts
+from app.core.gres import GresEntry, gres_count, parse_entry, split_items, with_counts
 
 
 @pytest.mark.parametrize(

@@ -14,16 +14,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.bootstrap import build_services
+from app.core.records import HolderKind, NodeSpec, NodeView
+from app.core.resources import Resources
+from app.core.slurm_models import JobAllocation, Listing, SlurmJob, SlurmNode
 from app.db.engine import Database
-from app.ledger.records import HolderKind, NodeSpec, NodeView
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.settings import Settings
 from app.slurm import hints as hints_module
 from app.slurm import sync as sync_module
 from app.slurm.hints import JobHints
-from app.slurm.models import JobAllocation, Listing, SlurmJob, SlurmNode
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.ledger.records import EventKind
-from app.ledger.resources import Resources
+from app.core.records import EventKind
+from app.core.resources import Resources
 from app.ledger.service import Ledger
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync

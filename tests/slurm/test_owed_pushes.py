@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
-from app.ledger.records import Holder, HolderKind, NodeSpec
-from app.ledger.resources import Resources
+from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
+from app.core.slurm_models import Listing, SlurmJob, SlurmNode
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
-from app.slurm.models import Listing, SlurmJob, SlurmNode
 from app.slurm.push import Pusher
 from app.slurm.sync import FULL_PASS_EVERY, SlurmSync
 from tests.metrics.apps import FlakySlurm

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.core.counts import K8sCounts
 from app.core.plan import (
     HealthChange,
     NodePlan,
@@ -17,7 +18,7 @@ from app.core.plan import (
     plan_node,
     slurm_snapshot,
 )
-from app.ledger.records import (
+from app.core.records import (
     EventKind,
     Holder,
     HolderKind,
@@ -27,9 +28,8 @@ from app.ledger.records import (
     NodeView,
     SnapshotEntry,
 )
-from app.ledger.resources import Resources
-from app.slurm.counts import K8sCounts
-from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
+from app.core.resources import Resources
+from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
 
 MIB = 2**20
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

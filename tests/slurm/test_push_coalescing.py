@@ -12,13 +12,13 @@ import pytest
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
+from app.core.ledger_errors import AdmissionRejected
 from app.core.plan import health_reason, slurm_snapshot
-from app.ledger.errors import AdmissionRejected
-from app.ledger.records import Holder, HolderKind, NodeSpec, SnapshotEntry
-from app.ledger.resources import Resources
+from app.core.records import Holder, HolderKind, NodeSpec, SnapshotEntry
+from app.core.resources import Resources
+from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
-from app.slurm.models import JobAllocation, SlurmJob, SlurmNode
 from app.slurm.push import Pusher
 
 GIB = 1024**3

@@ -14,12 +14,12 @@ import pytest
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
+from app.core.counts import SlurmUnits, desired_counts, withheld
+from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
 from app.db.engine import Database
 from app.db.locks import Leadership
-from app.ledger.records import Holder, HolderKind, NodeSpec
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger
-from app.slurm.counts import SlurmUnits, desired_counts, withheld
 from app.slurm.gate import SlurmGate
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node

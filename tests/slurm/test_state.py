@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.ledger.resources import Resources
-from app.slurm.models import JobAllocation, Listing, SlurmJob
+from app.core.resources import Resources
+from app.core.slurm_models import JobAllocation, Listing, SlurmJob
 from app.slurm.state import SlurmState
 from tests.slurm.test_push_coalescing import slurm_node
 

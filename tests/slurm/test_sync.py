@@ -8,8 +8,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.ledger.records import Holder, HolderKind, HoldingState
-from app.ledger.resources import Resources
+from app.core.records import Holder, HolderKind, HoldingState
+from app.core.resources import Resources
 from app.main import create_app
 from tests.slurm.helpers import MIB, admit, events, gres, slurm_holdings
 from tests.support.slurm_cluster import SlurmCluster, wait_until

@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.ledger.records import Holder, HolderKind, Recording
-from app.ledger.resources import Resources
+from app.core.records import Holder, HolderKind, Recording
+from app.core.resources import Resources
 from app.ledger.service import Ledger
 from tests.slurm.test_job_hints_cluster import ADMIN_TOKEN, hook_posting_to, service_env
 from tests.support.realenv import unavailable

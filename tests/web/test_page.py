@@ -27,9 +27,9 @@ from playwright.sync_api import (
 )
 from playwright.sync_api import Error as PlaywrightError
 
+from app.core.records import HolderKind
+from app.core.resources import Resources
 from app.db.engine import Database
-from app.ledger.records import HolderKind
-from app.ledger.resources import Resources
 from app.ledger.service import Ledger, SnapshotEntry
 from tests.support.realenv import unavailable
 from tests.support.service import ServiceProcess, running_service

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.ledger.records import HolderKind, NodeView
-from app.ledger.resources import Resources
-from app.slurm.gres import gres_count, parse_gres, with_counts
-from app.slurm.models import SlurmNode
+from app.core.gres import gres_count, parse_gres, with_counts
+from app.core.records import HolderKind, NodeView
+from app.core.resources import Resources
+from app.core.slurm_models import SlurmNode
 
 MIB = 1024 * 1024
 EXTRA_TOKEN = "nodeledger="

@@ -1,7 +1,7 @@
 """Resource amounts in integer base units: millicores, bytes, whole GPUs.
 
 Everything inside the ledger is an integer in these units; conversions from Kubernetes
-quantity strings and Slurm's MB/whole CPUs happen at the edges (app.quantities,
+quantity strings and Slurm's MB/whole CPUs happen at the edges (app.core.quantities,
 app.slurm).
 """
 

@@ -4,8 +4,8 @@ once, in app.api.errors) and by the reconcilers."""
 
 from __future__ import annotations
 
+from app.core.arithmetic import Shortfall
 from app.core.errors import NodeledgerError
-from app.ledger.arithmetic import Shortfall
 
 
 class LedgerError(NodeledgerError):

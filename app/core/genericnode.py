@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from app.components import Health
+from app.core.components import Health
 from app.core.nodestate import NodeState
 from app.core.presentation import format_cpu, format_memory
-from app.ledger.records import NodeView
-from app.ledger.resources import Resources
+from app.core.records import NodeView
+from app.core.resources import Resources
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
 # The status fields the mirror owns and compares; lastSyncTime is when they were last

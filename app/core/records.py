@@ -7,8 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from app.core.resources import Resources
 from app.core.verdict import not_admissible_reason
-from app.ledger.resources import Resources
 
 
 class HolderKind(StrEnum):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from app.ledger.resources import ResourceName, Resources
+from app.core.resources import ResourceName, Resources
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from enum import Enum
 
 from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
 
-from app.ledger.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES
+from app.core.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES
 
 # The grammar of resource.Quantity: sign, ASCII digits, optional fraction, then one suffix
 # (binary Ki..Ei, decimal n..E, or an exponent). Checked before parse_quantity, which

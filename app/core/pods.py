@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from app.ledger.resources import Resources
-from app.quantities import cpu_millis, gpu_count, memory_bytes
+from app.core.quantities import cpu_millis, gpu_count, memory_bytes
+from app.core.resources import Resources
 
 
 class _Resources(TypedDict, total=False):
