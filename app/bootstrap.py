@@ -28,8 +28,8 @@ from app.core.caps import KubeCaps
 from app.core.components import Component
 from app.db import migrate
 from app.db.engine import Database
-from app.kube.binder import Extender
 from app.kube.client import KubeClient
+from app.kube.extender.service import Extender
 from app.kube.reviews import KubeReviews
 from app.kube.wiring import KubeParts, build_kube
 from app.ledger.service import Clock, Ledger, utcnow

@@ -20,7 +20,7 @@ from app.api import (
 )
 from app.auth import guard as auth
 from app.bootstrap import Services, build_guard, build_services, running
-from app.kube import routes as kube_routes
+from app.kube.extender import routes as extender_routes
 from app.settings import Settings
 from app.web import routes as web_routes
 
@@ -56,5 +56,5 @@ def create_app(
         app.include_router(module.router)
     # Routers whose reads are guarded here rather than route by route.
     app.include_router(routes_events.router, dependencies=[auth.require_read("list", "events")])
-    app.include_router(kube_routes.router, dependencies=[auth.require_read("get", "nodes")])
+    app.include_router(extender_routes.router, dependencies=[auth.require_read("get", "nodes")])
     return app

@@ -40,7 +40,7 @@ from fastapi.testclient import TestClient
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.records import Holder, HolderKind
 from app.core.resources import Resources
-from app.kube.extender_wire import ExtenderArgs
+from app.kube.extender.wire import ExtenderArgs
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.settings import Settings

@@ -2,7 +2,7 @@
 
 One decision for every caller, so that they cannot disagree: the ledger's admit
 (app.ledger.commands, under the node's lock), the scheduler extender's filter
-(app.kube.extender, over the node snapshot), the Slurm gate (app.slurm.gate, on the node
+(app.core.placement, over the node snapshot), the Slurm gate (app.slurm.gate, on the node
 as its push reads it) and the metrics' admissibility (app.metrics.nodes).
 
 The checks, in this order (the first that fails is the verdict):

@@ -8,9 +8,9 @@ from app.admission.service import Admissions
 from app.core.caps import KubeCaps
 from app.core.components import Health
 from app.core.resources import Resources
-from app.kube.binder import Extender
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
+from app.kube.extender.service import Extender
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot

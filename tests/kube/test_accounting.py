@@ -13,7 +13,7 @@ from app.core.pods import PodInfo
 from app.core.records import EventKind, Holder, HolderKind, NodeSpec, Recorded, Recording
 from app.core.resources import Resources
 from app.db.engine import Database
-from app.kube.accounting import RECORD_BATCH, PodAccounting
+from app.kube.controllers.accounting import RECORD_BATCH, PodAccounting
 from app.ledger.service import Ledger
 
 GIB = 2**30

@@ -16,12 +16,12 @@ import pytest
 from app.core.caps import KubeCaps
 from app.core.components import Health
 from app.core.genericnode import fingerprint, status_of
+from app.core.placement import filter_nodes, prioritize
 from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
 from app.core.resources import Resources
-from app.kube import leader
-from app.kube.extender import filter_nodes, prioritize
-from app.kube.mirror import StatusMirror, TokenBucket
-from app.kube.watch import ListWatch
+from app.kube.controllers import leader
+from app.kube.controllers.mirror import StatusMirror, TokenBucket
+from app.kube.controllers.watch import ListWatch
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 
@@ -325,7 +325,7 @@ class UnreachableElection:
 def test_an_unreachable_api_server_is_retried_at_the_election_pace(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="app.kube.leader")
+    caplog.set_level(logging.DEBUG, logger="app.kube.controllers.leader")
     monkeypatch.setattr(leader.leaderelection, "LeaderElection", UnreachableElection)
     client = SimpleNamespace(api_client=None)
     elector = leader.LeaderElector(
@@ -337,7 +337,7 @@ def test_an_unreachable_api_server_is_retried_at_the_election_pace(
         time.sleep(2.5)  # the retry period is 1 s
         assert 2 <= UnreachableElection.runs <= 4
         # One line for the outage, no traceback per retry.
-        records = [r for r in caplog.records if r.name == "app.kube.leader"]
+        records = [r for r in caplog.records if r.name == "app.kube.controllers.leader"]
         assert [r.levelname for r in records if r.levelno >= logging.WARNING] == ["WARNING"]
         assert not any(r.exc_info for r in records)
     finally:

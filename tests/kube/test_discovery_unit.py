@@ -12,7 +12,7 @@ from app.core.ledger_errors import LedgerError
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.kube.client import GENERICNODES
-from app.kube.discovery import NodeDiscovery
+from app.kube.controllers.discovery import NodeDiscovery
 from app.ledger.service import Ledger
 
 GIB = 2**30
@@ -66,7 +66,7 @@ def test_a_node_the_ledger_never_had_is_forgotten_quietly(
     ledger: Ledger, caplog: pytest.LogCaptureFixture
 ) -> None:
     client = RecordingClient()
-    with caplog.at_level(logging.DEBUG, logger="app.kube.discovery"):
+    with caplog.at_level(logging.DEBUG, logger="app.kube.controllers.discovery"):
         discovery(ledger, client)._remove("ghost")
     assert not caplog.records
     assert client.calls == [("DELETE", f"{GENERICNODES}/ghost")]
@@ -78,7 +78,7 @@ def test_a_ledger_refusal_is_logged_and_the_genericnode_still_goes(
     refusing = RefusingLedger(ledger.db)
     refusing.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32 * GIB)))
     client = RecordingClient()
-    with caplog.at_level(logging.WARNING, logger="app.kube.discovery"):
+    with caplog.at_level(logging.WARNING, logger="app.kube.controllers.discovery"):
         discovery(refusing, client)._remove("n1")
     assert [r.getMessage() for r in caplog.records] == [
         "the Kubernetes Node n1 is gone, but the ledger keeps it: "

@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 
 from app.bootstrap import build_services
 from app.core.caps import KubeCaps
+from app.core.placement import filter_nodes, prioritize
 from app.core.records import Holder, HolderKind
 from app.core.resources import Resources
 from app.db.engine import Database
-from app.kube.extender import filter_nodes, prioritize
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.settings import Settings

@@ -14,7 +14,7 @@ import pytest
 
 from app.core.pods import PodShape
 from app.kube.client import KubeClient
-from app.kube.watch import ListWatch
+from app.kube.controllers.watch import ListWatch
 from tests.support.kube_cluster import KubeCluster, wait_until
 
 pytestmark = pytest.mark.kube

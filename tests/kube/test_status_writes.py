@@ -18,7 +18,7 @@ from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.kube.client import GENERICNODES, KubeClient
-from app.kube.mirror import StatusMirror
+from app.kube.controllers.mirror import StatusMirror
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics

@@ -15,7 +15,7 @@ from app.core.ledger_errors import AdmissionRejected, HolderConflict, NodeNotFou
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.core.slurm_models import Listing, SlurmJob, SlurmNode
-from app.kube.watch import ListWatch
+from app.kube.controllers.watch import ListWatch
 from app.ledger.service import Ledger
 from app.metrics.registry import (
     Metrics,

@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 
 from app.auth.settings import AuthSettings
 from app.core.caps import KubeCaps
-from app.kube.binder import Extender
 from app.kube.client import KubeError
-from app.kube.extender_wire import ExtenderBindingArgs
-from app.kube.protocol import AdmissionRequests, requests_of
+from app.kube.controllers.admission_requests import AdmissionRequests, requests_of
+from app.kube.extender.service import Extender
+from app.kube.extender.wire import ExtenderBindingArgs
 from app.ledger.snapshot import NodeSnapshot
 from app.main import create_app
 from app.metrics.settings import MetricsSettings

@@ -9,8 +9,8 @@ from typing import Any, cast
 
 from app.bootstrap import Services
 from app.core.caps import KubeCaps
-from app.kube.binder import Extender
 from app.kube.client import KubeClient
+from app.kube.extender.service import Extender
 
 
 def offline_extender(

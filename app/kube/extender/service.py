@@ -1,6 +1,6 @@
 """The kube-scheduler extender: filter and prioritize over the node snapshot (in memory,
 app.ledger.snapshot), and bind through the one admission path (Slurm-confirmed), then
-create the Binding. The wire types are in app.kube.extender_wire."""
+create the Binding. The wire types are in app.kube.extender.wire."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import logging
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
 from app.core.ledger_errors import HoldingNotFound, LedgerError
+from app.core.placement import filter_nodes, prioritize
 from app.core.pods import pod_requests
 from app.core.quantities import QuantityError
 from app.core.records import Holder, HolderKind
 from app.kube.client import KubeClient, KubeError
-from app.kube.extender import filter_nodes, prioritize
-from app.kube.extender_wire import (
+from app.kube.extender.wire import (
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,

@@ -13,14 +13,14 @@ from typing import Any
 from app.admission.service import Admissions
 from app.core.components import Health
 from app.core.genericnode import MANAGED_BY
-from app.kube.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.client import GENERICNODES, KubeClient
-from app.kube.discovery import NodeDiscovery, SlurmSizes
-from app.kube.leader import LeaderElector
-from app.kube.mirror import StatusMirror
-from app.kube.protocol import AdmissionRequests
+from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
+from app.kube.controllers.admission_requests import AdmissionRequests
+from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
+from app.kube.controllers.leader import LeaderElector
+from app.kube.controllers.mirror import StatusMirror
+from app.kube.controllers.watch import ListWatch
 from app.kube.settings import KubeSettings
-from app.kube.watch import ListWatch
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics

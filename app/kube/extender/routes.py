@@ -13,8 +13,8 @@ from fastapi import APIRouter, Depends, Request
 
 from app.auth.guard import body, require
 from app.core.errors import NodeledgerError
-from app.kube.binder import Extender
-from app.kube.extender_wire import (
+from app.kube.extender.service import Extender
+from app.kube.extender.wire import (
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
