@@ -1,8 +1,8 @@
-"""Four ways to admit a pod, side by side in one run against a real Slurm cluster (issue 22:
+"""Ways to admit a pod, side by side in one run against a real Slurm cluster (issue 22:
 "weigh one alternative first").
 
 Prints one JSON object; every latency is p50/p99 in ms with its ratio to the raw node
-update measured in the same run. The four paths are interleaved round by round, so a slow
+update measured in the same run. The paths are interleaved round by round, so a slow
 moment of the shared machine falls on all of them alike:
 
 - raw_node_update_ms: one POST /node/{name} straight to slurmrestd (the floor);
@@ -12,13 +12,15 @@ moment of the shared machine falls on all of them alike:
   ledger transaction: what an admission inside a headroom would cost;
 - slurm_hold: the per-pod hold in Slurm itself, POST /job/allocate with "immediate" and
   the EXTERNAL_JOB flag on the pod's node, released with DELETE /job/{id};
-- hold_release_to_start_s: after a hold that fills a node is released, how long until a
-  job waiting for its CPUs starts, without and with a no-op node update to wake the
-  scheduler;
+- ledger_then_hold: an admission by the ledger-only service followed by such a hold (and
+  both released): the least a hold per pod costs once the ledger records the pod too;
+- release_to_start_s: after a hold that fills a node is released, how long until a job
+  waiting for its CPUs starts, without and with a no-op node update to wake the scheduler,
+  and the same after a batch job that filled the node is cancelled (the yardstick);
 - hold_while_job_pends: what "immediate" answers on a free node while that job pends,
   without and with the top priority in the request.
 
-    python -m bench.admission_paths [--samples 100] [--rounds 5] [--trials 4] [--slurm 26.05]
+    python -m bench.admission_paths [--samples 300] [--rounds 10] [--trials 5] [--slurm 26.05]
 
 Needs Slurm >= 25.05 (external jobs; slurmrestd v0.0.45 is 26.05's).
 """
@@ -156,31 +158,49 @@ def hold_release(holds: Holds, count: int) -> dict[str, list[float]]:
     return {"hold_ms": hold_ms, "release_ms": release_ms}
 
 
-def admit_release(url: str, prefix: str, count: int) -> dict[str, list[float]]:
-    """``count`` pods admitted on n1 and released, one after the other."""
+def admit_release(
+    url: str, prefix: str, count: int, holds: Holds | None = None
+) -> dict[str, list[float]]:
+    """``count`` pods admitted on n1 and released, one after the other. With ``holds``, each
+    admission also takes a pod-sized hold in Slurm and its release drops it: the least a
+    hold per pod would cost through the ledger (one ledger transaction and the hold; the
+    real path would also confirm)."""
     admit_ms, release_ms = [], []
     with httpx.Client(base_url=url, timeout=30) as client:
         for i in range(count):
             uid = f"{prefix}-{i}"
-            admit_ms.append(
-                timed(
-                    lambda u=uid: client.post(
-                        "/v1/admissions", json=pod("n1", u)
-                    ).raise_for_status()
-                )
-            )
-            release_ms.append(
-                timed(lambda u=uid: client.delete(f"/v1/admissions/{u}").raise_for_status())
-            )
+            t0 = time.perf_counter()
+            client.post("/v1/admissions", json=pod("n1", uid)).raise_for_status()
+            job_id = holds.hold_when_free(HOLD_NODE, POD_CPUS, POD_MEMORY_MB) if holds else None
+            admit_ms.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            if holds and job_id:
+                holds.release(job_id)
+            client.delete(f"/v1/admissions/{uid}").raise_for_status()
+            release_ms.append((time.perf_counter() - t0) * 1000)
     return {"admission_ms": admit_ms, "release_ms": release_ms}
 
 
-def release_to_start(holds: Holds, wake: bool, delay: float) -> tuple[float, str, str]:
-    """One trial: a hold fills HOLD_NODE, a 2-CPU job waits for it; probe "immediate" on
-    FREE_NODE meanwhile, without and with top priority; ``delay`` seconds after the job was
-    seen pending, release the hold (and wake the scheduler) and time the waiting job's
-    start. Seconds, and the two probes' answers."""
-    full = holds.hold_when_free(HOLD_NODE, 16, 1000)
+# A release-to-start trial's way of filling and freeing HOLD_NODE: (filled by a hold rather
+# than a batch job, a no-op node update right after the release).
+RELEASES = {
+    "batch_job_cancelled": (False, False),  # the yardstick: what a finished job frees
+    "hold_released": (True, False),
+    "hold_released_then_node_update": (True, True),
+}
+
+
+def release_to_start(holds: Holds, how: str, delay: float) -> tuple[float, str, str]:
+    """One trial: a job (RELEASES[how]) fills HOLD_NODE, a 2-CPU job waits for it; probe
+    "immediate" on FREE_NODE meanwhile, without and with top priority; ``delay`` seconds
+    after the job was seen pending, release the first (and wake the scheduler) and time the
+    waiting job's start. Seconds, and the two probes' answers."""
+    by_hold, wake = RELEASES[how]
+    if by_hold:
+        full = holds.hold_when_free(HOLD_NODE, 16, 1000)
+    else:
+        full = holds.submit(HOLD_NODE, 16)
+        wait_until(lambda: holds.job(full)[0] == "RUNNING", 60, what="the node filled")
     waiting = holds.submit(HOLD_NODE, 2)
     wait_until(lambda: holds.job(waiting) == ("PENDING", "Resources"), 30, what="job pends")
     probes = [holds.hold(FREE_NODE), holds.hold(FREE_NODE, priority=True)]
@@ -283,14 +303,15 @@ def main() -> None:
                     "slurm_confirmed": lambda n: admit_release(confirmed, f"c{next(rounds)}", n),
                     "ledger_only": lambda n: admit_release(ledger, f"l{next(rounds)}", n),
                     "slurm_hold": lambda n: hold_release(holds, n),
+                    "ledger_then_hold": lambda n: admit_release(
+                        ledger, f"h{next(rounds)}", n, holds
+                    ),
                 },
             )
-        # Releases spread over one backfill interval: the wait depends on where in it they fall.
-        delays = [0.2 + i * bf_interval / args.trials for i in range(args.trials)]
-        trials = {
-            way: [release_to_start(holds, way == "node_update_wake", d) for d in delays]
-            for way in ("no_wake", "node_update_wake")
-        }
+        # Releases spread over one backfill interval and over one second (slurmctld's
+        # background loop): the wait depends on where in them they fall.
+        delays = [0.2 + i * (bf_interval + 1) / args.trials for i in range(args.trials)]
+        trials = {how: [release_to_start(holds, how, d) for d in delays] for how in RELEASES}
     finally:
         holds.close()
         slurm.reset()
@@ -308,7 +329,7 @@ def main() -> None:
             for path, got in samples.items()
         },
         "slurm_hold_answers": dict(holds.answers),
-        "hold_release_to_start_s": {
+        "release_to_start_s": {
             way: seconds_summary([t[0] for t in got]) for way, got in trials.items()
         },
         "hold_while_job_pends": {
