@@ -51,7 +51,7 @@ from tests.support.slurm_cluster import REST_API, SlurmCluster, cluster_sh
 HOLD_API = "v0.0.45"  # EXTERNAL_JOB is in slurmrestd's job flags from v0.0.44 on
 HOLD_NODE = "n3"  # holds here; raw updates on n2 (as bench.slurm_admission), pods on n1
 FREE_NODE = "n2"  # the "immediate" probes while a job pends on HOLD_NODE
-TOP_PRIORITY = 4294967293  # the highest a job can be given (NO_VAL - 2); root/SlurmUser only
+TOP_PRIORITY = 4294967293  # one below NO_VAL: what slurm-facts.md saw work; SlurmUser/root only
 POD_CPUS, POD_MEMORY_MB = 1, 1024  # the pod's requests: cpu "1", memory "1Gi"
 
 
