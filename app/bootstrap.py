@@ -26,6 +26,7 @@ from app.auth.reviews import AccessReviewer, Reviews, TokenReviewer
 from app.auth.static import StaticTokens
 from app.core.caps import KubeCaps
 from app.core.components import Component
+from app.core.headroom import NO_POLICY
 from app.db import migrate
 from app.db.engine import Database
 from app.kube.client import KubeClient
@@ -90,7 +91,13 @@ def build_services(
     }
     database = dependencies["database"]
     db.watch(database.failed, database.answered)
-    ledger = Ledger(db, clock)
+    caps = (
+        KubeCaps(settings.slurm.kube_max_cpu_fraction, settings.slurm.kube_max_memory_fraction)
+        if settings.slurm.enabled
+        else None
+    )
+    headroom = settings.slurm.headroom_policy(caps) if caps is not None else NO_POLICY
+    ledger = Ledger(db, clock, headroom=headroom)
     snapshot = NodeSnapshot(ledger)
     integrated = settings.slurm.enabled or settings.kube.enabled
     registry.register(
@@ -101,15 +108,16 @@ def build_services(
             cache_seconds=settings.metrics.cache_seconds,
         )
     )
-    caps = (
-        KubeCaps(settings.slurm.kube_max_cpu_fraction, settings.slurm.kube_max_memory_fraction)
-        if settings.slurm.enabled
-        else None
-    )
     slurm: SlurmParts | None = None
     if settings.slurm.enabled and caps is not None:
         slurm = build_slurm(
-            settings.slurm, db, ledger, snapshot, caps, metrics, dependencies["slurmrestd"]
+            settings.slurm,
+            db,
+            ledger,
+            snapshot,
+            caps,
+            metrics,
+            dependencies["slurmrestd"],
         )
     admission_gate = (
         gate(ledger, metrics) if gate is not None else slurm.gate if slurm is not None else None

@@ -1,6 +1,8 @@
 """Admission = hold in the ledger, then let an external gate (Slurm) confirm the hold.
 
-1. Hold: the ledger's atomic check-and-hold, as PENDING when a gate must confirm.
+1. Hold: the ledger's atomic check-and-hold, as PENDING when a gate must confirm; HELD at
+   once when it fits what the gate's system already withholds (the headroom,
+   app.core.headroom), and then the gate is asked to refill that if it ran low.
 2. Confirm: the gate tells the external system and checks it agrees (e.g. pushes the
    lowered k8scpu counts and reads the node back).
 3. On refusal, undo the hold and tell the gate to restore what it pushed; on success,
@@ -44,6 +46,13 @@ class AdmissionGate(Protocol):
         """Holdings on ``node`` changed without a confirmation (a release, or a pod another
         scheduler bound): bring the external system in line."""
 
+    def headroom_open(self) -> bool:
+        """Whether an admission inside the headroom the external system already withholds
+        (app.core.headroom) may be HELD without ``confirm``."""
+
+    def refill(self, node: str) -> None:
+        """An admission inside ``node``'s headroom left it low: withhold more, later."""
+
 
 class Admissions:
     def __init__(
@@ -68,8 +77,18 @@ class Admissions:
                 with timer.phase("ledger"):
                     return self.ledger.admit(node, holder, requests)
             with timer.phase("ledger"):
-                admission = self.ledger.admit(node, holder, requests, state=HoldingState.PENDING)
+                admission = self.ledger.admit(
+                    node,
+                    holder,
+                    requests,
+                    state=HoldingState.PENDING,
+                    headroom=self.gate.headroom_open(),
+                )
             if admission.holding.state is HoldingState.HELD:
+                if admission.created:  # inside the headroom: no Slurm call
+                    self.metrics.admitted_within_headroom()
+                if admission.refill:
+                    self.gate.refill(node)
                 return admission
             # A PENDING holding, new or left by an earlier try: the gate decides either way.
             try:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.core.gres import gres_count, parse_gres, with_counts
-from app.core.records import HolderKind, NodeView
+from app.core.headroom import held
+from app.core.records import NodeView
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmNode
 
@@ -34,6 +35,9 @@ class SlurmUnits:
     @classmethod
     def of(cls, held: Resources) -> SlurmUnits:
         return cls(-(-held.cpu_millis // 1000), -(-held.memory_bytes // MIB), held.gpus)
+
+    def as_resources(self) -> Resources:
+        return Resources(self.cpus * 1000, self.memory_mb * MIB, self.gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +97,36 @@ def extra_with_holdings(extra: str, held: SlurmUnits) -> str:
 
 def withheld(view: NodeView) -> SlurmUnits:
     """What Slurm must not give to jobs on this node: every holding that is not a Slurm
-    job's own (Kubernetes pods and manual reservations)."""
-    return SlurmUnits.of(view.held_by(HolderKind.POD, HolderKind.MANUAL))
+    job's own (Kubernetes pods and manual reservations), plus the node's headroom
+    (app.core.headroom)."""
+    return SlurmUnits.of(held(view) + view.headroom.target)
+
+
+def held_units(view: NodeView) -> SlurmUnits:
+    """What pods and manual reservations hold, in Slurm's units (no headroom)."""
+    return SlurmUnits.of(held(view))
+
+
+def slurm_grant(node: SlurmNode) -> Resources:
+    """What Slurm withholds on ``node`` that none of its jobs uses, as read: per resource,
+    size - max(the k8s count, what jobs use of it), in base units. Jobs can never take it
+    while those counts stay: a job needs k8s counts beyond what jobs already use."""
+    counts = current_counts(node)
+    used = gres_usage(node)
+    gpus = node_gpus(node)
+    return Resources(
+        max(0, node.cpus - max(counts.k8scpu, used.cpus)) * 1000,
+        max(0, node.usable_memory_mb - max(counts.k8smemory, used.memory_mb)) * MIB,
+        max(0, gpus - max(counts.k8sgpu or 0, used.gpus)) if counts.k8sgpu is not None else 0,
+    )
+
+
+def read_back_grant(view: NodeView, node: SlurmNode) -> Resources:
+    """The node's grant (app.core.headroom) once a push read ``node`` back: what Slurm now
+    leaves to pods. Raised only on a node with a headroom target; without one it can only
+    fall (every admission there goes through the gate, which needs no grant)."""
+    now = slurm_grant(node)
+    return view.headroom.granted.at_most(now) if view.headroom.target.is_zero() else now
 
 
 def gres_usage(node: SlurmNode) -> SlurmUnits:

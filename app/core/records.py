@@ -39,6 +39,7 @@ class EventKind(StrEnum):
     HOLDINGS_REPLACED = "holdings_replaced"
     SLURM_PUSHED = "slurm_pushed"
     SLURM_DRIFT = "slurm_drift"
+    HEADROOM = "headroom"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,21 @@ class NodeSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeHeadroom:
+    """A node's Kubernetes headroom (app.core.headroom): ``target``, what is kept withheld
+    from Slurm beyond what pods and reservations hold (zero when idle); ``granted``, what
+    Slurm was last confirmed to withhold with no job using it; ``used_at``, the last
+    admission on the node."""
+
+    target: Resources = Resources.ZERO
+    granted: Resources = Resources.ZERO
+    used_at: datetime | None = None
+
+
+NO_HEADROOM = NodeHeadroom()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     """A consistent snapshot of one node with its holdings and derived sums."""
 
@@ -110,6 +126,7 @@ class NodeView:
     holdings: tuple[Holding, ...]
     created_at: datetime
     updated_at: datetime
+    headroom: NodeHeadroom = NO_HEADROOM
     # Sums per holder kind, and free, computed once: a view never changes, and the
     # extender reads them for a thousand nodes per call.
     _held_by_kind: dict[HolderKind, Resources] = field(init=False, repr=False, compare=False)
@@ -169,6 +186,7 @@ class NodeTotals:
     cordon_reason: str | None
     health_reason: str | None
     held_by_kind: dict[HolderKind, Resources]
+    headroom: NodeHeadroom = NO_HEADROOM
     # As NodeView's: computed once.
     # Plain fields rather than properties: the cheapest reads for the extender's loop.
     allocatable: Resources = field(init=False, repr=False, compare=False)
@@ -221,6 +239,7 @@ class Admission:
 
     holding: Holding
     created: bool
+    refill: bool = False  # confirmed inside the node's headroom, which is now running low
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,14 @@ class Resources:
             and self.gpus <= limit.gpus
         )
 
+    def at_most(self, limit: Resources) -> Resources:
+        """Each amount no larger than the same amount of ``limit``."""
+        return Resources(
+            min(self.cpu_millis, limit.cpu_millis),
+            min(self.memory_bytes, limit.memory_bytes),
+            min(self.gpus, limit.gpus),
+        )
+
     @staticmethod
     def total(items: Iterable[Resources]) -> Resources:
         cpu = memory = gpus = 0

@@ -110,6 +110,27 @@ class Database:
             yield connection
         self._notify()
 
+    @contextmanager
+    def transaction(self, connection: Connection, *, write: bool) -> Iterator[Connection]:
+        """A transaction on a connection the caller holds (a node lock's, app.db.locks):
+        committed on success; a write one as ``write_statements``'."""
+        if not write:
+            with connection.begin():
+                yield connection
+            return
+        if self._write_lock is None:
+            with connection.begin():
+                yield connection
+        else:
+            with self._write_lock:
+                connection.execution_options(sqlite_begin="IMMEDIATE")
+                try:
+                    with connection.begin():
+                        yield connection
+                finally:
+                    connection.execution_options(sqlite_begin="DEFERRED")
+        self._notify()
+
     def _notify(self) -> None:
         for listener in self._committed:
             listener()

@@ -3,14 +3,16 @@ replicas on one PostgreSQL from undoing each other's work in Slurm.
 
 Contract:
 - ``node_lock(node)``: at most one holder per node across all replicas. On PostgreSQL a
-  transaction-scoped advisory lock, so it ends with the holder's transaction, including
-  when the holder's connection or process dies: a killed replica never keeps a node
-  locked. The holder reads the ledger inside that transaction, after the lock is taken
-  (READ COMMITTED: every statement sees what was committed before it), so whatever it
-  computes from the ledger includes every change committed before it took the lock. The
-  Slurm pusher does read-ledger -> push -> read-back under it, so the last push to a node
-  always carries every hold committed before it started, and no push computed earlier
-  can land after it.
+  session-level advisory lock on a connection of the holder's own, released when the
+  block ends, and with the connection if the holder's process dies: a killed replica
+  never keeps a node locked. The holder runs its transactions on that connection, after
+  the lock is taken (READ COMMITTED: every statement sees what was committed before
+  it), so whatever it computes from the ledger includes every change committed before
+  it took the lock; several transactions, so that it can commit a change (the headroom's
+  lowered grant, app.core.headroom) before it tells Slurm. The Slurm pusher does
+  read-ledger -> push -> read-back under it, so the last push to a node always carries
+  every hold committed before it started, and no push computed earlier can land after
+  it.
 - ``Leadership(name)``: at most one replica holds it: a session-level advisory lock on a
   connection of its own, lost with that connection (replica killed, database restarted),
   which the holder notices at its next ``check()``. The Slurm sync runs only while held.
@@ -57,16 +59,31 @@ _local = _LocalLocks()
 
 @contextmanager
 def node_lock(db: Database, node: str) -> Iterator[Connection]:
-    """Hold ``node`` against every replica; yields the transaction to read the ledger in."""
+    """Hold ``node`` against every replica; yields the connection to run transactions on
+    (``Database.transaction``), outside any transaction."""
     name = f"nodeledger.node:{node}"
     if db.is_sqlite:
         lock = _local.get(f"{db.engine.url}:{name}")
         with lock, db.engine.connect() as connection:
             yield connection
         return
-    with db.engine.begin() as connection:
-        connection.execute(text(f"SELECT pg_advisory_xact_lock({_KEY})"), {"name": name})
+    connection = db.engine.connect()
+    locked = False
+    try:
+        connection.execute(text(f"SELECT pg_advisory_lock({_KEY})"), {"name": name})
+        connection.commit()  # the session lock stays
+        locked = True
         yield connection
+    finally:
+        try:
+            if connection.in_transaction():
+                connection.rollback()
+            if locked:
+                connection.execute(text(f"SELECT pg_advisory_unlock({_KEY})"), {"name": name})
+                connection.commit()
+        except SQLAlchemyError:
+            connection.invalidate()  # ending the session drops its advisory lock
+        connection.close()
 
 
 class Leadership:

@@ -16,13 +16,15 @@ GenericNode mirror) learns of changes, from any replica, only that way.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
 from app.core.arithmetic import SnapshotDiff, diff_snapshot
+from app.core.headroom import NO_POLICY, HeadroomPolicy, admit_step, settled_target
 from app.core.ledger_errors import (
     AdmissionRejected,
     CapacityBelowHoldings,
@@ -40,6 +42,7 @@ from app.core.records import (
     HolderKind,
     Holding,
     HoldingState,
+    NodeHeadroom,
     NodeSpec,
     NodeView,
     Recorded,
@@ -50,15 +53,18 @@ from app.core.resources import Resources
 from app.core.verdict import verdict
 from app.ledger import events
 from app.ledger.clock import Clock
-from app.ledger.repository import LedgerStatements, holding_record, totals_record
+from app.ledger.repository import LedgerStatements, holding_record, node_headroom, totals_record
 from app.ledger.store import Store
 from app.ledger.tables import HoldingRow, NodeRow
 
+TOUCH_EVERY = timedelta(seconds=1)
+
 
 class LedgerCommands:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, headroom: HeadroomPolicy = NO_POLICY) -> None:
         self.store = store
         self.clock = clock
+        self.headroom = headroom
 
     # nodes
 
@@ -128,6 +134,31 @@ class LedgerCommands:
                 row.updated_at = now
             return repo.view(row)
 
+    def settle_headroom(self) -> list[str]:
+        """Apply the headroom's idle time and maxima (app.core.headroom.settled_target) to
+        every node with a headroom target; the nodes whose target changed, to push."""
+        now = self.clock()
+        with self.store.read() as reader:
+            due = [row.name for row in reader.nodes_with_headroom() if self._settled(row, now)]
+        if not due:
+            return []
+        changed: list[str] = []
+        with self.store.write() as repo:
+            for row in repo.nodes_with_headroom(lock=True):
+                if row.name not in due or (target := self._settled(row, now)) is None:
+                    continue
+                current = node_headroom(row)
+                repo.set_headroom(row.id, replace(current, target=target))
+                repo.insert_event(events.headroom_settled(now, row.name, current, target))
+                changed.append(row.name)
+        return changed
+
+    def _settled(self, row: NodeRow, now: datetime) -> Resources | None:
+        """The node's settled target when it differs from the current one, else None."""
+        current = node_headroom(row)
+        target = settled_target(row.labels or {}, current, self.headroom, now)
+        return None if target == current.target else target
+
     def delete_node(self, name: str) -> None:
         with self.store.write() as repo:
             row = repo.lock_node(name)
@@ -148,17 +179,27 @@ class LedgerCommands:
         requests: Resources,
         *,
         state: HoldingState = HoldingState.HELD,
+        headroom: bool = False,
     ) -> Admission:
         """Atomic check-and-hold. Idempotent by holder: the same holder asking the same
-        node for the same amounts gets its existing holding (created=False)."""
+        node for the same amounts gets its existing holding (created=False).
+
+        ``headroom`` (with ``state`` PENDING, a gate confirms): apply the node's headroom
+        (app.core.headroom); an admission inside what Slurm was confirmed to withhold is
+        HELD at once, else the node's target is set for the gate's push."""
         try:
-            return self._admit(node, holder, requests, state)
+            return self._admit(node, holder, requests, state, headroom)
         except IntegrityError:
             # The same holder was admitted concurrently on another node; the retry sees it.
-            return self._admit(node, holder, requests, state)
+            return self._admit(node, holder, requests, state, headroom)
 
     def _admit(
-        self, node: str, holder: Holder, requests: Resources, state: HoldingState
+        self,
+        node: str,
+        holder: Holder,
+        requests: Resources,
+        state: HoldingState,
+        headroom: bool,
     ) -> Admission:
         now = self.clock()
         with self.store.write_hot() as repo:
@@ -166,12 +207,25 @@ class LedgerCommands:
             existing = _holding_of(repo, holder.id, holder.kind)
             if existing is not None:
                 return Admission(_same_holding(existing, node, requests), False)
-            # The Kubernetes cap is not the ledger's: the Slurm gate applies it to the hold.
-            decided = verdict(totals_record(row, repo.held_on(row.id)), requests)
+            # The Kubernetes cap is not the ledger's: the Slurm gate applies it to the hold,
+            # and the headroom's step to an admission that skips the gate.
+            current = totals_record(row, repo.held_on(row.id))
+            decided = verdict(current, requests)
             if decided.admitted:
+                step = None
+                if headroom and state is HoldingState.PENDING:
+                    step = admit_step(current, requests, self.headroom)
+                if step is not None:
+                    _use_headroom(repo, row.id, current.headroom, step.target, now)
+                    if step.fast:
+                        state = HoldingState.HELD
+                fast = step is not None and step.fast
                 repo.insert_holding(_holding_values(row.id, holder, requests, state, now))
-                repo.insert_event(events.admitted(now, node, holder, requests, state))
-                return Admission(Holding(node, holder, requests, state, now, now), True)
+                repo.insert_event(
+                    events.admitted(now, node, holder, requests, state, within_headroom=fast)
+                )
+                holding = Holding(node, holder, requests, state, now, now)
+                return Admission(holding, True, refill=step is not None and step.refill)
             repo.insert_event(events.rejected(now, node, holder, requests, decided))
         raise AdmissionRejected(decided.message, decided.shortfalls)
 
@@ -337,6 +391,16 @@ class LedgerCommands:
         """Append an event for something that happened outside the ledger (a Slurm push)."""
         with self.store.write_hot() as repo:
             repo.append_event(self.clock(), kind, node, message, details=details)
+
+
+def _use_headroom(
+    repo: LedgerStatements, node_id: int, headroom: NodeHeadroom, target: Resources, now: datetime
+) -> None:
+    """Record an admission's use of the node's headroom: its target and the time (written at
+    most every TOUCH_EVERY for the time alone: idle is counted in minutes)."""
+    used = headroom.used_at
+    if target != headroom.target or used is None or now - used >= TOUCH_EVERY:
+        repo.set_headroom(node_id, replace(headroom, target=target, used_at=now))
 
 
 def _holding_of(repo: LedgerStatements, holder_id: str, kind: HolderKind | None) -> Row[Any] | None:

@@ -11,7 +11,16 @@ from datetime import datetime
 from typing import Any
 
 from app.core.arithmetic import SnapshotDiff
-from app.core.records import EventKind, Holder, HolderKind, Holding, HoldingState, NodeSpec
+from app.core.presentation import describe_resources
+from app.core.records import (
+    EventKind,
+    Holder,
+    HolderKind,
+    Holding,
+    HoldingState,
+    NodeHeadroom,
+    NodeSpec,
+)
 from app.core.resources import Resources
 from app.core.verdict import Verdict
 from app.ledger.repository import event_values
@@ -84,16 +93,26 @@ def node_deleted(now: datetime, node: str) -> Event:
 
 
 def admitted(
-    now: datetime, node: str, holder: Holder, requests: Resources, state: HoldingState
+    now: datetime,
+    node: str,
+    holder: Holder,
+    requests: Resources,
+    state: HoldingState,
+    *,
+    within_headroom: bool = False,
 ) -> Event:
+    name = holder.display_name or holder.id
+    details: dict[str, Any] = {"state": state.value}
+    if within_headroom:
+        details["within_headroom"] = True
     return event_values(
         now,
         EventKind.ADMITTED,
         node,
-        f"admitted {holder.display_name or holder.id}",
+        f"admitted {name} within the node's headroom" if within_headroom else f"admitted {name}",
         holder=holder,
         resources=requests,
-        details={"state": state.value},
+        details=details,
     )
 
 
@@ -175,4 +194,19 @@ def holdings_replaced(
             "removed": list(diff.removed),
             "changed": list(diff.changed),
         },
+    )
+
+
+def headroom_settled(now: datetime, node: str, before: NodeHeadroom, target: Resources) -> Event:
+    if target.is_zero():
+        message = f"headroom {describe_resources(before.target)} given back to Slurm (idle)"
+    else:
+        message = f"headroom lowered to {describe_resources(target)} (the node's maximum)"
+    return event_values(
+        now,
+        EventKind.HEADROOM,
+        node,
+        message,
+        resources=target,
+        details={"before": describe_resources(before.target)},
     )

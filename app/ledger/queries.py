@@ -21,7 +21,7 @@ from app.core.records import (
 from app.core.resources import Resources
 from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
 from app.ledger.repository import holding_record
-from app.ledger.store import Store
+from app.ledger.store import ExclusiveNode, Store
 
 
 class LedgerQueries:
@@ -35,9 +35,9 @@ class LedgerQueries:
                 raise NodeNotFound(name)
             return repo.view(row)
 
-    def exclusive(self, name: str) -> AbstractContextManager[NodeView]:
-        """The node as it is once this caller holds it against every replica, which it
-        does until the block ends (the contract is app.db.locks')."""
+    def exclusive(self, name: str) -> AbstractContextManager[ExclusiveNode]:
+        """The node held against every replica until the block ends (the contract is
+        app.db.locks'), and the transactions its holder runs meanwhile."""
         return self.store.exclusive(name)
 
     def list_nodes(self) -> list[NodeView]:

@@ -28,12 +28,14 @@ from sqlalchemy.sql import Subquery
 
 from app.core.ledger_errors import NodeNotFound
 from app.core.records import (
+    NO_HEADROOM,
     EventKind,
     Holder,
     HolderKind,
     Holding,
     HoldingState,
     LedgerEvent,
+    NodeHeadroom,
     NodeSpec,
     NodeTotals,
     NodeView,
@@ -50,6 +52,20 @@ EVENTS = cast(Table, EventRow.__table__)
 
 # Hot-path statements, built once: constructing a statement costs more than running it.
 _LOCK_NODE = select(NODES).where(NODES.c.name == bindparam("name")).with_for_update()
+_HEADROOM_COLUMNS = (
+    "headroom_cpu_millis",
+    "headroom_memory_bytes",
+    "headroom_gpus",
+    "granted_cpu_millis",
+    "granted_memory_bytes",
+    "granted_gpus",
+    "headroom_used_at",
+)
+_SET_HEADROOM = (
+    update(NODES)
+    .where(NODES.c.id == bindparam("node_id"))
+    .values({name: bindparam(f"new_{name}") for name in _HEADROOM_COLUMNS})
+)
 _LOCK_NODE_ID = select(NODES.c.name).where(NODES.c.id == bindparam("node_id")).with_for_update()
 _HELD_ON = (
     select(
@@ -212,7 +228,36 @@ def node_record(row: NodeRow | Row[Any], holdings: Sequence[HoldingRow | Row[Any
 
 
 def totals_record(row: NodeRow | Row[Any], held_by_kind: dict[HolderKind, Resources]) -> NodeTotals:
-    return NodeTotals(row.name, node_spec(row), row.cordon_reason, row.health_reason, held_by_kind)
+    return NodeTotals(
+        row.name,
+        node_spec(row),
+        row.cordon_reason,
+        row.health_reason,
+        held_by_kind,
+        node_headroom(row),
+    )
+
+
+def node_headroom(row: NodeRow | Row[Any]) -> NodeHeadroom:
+    target = Resources(row.headroom_cpu_millis, row.headroom_memory_bytes, row.headroom_gpus)
+    granted = Resources(row.granted_cpu_millis, row.granted_memory_bytes, row.granted_gpus)
+    if row.headroom_used_at is None and target.is_zero() and granted.is_zero():
+        return NO_HEADROOM
+    return NodeHeadroom(target, granted, row.headroom_used_at)
+
+
+def headroom_values(headroom: NodeHeadroom) -> dict[str, Any]:
+    """The node columns that hold ``headroom``."""
+    target, granted = headroom.target, headroom.granted
+    return {
+        "headroom_cpu_millis": target.cpu_millis,
+        "headroom_memory_bytes": target.memory_bytes,
+        "headroom_gpus": target.gpus,
+        "granted_cpu_millis": granted.cpu_millis,
+        "granted_memory_bytes": granted.memory_bytes,
+        "granted_gpus": granted.gpus,
+        "headroom_used_at": headroom.used_at,
+    }
 
 
 def _node_view(row: NodeRow | Row[Any], holdings: list[Holding]) -> NodeView:
@@ -224,6 +269,7 @@ def _node_view(row: NodeRow | Row[Any], holdings: list[Holding]) -> NodeView:
         holdings=tuple(sorted(holdings, key=lambda h: (h.holder.kind, h.holder.id))),
         created_at=row.created_at,
         updated_at=row.updated_at,
+        headroom=node_headroom(row),
     )
 
 
@@ -283,6 +329,10 @@ class LedgerStatements:
         if row is None:
             raise NodeNotFound(name)
         return row
+
+    def set_headroom(self, node_id: int, headroom: NodeHeadroom) -> None:
+        values = {f"new_{k}": v for k, v in headroom_values(headroom).items()}
+        self.session.execute(_SET_HEADROOM, {"node_id": node_id, **values})
 
     def lock_node_id(self, node_id: int) -> str:
         name: str = self.session.execute(_LOCK_NODE_ID, {"node_id": node_id}).scalar_one()
@@ -390,6 +440,19 @@ class LedgerRepository(LedgerStatements):
 
     def view(self, row: NodeRow) -> NodeView:
         return node_record(row, self.holdings_on(row.id))
+
+    def nodes_with_headroom(self, *, lock: bool = False) -> list[NodeRow]:
+        """The nodes whose headroom target is not zero."""
+        query = select(NodeRow).where(
+            or_(
+                NodeRow.headroom_cpu_millis > 0,
+                NodeRow.headroom_memory_bytes > 0,
+                NodeRow.headroom_gpus > 0,
+            )
+        )
+        if lock:
+            query = query.order_by(NodeRow.name).with_for_update()
+        return list(self.session.scalars(query))
 
     def all_totals(self) -> list[NodeTotals]:
         """Every node with its holdings summed by holder kind in the database."""

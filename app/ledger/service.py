@@ -8,6 +8,7 @@ view in memory, and who changed, is app.ledger.snapshot.
 
 from __future__ import annotations
 
+from app.core.headroom import NO_POLICY, HeadroomPolicy
 from app.core.records import Admission, SnapshotEntry
 from app.db.engine import Database
 from app.ledger.clock import Clock, utcnow
@@ -19,8 +20,12 @@ __all__ = ["Admission", "Clock", "Ledger", "SnapshotEntry", "utcnow"]
 
 
 class Ledger(LedgerQueries, LedgerCommands):
-    def __init__(self, db: Database, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, db: Database, clock: Clock = utcnow, *, headroom: HeadroomPolicy = NO_POLICY
+    ) -> None:
+        """``headroom``: the Kubernetes headroom's policy (app.core.headroom), applied to
+        admissions a gate confirms."""
         store = Store(db)
         LedgerQueries.__init__(self, store)
-        LedgerCommands.__init__(self, store, clock)
+        LedgerCommands.__init__(self, store, clock, headroom)
         self.db = db

@@ -10,16 +10,22 @@ here: ``read``/``write`` for the ORM path, ``read_hot``/``write_hot`` for the ho
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from app.core.ledger_errors import NodeNotFound
 from app.core.records import NodeView
+from app.core.resources import Resources
 from app.db.engine import Database
 from app.db.locks import node_lock
-from app.ledger.repository import LedgerRepository, LedgerStatements
+from app.ledger.repository import LedgerRepository, LedgerStatements, node_headroom
+
+Event = dict[str, Any]  # a row of the event log (app.ledger.events)
 
 
 class Store:
@@ -47,14 +53,54 @@ class Store:
             yield LedgerStatements(connection)
 
     @contextmanager
-    def exclusive(self, name: str) -> Iterator[NodeView]:
-        """The node as it is once this caller holds it against every replica, which it
-        does until the block ends (the contract is app.db.locks')."""
+    def exclusive(self, name: str) -> Iterator[ExclusiveNode]:
+        """The node held against every replica until the block ends (the contract is
+        app.db.locks'), and the transactions its holder runs meanwhile."""
         with node_lock(self.db, name) as connection:
-            with Session(bind=connection) as session:
-                repo = LedgerRepository(session)
-                row = repo.find_node(name)
-                if row is None:
-                    raise NodeNotFound(name)
-                view = repo.view(row)
-            yield view
+            yield ExclusiveNode(self.db, connection, name)
+
+
+class ExclusiveNode:
+    """A node this caller holds against every replica (the Slurm pusher's), read and
+    written on the lock's own connection: a holder never waits for a second connection."""
+
+    def __init__(self, db: Database, connection: Connection, name: str) -> None:
+        self.db = db
+        self.connection = connection
+        self.name = name
+
+    def view(self, *, grant_at_most: Callable[[NodeView], Resources] | None = None) -> NodeView:
+        """The node as it is now, read under its row lock. With ``grant_at_most``, its
+        headroom's grant is first lowered to at most what that returns for the view, and
+        committed before this returns (app.core.headroom: before Slurm is told less)."""
+        write = grant_at_most is not None
+        with (
+            self.db.transaction(self.connection, write=write) as connection,
+            Session(bind=connection) as session,
+        ):
+            repo = LedgerRepository(session)
+            row = repo.find_node(self.name, lock=write)
+            if row is None:
+                raise NodeNotFound(self.name)
+            view = repo.view(row)
+            if grant_at_most is None:
+                return view
+            granted = view.headroom.granted.at_most(grant_at_most(view))
+            if granted == view.headroom.granted:
+                return view
+            headroom = replace(view.headroom, granted=granted)
+            repo.set_headroom(row.id, headroom)
+            return replace(view, headroom=headroom)
+
+    def finish(self, granted: Resources | None, event: Event | None) -> None:
+        """Record what a push found: the grant (None: unchanged) and its event."""
+        if event is None and granted is None:
+            return
+        with self.db.transaction(self.connection, write=True) as connection:
+            repo = LedgerStatements(connection)
+            row = repo.lock_node_state(self.name)
+            current = node_headroom(row)
+            if granted is not None and granted != current.granted:
+                repo.set_headroom(row.id, replace(current, granted=granted))
+            if event is not None:
+                repo.insert_event(event)

@@ -56,6 +56,15 @@ class NodeRow(Base):
     health_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The Kubernetes headroom (app.core.headroom): the target kept withheld beyond what is
+    # held, what Slurm was last confirmed to withhold, and the last admission.
+    headroom_cpu_millis: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    headroom_memory_bytes: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    headroom_gpus: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    granted_cpu_millis: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    granted_memory_bytes: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    granted_gpus: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    headroom_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     holdings: Mapped[list[HoldingRow]] = relationship(back_populates="node", lazy="raise")
 

@@ -34,7 +34,7 @@ AdmissionPath = Literal["rest", "extender", "genericnode"]
 ReleasePath = Literal["rest", "extender", "kubernetes"]
 AdmissionResult = Literal["admitted", "rejected_ledger", "rejected_slurm", "failed_closed"]
 Phase = Literal["ledger", "slurm"]
-PushReason = Literal["admission", "release", "drift", "retry", "other"]
+PushReason = Literal["admission", "release", "drift", "retry", "headroom", "other"]
 SlurmOutcome = Literal["ok", "error", "unavailable", "auth"]
 LeaderRole = Literal["kube-controllers", "slurm-sync"]
 
@@ -91,6 +91,8 @@ def push_reason(reason: str) -> PushReason:
         return "drift"
     if reason == "retry":
         return "retry"
+    if reason.startswith("headroom"):
+        return "headroom"
     # The admission service's changes without a confirmation: releases, the undo of a
     # refused hold, a pod another scheduler bound.
     if reason == "holdings changed" or reason.startswith("releas"):
@@ -169,6 +171,11 @@ class Metrics:
             "nodeledger_admissions",
             "Admissions answered, by way in and result",
             ["path", "result"],
+            registry=r,
+        )
+        self.admissions_within_headroom = Counter(
+            "nodeledger_admissions_within_headroom",
+            "Admissions confirmed inside a node's headroom, without a Slurm call",
             registry=r,
         )
         self.releases = Counter(
@@ -287,6 +294,9 @@ class Metrics:
         finally:
             for phase, seconds in timer.seconds.items():
                 self._phases[phase].observe(seconds)
+
+    def admitted_within_headroom(self) -> None:
+        self.admissions_within_headroom.inc()
 
     def released(self, path: ReleasePath) -> None:
         self._released[path].inc()

@@ -26,6 +26,12 @@ only when it lists every node, so a single-node read shows them seconds stale ei
 
 Slurm unreachable or refusing the token: reject with that reason (fail closed) unless
 ``fail_open``, in which case the sync pushes the counts when Slurm is back.
+
+The headroom (app.core.headroom): an admission inside what Slurm was confirmed to withhold
+is HELD by the ledger without ``confirm``; the gate only opens that path (``headroom_open``:
+not while Slurm is set up so that it would drain the node) and refills a headroom that ran
+low (``refill``). An admission beyond it comes here, and its push withholds the headroom
+again.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class SlurmGate:
         fail_open: bool = False,
         jobs_on: JobsOn = _no_jobs,
         refusal: Refusal = _no_refusal,
+        refill: Callable[[str], None] = lambda _: None,
     ) -> None:
         """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
         ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None."""
@@ -74,6 +81,11 @@ class SlurmGate:
         self.fail_open = fail_open
         self.jobs_on = jobs_on
         self.refusal = refusal
+        self.refill = refill
+
+    def headroom_open(self) -> bool:
+        """Whether an admission inside a node's headroom may skip ``confirm``."""
+        return self.refusal() is None
 
     def confirm(self, holding: Holding) -> None:
         # Slurm set up so that it would drain the node: fail closed, even with fail_open.
@@ -93,7 +105,7 @@ class SlurmGate:
                 log.log(level, what, holding.node, exc)
                 return
             raise AdmissionRejected(f"Slurm cannot confirm the admission: {exc.message}") from exc
-        if problems := slurm_overlap(result.node, gres_usage(result.node), result.withheld):
+        if problems := slurm_overlap(result.node, gres_usage(result.node), result.held):
             raise AdmissionRejected(
                 f"Slurm already holds it on node {result.node.name}: {'; '.join(problems)}"
                 f"{_jobs(self.jobs_on(result.node.name))}"

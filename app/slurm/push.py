@@ -35,10 +35,16 @@ from app.core.counts import (
     desired_counts,
     extra_with_holdings,
     gres_update,
+    held_units,
+    read_back_grant,
+    slurm_grant,
     withheld,
 )
+from app.core.presentation import describe_resources
 from app.core.records import EventKind, NodeView
+from app.core.resources import Resources
 from app.core.slurm_models import SlurmNode
+from app.ledger.repository import event_values
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
@@ -56,7 +62,8 @@ Check = Callable[[NodeView], None]
 class PushResult:
     view: NodeView  # the ledger's node the push computed from (held against every replica)
     node: SlurmNode  # as read back from Slurm after the push
-    withheld: SlurmUnits  # what the push withheld from Slurm
+    withheld: SlurmUnits  # what the push withheld from Slurm: held + the headroom's target
+    held: SlurmUnits  # what pods and reservations hold of it
     updated: bool  # False when Slurm already had the right counts
     drifted: bool  # Slurm had other counts than this service last pushed (reset behind us)
 
@@ -86,11 +93,18 @@ class Pusher:
             return sorted(self._owed)
 
     def push(
-        self, node: str, *, reason: str = "ledger changed", check: Check | None = None
+        self,
+        node: str,
+        *,
+        reason: str = "ledger changed",
+        check: Check | None = None,
+        observed: SlurmNode | None = None,
     ) -> PushResult:
         """``check`` sees the ledger's node as the push computes from it, before anything is
         sent to Slurm (when another caller's push covers this call: as that push read it);
-        what it raises ends the push (the gate's cap: no over-cap counts pushed first)."""
+        what it raises ends the push (the gate's cap: no over-cap counts pushed first).
+        ``observed``: the node as a listing found it, when Slurm may have lost the counts
+        (the headroom's grant is lowered to what that leaves before anything else)."""
         with self._counter_lock:
             slot = self._slots.setdefault(node, _Slot())
             slot.requested += 1
@@ -104,7 +118,7 @@ class Pusher:
             with self._counter_lock:
                 start = slot.requested  # this push reads the ledger after all these requests
             try:
-                result = self._push_now(node, reason, slot, check)
+                result = self._push_now(node, reason, slot, check, observed)
             except SlurmError:
                 with self._counter_lock:
                     self._owed.add(node)
@@ -114,10 +128,20 @@ class Pusher:
             slot.covered, slot.last = start, result
             return result
 
-    def _push_now(self, name: str, reason: str, slot: _Slot, check: Check | None) -> PushResult:
+    def _push_now(
+        self,
+        name: str,
+        reason: str,
+        slot: _Slot,
+        check: Check | None,
+        observed: SlurmNode | None,
+    ) -> PushResult:
         pushed: list[str] = []
         drifted = False
-        with self.ledger.exclusive(name) as view:
+        with self.ledger.exclusive(name) as exclusive:
+            # The grant first: no admission may skip Slurm beyond what this push withholds,
+            # nor beyond what a listing found Slurm withholding (app.core.headroom).
+            view = exclusive.view(grant_at_most=lambda v: _grant_limit(v, observed))
             if check is not None:
                 check(view)
             self.metrics.slurm_pushed(reason)  # a push that runs (the check let it)
@@ -145,16 +169,34 @@ class Pusher:
                     f"Slurm node {view.slurm_name} did not keep the counts pushed to it "
                     f"({', '.join(pushed)}) after {MAX_ROUNDS} tries"
                 )
-        if pushed:
-            # Outside the lock: a push holds one database connection, never waits for another.
-            self.ledger.record_event(
-                EventKind.SLURM_PUSHED,
-                name,
-                f"pushed {pushed[-1]} to Slurm node {view.slurm_name} ({reason})",
-                {"gres": pushed[-1], "withheld": _units(held)},
-            )
-            log.debug("pushed %s to %s (%s)", pushed[-1], view.slurm_name, reason)
-        return PushResult(view, node, held, updated=bool(pushed), drifted=drifted)
+            granted = read_back_grant(view, node)
+            event = None
+            if pushed:
+                event = event_values(
+                    self.ledger.clock(),
+                    EventKind.SLURM_PUSHED,
+                    name,
+                    f"pushed {pushed[-1]} to Slurm node {view.slurm_name} ({reason})",
+                    details={"gres": pushed[-1], "withheld": _units(held)},
+                )
+                log.debug("pushed %s to %s (%s)", pushed[-1], view.slurm_name, reason)
+            elif granted != view.headroom.granted:
+                event = event_values(
+                    self.ledger.clock(),
+                    EventKind.HEADROOM,
+                    name,
+                    f"Slurm leaves {describe_resources(granted)} to Kubernetes on node "
+                    f"{view.slurm_name}",
+                )
+            exclusive.finish(granted if granted != view.headroom.granted else None, event)
+        return PushResult(view, node, held, held_units(view), updated=bool(pushed), drifted=drifted)
+
+
+def _grant_limit(view: NodeView, observed: SlurmNode | None) -> Resources:
+    """What a push leaves the node's grant at most: what it will withhold and, after a
+    listing that may show lost counts, what that listing found Slurm leaving to pods."""
+    limit = withheld(view).as_resources()
+    return limit if observed is None else limit.at_most(slurm_grant(observed))
 
 
 def _in_place(node: SlurmNode, held: SlurmUnits) -> bool:

@@ -91,11 +91,11 @@ class NodeReconciler:
         if settled and observed.node is not None:
             self._in_place[view.name] = inputs
         if plan.push is not None:
-            self._push(view, plan.push)
+            self._push(view, plan.push, observed)
         return plan.push is not None
 
-    def _push(self, view: NodeView, push: Push) -> None:
-        result = self.pusher.push(view.name, reason="drift")
+    def _push(self, view: NodeView, push: Push, observed: Observed) -> None:
+        result = self.pusher.push(view.name, reason="drift", observed=observed.node)
         # Else every later pass would see the listing's old counts and push again: at
         # 15,000 nodes, a read per node per pass, while hints wait.
         self.state.remember(result.node)

@@ -5,8 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.core.caps import KubeCaps
+from app.core.headroom import HeadroomPolicy
+from app.core.quantities import Rounding, cpu_millis, memory_bytes
+from app.core.resources import Resources
 
 
 class SlurmSettings(BaseSettings):
@@ -62,3 +67,61 @@ class SlurmSettings(BaseSettings):
     kube_max_memory_fraction: float = Field(
         default=1.0, ge=0, le=1, description="Share of a node's memory Kubernetes may hold"
     )
+    headroom_cpu: str = Field(
+        default="0",
+        description="Kubernetes headroom: CPUs withheld from Slurm on a node beyond what pods "
+        "hold, so that admissions inside it need no Slurm call (a quantity; 0: none). "
+        "Label nodeledger.io/headroom-cpu overrides it per node",
+    )
+    headroom_memory: str = Field(
+        default="0",
+        description="Headroom memory (a quantity, e.g. 4Gi); label nodeledger.io/headroom-memory",
+    )
+    headroom_gpus: int = Field(
+        default=0, ge=0, le=1024, description="Headroom GPUs; label nodeledger.io/headroom-gpu"
+    )
+    headroom_low_water: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Refill a node's headroom, off the admission path, when less than this "
+        "share of it is left",
+    )
+    headroom_grow_step: float = Field(
+        default=1.0,
+        ge=0,
+        le=100,
+        description="When an admission does not fit the headroom, grow it by this many "
+        "times the node's amount",
+    )
+    headroom_max_factor: float = Field(
+        default=4.0, ge=1, le=1000, description="Never grow the headroom beyond this many times"
+    )
+    headroom_idle_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=7 * 86400,
+        description="Give the headroom back to Slurm after this long without an admission",
+    )
+
+    @field_validator("headroom_cpu", "headroom_memory")
+    @classmethod
+    def _quantity(cls, value: str, info: ValidationInfo) -> str:
+        parse = cpu_millis if info.field_name == "headroom_cpu" else memory_bytes
+        if parse(value, Rounding.DOWN) < 0:
+            raise ValueError("must not be negative")
+        return value
+
+    def headroom_policy(self, caps: KubeCaps) -> HeadroomPolicy:
+        return HeadroomPolicy(
+            amount=Resources(
+                cpu_millis(self.headroom_cpu, Rounding.DOWN),
+                memory_bytes(self.headroom_memory, Rounding.DOWN),
+                self.headroom_gpus,
+            ),
+            low_water=self.headroom_low_water,
+            grow_step=self.headroom_grow_step,
+            max_factor=self.headroom_max_factor,
+            idle_seconds=self.headroom_idle_seconds,
+            caps=caps,
+        )

@@ -17,6 +17,7 @@ from app.slurm.gate import SlurmGate
 from app.slurm.hints import JobHints
 from app.slurm.plugins import PluginCheck
 from app.slurm.push import Pusher
+from app.slurm.refill import HeadroomRefill
 from app.slurm.settings import SlurmSettings
 from app.slurm.sync import SlurmSync
 from app.slurm.tokens import FileToken, StaticToken, TokenSource
@@ -85,6 +86,7 @@ def build_slurm(
         if settings.plugin_check != "off"
         else None
     )
+    refill = HeadroomRefill(pusher)
     gate = SlurmGate(
         pusher,
         caps,
@@ -92,6 +94,9 @@ def build_slurm(
         # Slurm's state as the sync's thread last published it.
         jobs_on=lambda name: sync.state.snapshot().jobs_on(name),
         refusal=plugins.refusal if plugins is not None else lambda: None,
+        refill=refill.request,
     )
-    components: tuple[Component, ...] = (sync,) if plugins is None else (sync, plugins)
+    components: tuple[Component, ...] = (
+        (sync, refill) if plugins is None else (sync, refill, plugins)
+    )
     return SlurmParts(sync, gate, hints, components)

@@ -18,6 +18,12 @@ class _Gate:
     def changed(self, node: str) -> None:
         """Nothing to tell."""
 
+    def headroom_open(self) -> bool:
+        return False
+
+    def refill(self, node: str) -> None:
+        """No headroom."""
+
 
 @pytest.mark.parametrize("gated", [False, True], ids=["no gate", "gate"])
 def test_only_a_local_ungated_ledger_runs_inline(database: Database, gated: bool) -> None:

@@ -31,6 +31,12 @@ class LoggingGate:
     def changed(self, node: str) -> None:
         log.info("told about a change")
 
+    def headroom_open(self) -> bool:
+        return False
+
+    def refill(self, node: str) -> None:
+        """No headroom."""
+
 
 def test_json_lines_carry_request_id_node_and_holder(make_app: MakeApp) -> None:
     app = make_app(gate=LoggingGate())  # runs in a worker thread now
