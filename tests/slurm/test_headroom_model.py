@@ -1,0 +1,155 @@
+"""The headroom's safety argument (app.core.headroom) under racing replicas, on a real
+database (SQLite and PostgreSQL) and a model of slurmctld: admissions and releases on
+three replicas, each with its own ledger, pusher and gate, against one fake Slurm node
+whose jobs start only within the k8scpu count, as slurmctld's do. At every moment Slurm's
+counts change or a job starts, the CPUs its jobs use plus what pods hold in the ledger
+(HELD, committed) must fit the node. The same race through a real Slurm is
+tests/slurm/test_headroom.py."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import text
+
+from app.admission.service import Admissions
+from app.core.caps import KubeCaps
+from app.core.gres import gres_count, with_counts
+from app.core.headroom import HeadroomPolicy
+from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
+from app.core.records import EventKind, Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
+from app.core.slurm_models import SlurmNode
+from app.db.engine import Database
+from app.ledger.service import Ledger
+from app.slurm.gate import SlurmGate
+from app.slurm.push import Pusher
+from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
+
+REPLICAS = 3
+CPUS = 16
+# A headroom smaller than some pods, kept at one size: a stale grant after a release would
+# let a pod in beyond what Slurm withholds.
+POLICY = HeadroomPolicy(
+    amount=Resources(1000, 2 * GIB), grow_step=0, max_factor=1, idle_seconds=3600, caps=KubeCaps()
+)
+HELD_PODS = text(
+    "SELECT COALESCE(SUM(cpu_millis), 0) FROM holdings WHERE holder_kind = 'pod' AND state = 'held'"
+)
+
+
+class SlurmModel(FakeSlurm):
+    """One node of a busy cluster: jobs wait for it, and start the moment its k8scpu count
+    leaves room (as slurmctld's do, under the node lock a node update also takes)."""
+
+    def __init__(self, witness: Database) -> None:
+        super().__init__(slurm_node(), latency=0.002)
+        self.witness = witness
+        self.violations: list[str] = []
+        self.jobs_started = 0
+
+    def _used(self) -> int:
+        return gres_count(self.node.gres_used, "k8scpu")
+
+    def get_node(self, name: str) -> SlurmNode:
+        time.sleep(self.latency)  # a read-back takes a while too
+        return super().get_node(name)
+
+    def check(self, what: str) -> None:
+        with self._lock:
+            self._check(what)
+
+    def _check(self, what: str) -> None:
+        with self.witness.engine.connect() as connection:
+            pods = int(connection.execute(HELD_PODS).scalar_one())
+        used = self._used()
+        if used * 1000 + pods > CPUS * 1000:
+            self.violations.append(f"{what}: jobs use {used} CPUs, pods hold {pods}m")
+
+    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+        super().update_node(name, gres=gres, extra=extra)
+        self.fill()
+
+    def fill(self) -> None:
+        """Start waiting jobs of one CPU until the count is used up."""
+        with self._lock:
+            used, total = self._used(), gres_count(self.node.gres, "k8scpu")
+            if used >= total:
+                return
+            self.node = replace(self.node, gres_used=with_counts("", {"k8scpu": total}))
+            self.jobs_started += total - used
+            self._check(f"jobs started up to k8scpu {total}")
+
+    def end_jobs(self, cpus: int) -> None:
+        with self._lock:
+            used = max(0, self._used() - cpus)
+            self.node = replace(self.node, gres_used=with_counts("", {"k8scpu": used}))
+
+
+@pytest.fixture
+def replicas(database_url: str) -> Iterator[list[Ledger]]:
+    databases = [Database.from_url(database_url, pool_size=20) for _ in range(REPLICAS + 1)]
+    yield [Ledger(db, headroom=POLICY) for db in databases]
+    for db in databases:
+        db.dispose()
+
+
+def test_jobs_and_pods_never_share_a_cpu_with_headroom_on_three_replicas(
+    replicas: list[Ledger],
+) -> None:
+    witness, *ledgers = replicas
+    witness.upsert_node("n1", NodeSpec(capacity=Resources(CPUS * 1000, 32000 * 2**20)))
+    slurm = SlurmModel(witness.db)
+    gates = [SlurmGate(Pusher(slurm, ledger), KubeCaps()) for ledger in ledgers]  # type: ignore[arg-type]
+    services = [Admissions(ledger, gate) for ledger, gate in zip(ledgers, gates, strict=True)]
+    for gate in gates:
+        gate.refill = gate.changed  # refill inline: more interleavings
+    stop = threading.Event()
+
+    def pods(worker: int) -> None:
+        rng = random.Random(worker)
+        mine: list[str] = []
+        for i in range(60):
+            service = services[rng.randrange(REPLICAS)]
+            if mine and rng.random() < 0.4:
+                uid = mine.pop(rng.randrange(len(mine)))
+                with contextlib.suppress(HoldingNotFound):
+                    service.release(uid, HolderKind.POD)
+                continue
+            uid = f"w{worker}-{i}"
+            request = Resources(rng.choice([500, 1000, 2000]), GIB)
+            try:
+                service.admit("n1", Holder(HolderKind.POD, uid), request)
+            except AdmissionRejected:
+                continue
+            mine.append(uid)
+            slurm.check(f"{uid} admitted")
+
+    def jobs() -> None:
+        rng = random.Random(99)
+        while not stop.is_set():
+            slurm.end_jobs(rng.choice([1, 2, 3]))
+            time.sleep(0.003)
+            slurm.fill()
+
+    job_thread = threading.Thread(target=jobs)
+    job_thread.start()
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(pods, range(8)))
+    finally:
+        stop.set()
+        job_thread.join()
+    admitted = witness.events(kind=EventKind.ADMITTED, limit=10_000)
+    within = sum(1 for e in admitted if e.details.get("within_headroom"))
+    print(f"{len(admitted)} admitted ({within} inside the headroom), {slurm.jobs_started} jobs")
+    assert slurm.violations == []
+    assert within > 0  # the headroom was used, not bypassed
+    assert slurm.jobs_started > 0
