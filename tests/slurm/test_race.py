@@ -1,6 +1,6 @@
 """Many rounds of parallel admissions, releases and Slurm submissions on one node: after
 every round the invariant holds in the ledger and in Slurm (issue test 4), on SQLite and
-PostgreSQL."""
+PostgreSQL, with the headroom off and on (app.core.headroom)."""
 
 from __future__ import annotations
 
@@ -22,18 +22,24 @@ ROUNDS = 8
 NODE = "n1"
 
 
-@pytest.fixture
-def race_api(slurm: SlurmCluster, database_url: str) -> Iterator[TestClient]:
-    with TestClient(create_app(slurm_settings(slurm, database_url))) as api:
+HEADROOM = {"headroom_cpu": "2", "headroom_memory": "4Gi"}
+
+
+@pytest.fixture(params=["headroom off", "headroom on"])
+def race_api(
+    slurm: SlurmCluster, database_url: str, request: pytest.FixtureRequest
+) -> Iterator[TestClient]:
+    extra = HEADROOM if request.param == "headroom on" else {}
+    with TestClient(create_app(slurm_settings(slurm, database_url, **extra))) as api:
         register_nodes(api)
         yield api
 
 
-def slurm_use(slurm: SlurmCluster) -> tuple[int, int]:
+def slurm_use(slurm: SlurmCluster, node: str = NODE) -> tuple[int, int]:
     """CPUs and MB of the jobs running on the node, from squeue: after a slurmctld restart
     the node's own alloc_cpus stays 0 while jobs run, so it cannot be the witness."""
     cpus = mb = 0
-    for line in slurm.run("squeue", "-h", "-w", NODE, "-t", "R,CG", "-o", "%C %m").split("\n"):
+    for line in slurm.run("squeue", "-h", "-w", node, "-t", "R,CG", "-o", "%C %m").split("\n"):
         if line.strip():
             c, m = line.split()
             cpus, mb = cpus + int(c), mb + int(m.rstrip("M"))
@@ -109,6 +115,11 @@ def test_invariant_holds_through_racing_admissions_releases_and_jobs(
             assert all(r.status_code == 200 for r in released)
             submitted += sum(1 for j in jobs if j)
         check_invariant(race_api, slurm)
-    print(f"{ROUNDS} rounds: {admitted} admitted, {rejected} rejected, {submitted} jobs")
+    events = race_api.get("/v1/events", params={"kind": "admitted", "limit": 1000}).json()
+    within = sum(1 for e in events if e["details"].get("within_headroom"))
+    print(
+        f"{ROUNDS} rounds: {admitted} admitted ({within} inside the headroom), "
+        f"{rejected} rejected, {submitted} jobs"
+    )
     assert admitted
     assert submitted

@@ -1,0 +1,163 @@
+"""The headroom (app.core.headroom) against the real Slurm clusters: admissions inside it
+are confirmed with no Slurm call while Slurm withholds them; it is refilled off the
+admission path and given back when idle; and it stays safe through a slurmctld restart
+or reconfigure, Slurm unreachable (fail closed beyond it), and a failover between two
+replicas on one database. The racing admissions, releases and jobs of test_race.py also
+run with it on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.slurm.helpers import admit, events, gres
+from tests.slurm.test_race import slurm_use
+from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_fixtures import register_nodes, slurm_settings
+
+pytestmark = pytest.mark.slurm
+HEADROOM = {"headroom_cpu": "2", "headroom_memory": "4Gi", "headroom_idle_seconds": 600}
+
+
+def within(api: TestClient, node: str) -> list[str]:
+    """The pods admitted inside the node's headroom, from the ledger's events."""
+    return [
+        e["holder_id"] for e in events(api, node, "admitted") if e["details"].get("within_headroom")
+    ]
+
+
+def pods_cpus(api: TestClient, node: str) -> int:
+    return -(-int(api.get(f"/v1/nodes/{node}").json()["held_by_kubernetes"]["cpu_millis"]) // 1000)
+
+
+def assert_no_overlap(api: TestClient, slurm: SlurmCluster, node: str) -> None:
+    jobs, _ = slurm_use(slurm, node)
+    assert jobs + pods_cpus(api, node) <= 16, f"jobs {jobs} CPUs + pods on {node}"
+
+
+@pytest.fixture
+def headroom_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
+    with TestClient(create_app(slurm_settings(slurm, sqlite_url, **HEADROOM))) as api:
+        register_nodes(api)
+        yield api
+
+
+def test_admissions_inside_the_headroom_skip_slurm_and_slurm_withholds_them(
+    headroom_api: TestClient, slurm: SlurmCluster
+) -> None:
+    api = headroom_api
+    assert admit(api, "n1", "p1", "1", "1Gi").status_code == 201  # through Slurm
+    # 1 CPU + 2 of headroom; 1 GiB + 4 GiB.
+    assert gres(slurm, "n1") == {"k8scpu": 13, "k8smemory": 32000 - 5120, "k8sgpu": 0}
+    assert admit(api, "n1", "p2", "500m", "512Mi").status_code == 201
+    assert within(api, "n1") == ["p2"]
+    assert gres(slurm, "n1")["k8scpu"] == 13  # nothing sent to Slurm
+    # 2.5 CPUs held of the 3 granted: below half the headroom left, refilled in the back.
+    assert admit(api, "n1", "p3", "1", "512Mi").status_code == 201
+    assert within(api, "n1") == ["p2", "p3"]
+    wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 11, 10, what="refilled: 2.5 + 2 CPUs")
+    node = api.get("/v1/nodes/n1").json()
+    assert node["free"]["cpu_millis"] == 16000 - 2500
+    # Slurm's jobs get what is neither held nor headroom (11 CPUs; whole cores: 10).
+    job = slurm.sbatch("-w", "n1", "-c", "10", "--mem=1000", "--wrap", "sleep 30")
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", 15, what="job running")
+    fill_up(api, slurm, "n1", first=4)
+    slurm.scancel(job)
+
+
+def fill_up(api: TestClient, slurm: SlurmCluster, node: str, *, first: int) -> None:
+    """Admit 1-CPU pods beside the running jobs until one is refused: never an overlap,
+    and exactly what the jobs leave is admitted."""
+    jobs, _ = slurm_use(slurm, node)
+    uids = [f"f{i}" for i in range(first, first + 16)]
+    for uid in uids:
+        response = admit(api, node, uid, "1", "256Mi")
+        assert_no_overlap(api, slurm, node)
+        if response.status_code == 409:
+            break
+        assert response.status_code == 201, response.text
+    assert pods_cpus(api, node) + jobs == 16
+
+
+def test_idle_headroom_goes_back_to_slurm(slurm: SlurmCluster, sqlite_url: str) -> None:
+    settings = slurm_settings(slurm, sqlite_url, **{**HEADROOM, "headroom_idle_seconds": 2})
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api)
+        assert admit(api, "n2", "p1", "1").status_code == 201
+        assert gres(slurm, "n2")["k8scpu"] == 13
+        wait_until(lambda: gres(slurm, "n2")["k8scpu"] == 15, 10, what="headroom given back")
+        given = [e for e in events(api, "n2", "headroom") if "given back" in e["message"]]
+        assert len(given) == 1, events(api, "n2", "headroom")
+        assert admit(api, "n2", "p2", "1").status_code == 201  # through Slurm again
+        assert within(api, "n2") == []
+        assert gres(slurm, "n2")["k8scpu"] == 12  # 2 CPUs + the headroom once more
+
+
+@pytest.mark.parametrize("disruption", ["restart_ctld", "reconfigure"])
+def test_the_headroom_survives_a_slurmctld_restart_or_reconfigure(
+    headroom_api: TestClient, slurm: SlurmCluster, disruption: str
+) -> None:
+    api = headroom_api
+    assert admit(api, "n1", "p1", "1").status_code == 201
+    assert gres(slurm, "n1")["k8scpu"] == 13
+    getattr(slurm, disruption)()
+    # The node_features plugin restores what the extra field says is withheld (pods +
+    # headroom), and the sync pushes again whatever was lost: never more left to jobs.
+    wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 13, 30, what="counts after " + disruption)
+    # Jobs take what Slurm may give; pods inside the headroom still fit beside them.
+    job = slurm.sbatch("-w", "n1", "-c", "12", "--mem=1000", "--wrap", "sleep 30")
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", 15, what="job running")
+    fill_up(api, slurm, "n1", first=2)
+    assert within(api, "n1")[:2] == ["f2", "f3"]
+    slurm.scancel(job)
+
+
+@pytest.fixture
+def restd_restarted(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
+    yield slurm
+    slurm.start_restd()
+
+
+def test_slurm_unreachable_admits_inside_the_headroom_only(
+    headroom_api: TestClient, restd_restarted: SlurmCluster
+) -> None:
+    """fail_open off: what Slurm already withholds stays usable while slurmrestd is away
+    (slurmctld keeps enforcing the counts); anything beyond fails closed."""
+    api, slurm = headroom_api, restd_restarted
+    assert admit(api, "n1", "p1", "1").status_code == 201
+    slurm.stop_restd()
+    assert admit(api, "n1", "p2", "1").status_code == 201
+    assert within(api, "n1") == ["p2"]
+    beyond = admit(api, "n1", "p3", "2")
+    assert beyond.status_code == 409
+    assert "Slurm cannot confirm" in beyond.json()["detail"]
+    slurm.start_restd()
+    # p3's undo reaches Slurm once it is back, with the headroom p3 grew (2 + 2 CPUs).
+    wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 10, 15, what="2 pods + 4 CPUs pushed")
+    assert admit(api, "n1", "p3", "1").status_code == 201
+    assert within(api, "n1") == ["p2", "p3"]
+
+
+def settings_for(slurm: SlurmCluster, url: str, **extra: Any) -> Any:
+    return slurm_settings(slurm, url, **{**HEADROOM, **extra})
+
+
+@pytest.mark.postgres
+def test_a_failover_keeps_the_grant_and_the_new_leader_gives_it_back(
+    slurm: SlurmCluster, postgres_url: str
+) -> None:
+    with TestClient(create_app(settings_for(slurm, postgres_url))) as first:
+        register_nodes(first)
+        assert admit(first, "n1", "p1", "1").status_code == 201
+        assert gres(slurm, "n1")["k8scpu"] == 13
+    # The first replica is gone; the second reads the grant from the shared database.
+    settings = settings_for(slurm, postgres_url, headroom_idle_seconds=3)
+    with TestClient(create_app(settings)) as second:
+        assert admit(second, "n1", "p2", "1").status_code == 201
+        assert within(second, "n1") == ["p2"]
+        wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 14, 15, what="given back: 2 pods")
+        assert_no_overlap(second, slurm, "n1")
