@@ -70,16 +70,26 @@ class ExclusiveNode:
         self.name = name
 
     def view(self, *, grant_at_most: Callable[[NodeView], Resources] | None = None) -> NodeView:
-        """The node as it is now, read under its row lock. With ``grant_at_most``, its
-        headroom's grant is first lowered to at most what that returns for the view, and
-        committed before this returns (app.core.headroom: before Slurm is told less)."""
-        write = grant_at_most is not None
+        """The node as it is now. With ``grant_at_most``, its headroom's grant is first
+        lowered to at most what that returns for the view, and committed before this
+        returns (app.core.headroom: before Slurm is told less). Only the holder of this
+        lock raises a grant, so a grant already within the limit needs no row lock."""
+        view = self._read(lock=False)
+        if grant_at_most is None or view.headroom.granted.fits_within(grant_at_most(view)):
+            return view
+        # Lowering: under the row lock, so that every admission either is in the view the
+        # limit is computed from or sees the lowered grant.
+        return self._read(lock=True, grant_at_most=grant_at_most)
+
+    def _read(
+        self, *, lock: bool, grant_at_most: Callable[[NodeView], Resources] | None = None
+    ) -> NodeView:
         with (
-            self.db.transaction(self.connection, write=write) as connection,
+            self.db.transaction(self.connection, write=lock) as connection,
             Session(bind=connection) as session,
         ):
             repo = LedgerRepository(session)
-            row = repo.find_node(self.name, lock=write)
+            row = repo.find_node(self.name, lock=lock)
             if row is None:
                 raise NodeNotFound(self.name)
             view = repo.view(row)
