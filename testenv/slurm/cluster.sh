@@ -231,8 +231,7 @@ prepare() {       # stage one
   ROOT="$tmp" in_root apt-get update -qq
   ROOT="$tmp" "prepare_$KIND"   # Slurm (or what builds it) and /usr/src/slurm, configured
   ROOT="$tmp" in_root apt-get clean
-  # Dummy GPU device files: slurmd drops GPUs without a device file.
-  for i in 0 1 2 3; do : >"$tmp/dev/nvidia$i"; done
+  gpu_devices "$tmp"   # also at every `up`: trees cached before it made devices
   ROOT="$tmp" in_root useradd --system --no-create-home restd
   touch "$tmp/.configured"
   mv "$tmp" "$ROOT"
@@ -251,6 +250,18 @@ build() {         # both stages
 }
 
 configured() { [ -f "$ROOT/.configured" ] || [ -f "$ROOT/.complete" ]; }
+
+# Emulated GPUs: slurmd drops GPUs without a device file, and a job's devices are named by
+# their index. Character devices of NVIDIA's major (195), minor = index, as real ones are, so
+# a test can tell which physical device each holder got (issue 23). Nothing backs them.
+gpu_devices() {   # gpu_devices ROOT
+  local i
+  for i in 0 1 2 3; do
+    [ -c "$1/dev/nvidia$i" ] && continue
+    rm -f "$1/dev/nvidia$i"
+    mknod -m 666 "$1/dev/nvidia$i" c 195 "$i"
+  done
+}
 
 slurm_version() { # the version plugins are built for (and must match to load); empty if none
   sed -n 's/^#define SLURM_VERSION_STRING "\(.*\)"$/\1/p' "$ROOT/usr/src/slurm/config.h" \
@@ -589,6 +600,7 @@ up() {
   in_root chown -R slurm:slurm "$RUN/state"
   chmod 777 "$ROOT$RUN/log"
   write_config
+  gpu_devices "$ROOT"
   install -m 755 "$REPO/slurm-plugins/hooks/nodeledger-job-hint" "$ROOT$HINT_HOOK"
   rm -f "$ROOT$HINT_CONFIG"
   install_plugins
