@@ -18,7 +18,9 @@ The target's life: the first admission on an idle node sets it to the node's amo
 takes the Slurm path, whose push withholds held + target; admissions that fit what is
 granted are then confirmed at once, and one that leaves less free than the low-water
 mark asks for a refill (a push off the admission path). An admission that does not fit
-takes the Slurm path and grows the target by the grow step, up to its maximum. After
+takes the Slurm path and grows the target by the grow step, up to its maximum, when
+Slurm already withheld the whole target (once per push, however many admissions of a
+burst outran it). After
 ``idle_seconds`` without an admission the target goes back to zero and Slurm gets the
 headroom back.
 """
@@ -106,6 +108,10 @@ def admit_step(node: HeadroomNode, request: Resources, policy: HeadroomPolicy) -
         return AdmitStep(True, headroom.target, _low(headroom.granted - after, headroom, policy))
     if headroom.target.is_zero():
         return AdmitStep(False, amount)  # the first admission after idle: push the headroom
+    if not (held(node) + headroom.target).fits_within(headroom.granted):
+        # Slurm does not withhold the whole target yet (its push is under way): grow once
+        # per push, not once per admission of a burst that outran it.
+        return AdmitStep(False, headroom.target)
     grown = headroom.target + _scaled(amount, policy.grow_step)
     return AdmitStep(False, grown.at_most(policy.maximum(amount)))
 

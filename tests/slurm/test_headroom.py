@@ -65,14 +65,14 @@ def test_admissions_inside_the_headroom_skip_slurm_and_slurm_withholds_them(
     # Slurm's jobs get what is neither held nor headroom (11 CPUs; whole cores: 10).
     job = slurm.sbatch("-w", "n1", "-c", "10", "--mem=1000", "--wrap", "sleep 30")
     wait_until(lambda: slurm.job_state(job) == "RUNNING", 15, what="job running")
-    fill_up(api, slurm, "n1", first=4)
+    fill_up(api, slurm, "n1", first=4, jobs=10)
     slurm.scancel(job)
 
 
-def fill_up(api: TestClient, slurm: SlurmCluster, node: str, *, first: int) -> None:
-    """Admit 1-CPU pods beside the running jobs until one is refused: never an overlap,
-    and exactly what the jobs leave is admitted."""
-    jobs, _ = slurm_use(slurm, node)
+def fill_up(api: TestClient, slurm: SlurmCluster, node: str, *, first: int, jobs: int) -> None:
+    """Admit 1-CPU pods beside running jobs of ``jobs`` CPUs until one is refused: never
+    an overlap, and exactly what the jobs leave is admitted."""
+    wait_until(lambda: slurm_use(slurm, node)[0] == jobs, 15, what=f"squeue shows {jobs} CPUs")
     uids = [f"f{i}" for i in range(first, first + 16)]
     for uid in uids:
         response = admit(api, node, uid, "1", "256Mi")
@@ -111,7 +111,7 @@ def test_the_headroom_survives_a_slurmctld_restart_or_reconfigure(
     # Jobs take what Slurm may give; pods inside the headroom still fit beside them.
     job = slurm.sbatch("-w", "n1", "-c", "12", "--mem=1000", "--wrap", "sleep 30")
     wait_until(lambda: slurm.job_state(job) == "RUNNING", 15, what="job running")
-    fill_up(api, slurm, "n1", first=2)
+    fill_up(api, slurm, "n1", first=2, jobs=12)
     assert within(api, "n1")[:2] == ["f2", "f3"]
     slurm.scancel(job)
 
