@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from app.core.arithmetic import Shortfall
+from app.core.headroom import free as headroom_free
 from app.core.presentation import format_amount, format_cpu, format_memory
 from app.core.quantities import (
     QUANTITY_PATTERN,
@@ -34,7 +35,15 @@ from app.core.quantities import (
     gpu_count,
 )
 from app.core.quantities import memory_bytes as to_memory_bytes
-from app.core.records import Holder, HolderKind, Holding, LedgerEvent, NodeSpec, NodeView
+from app.core.records import (
+    NO_HEADROOM,
+    Holder,
+    HolderKind,
+    Holding,
+    LedgerEvent,
+    NodeSpec,
+    NodeView,
+)
 from app.core.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES, Resources
 from app.ledger.paging import HoldingKey, NodeKey, NodeSort
 
@@ -247,6 +256,39 @@ class HoldingOut(BaseModel):
         )
 
 
+class HeadroomOut(BaseModel):
+    """The node's Kubernetes headroom: what Slurm is kept from ahead of demand, so that
+    admissions inside it need no Slurm call (all zero when the headroom is off)."""
+
+    target: Amounts = Field(
+        description="What the ledger keeps withheld from Slurm beyond what is held (0: idle)"
+    )
+    granted: Amounts = Field(
+        description="What Slurm was last confirmed to withhold for Kubernetes, holdings included"
+    )
+    free: Amounts = Field(
+        description="granted minus what pods and manual reservations hold, at least 0: what "
+        "admissions may still take without a Slurm call"
+    )
+    used_at: datetime | None = Field(description="The last admission that used it, if any")
+
+    @classmethod
+    def of(cls, v: NodeView) -> HeadroomOut:
+        headroom = v.headroom
+        if headroom is NO_HEADROOM:
+            return HEADROOM_OFF  # built once: most nodes of a long listing, with it off
+        return cls(
+            target=Amounts.of(headroom.target),
+            granted=Amounts.of(headroom.granted),
+            free=Amounts.of(headroom_free(v).at_least_zero()),
+            used_at=headroom.used_at,
+        )
+
+
+_ZERO = Amounts.of(Resources.ZERO)
+HEADROOM_OFF = HeadroomOut(target=_ZERO, granted=_ZERO, free=_ZERO, used_at=None)
+
+
 class NodeOut(BaseModel):
     name: str
     slurm_name: str | None
@@ -257,6 +299,7 @@ class NodeOut(BaseModel):
     held_by_slurm: Amounts
     held_manually: Amounts
     free: Amounts
+    headroom: HeadroomOut
     admissible: bool
     reason: str | None
     cordon_reason: str | None
@@ -277,6 +320,7 @@ class NodeOut(BaseModel):
             held_by_slurm=Amounts.of(v.held_by_slurm),
             held_manually=Amounts.of(v.held_manually),
             free=Amounts.of(v.free),
+            headroom=HeadroomOut.of(v),
             admissible=v.admissible,
             reason=v.not_admissible_reason,
             cordon_reason=v.cordon_reason,

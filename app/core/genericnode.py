@@ -4,8 +4,8 @@ spec (the service creates it): alias (Slurm node name), type (Slurm), clusterNam
 spec.admissionRequests (written by a custom scheduler): [{podUID, namespace, name,
 requests: {cpu, memory, <gpu resource>}}].
 status (the service writes it): capacity, allocatedResources [{type, allocated}], free,
-conditions (Ready, SlurmSynced), admissionChecks [{podUID, result, message, time}],
-lastSyncTime.
+headroom {target, granted, free} (the Kubernetes headroom, app.core.headroom), conditions
+(Ready, SlurmSynced), admissionChecks [{podUID, result, message, time}], lastSyncTime.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from app.core.components import Health
-from app.core.nodestate import NodeState
+from app.core.headroom import HeadroomNode
+from app.core.headroom import free as headroom_free
 from app.core.presentation import format_cpu, format_memory
 from app.core.records import NodeView
 from app.core.resources import Resources
@@ -24,7 +25,7 @@ from app.core.resources import Resources
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
 # The status fields the mirror owns and compares; lastSyncTime is when they were last
 # written, and admissionChecks belong to the admission-check protocol.
-MIRRORED = ("capacity", "allocatedResources", "free", "conditions")
+MIRRORED = ("capacity", "allocatedResources", "free", "headroom", "conditions")
 ADMITTED = "Admitted"
 REJECTED = "Rejected"
 
@@ -41,7 +42,7 @@ def amounts(r: Resources, gpu_resource: str) -> dict[str, str]:
     }
 
 
-class NodeFigures(NodeState, Protocol):
+class NodeFigures(HeadroomNode, Protocol):
     """What a status is made of: a NodeView, or a NodeTotals (no holdings loaded)."""
 
     @property
@@ -101,6 +102,7 @@ def status_of(
             {"type": "Slurm", "allocated": amounts(view.held_by_slurm, gpu_resource)},
         ],
         "free": amounts(view.free, gpu_resource),
+        "headroom": headroom_of(view, gpu_resource),
         "conditions": [
             _condition(
                 "Ready",
@@ -113,6 +115,18 @@ def status_of(
             synced,
         ],
         "lastSyncTime": timestamp(now),
+    }
+
+
+def headroom_of(view: NodeFigures, gpu_resource: str) -> dict[str, dict[str, str]]:
+    """The node's headroom: its target, what Slurm was confirmed to withhold (holdings
+    included) and what of that pods and reservations leave, all zero when it is off. Not
+    its last use: that changes with admissions, not with the figures."""
+    headroom = view.headroom
+    return {
+        "target": amounts(headroom.target, gpu_resource),
+        "granted": amounts(headroom.granted, gpu_resource),
+        "free": amounts(headroom_free(view), gpu_resource),
     }
 
 

@@ -77,6 +77,10 @@ class Resources:
             min(self.gpus, limit.gpus),
         )
 
+    def at_least_zero(self) -> Resources:
+        """Each amount no smaller than zero."""
+        return Resources(max(0, self.cpu_millis), max(0, self.memory_bytes), max(0, self.gpus))
+
     @staticmethod
     def total(items: Iterable[Resources]) -> Resources:
         cpu = memory = gpus = 0

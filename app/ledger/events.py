@@ -210,3 +210,20 @@ def headroom_settled(now: datetime, node: str, before: NodeHeadroom, target: Res
         resources=target,
         details={"before": describe_resources(before.target)},
     )
+
+
+def headroom_granted(now: datetime, node: str, before: Resources, granted: Resources) -> Event:
+    """The grant changed outside an admission (a push lowered or read it back): an event of
+    its own, so that followers of the log (app.ledger.snapshot) read the node again."""
+    if granted.fits_within(before):
+        verb = "lowered"
+    else:
+        verb = "raised" if before.fits_within(granted) else "changed"
+    return event_values(
+        now,
+        EventKind.HEADROOM,
+        node,
+        f"headroom grant {verb} to {describe_resources(granted)}",
+        resources=granted,
+        details={"before": describe_resources(before)},
+    )

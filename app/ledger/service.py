@@ -25,7 +25,7 @@ class Ledger(LedgerQueries, LedgerCommands):
     ) -> None:
         """``headroom``: the Kubernetes headroom's policy (app.core.headroom), applied to
         admissions a gate confirms."""
-        store = Store(db)
+        store = Store(db, clock)
         LedgerQueries.__init__(self, store)
         LedgerCommands.__init__(self, store, clock, headroom)
         self.db = db

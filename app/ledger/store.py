@@ -19,18 +19,21 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from app.core.ledger_errors import NodeNotFound
-from app.core.records import NodeView
+from app.core.records import EventKind, NodeView
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.db.locks import node_lock
+from app.ledger import events
+from app.ledger.clock import Clock, utcnow
 from app.ledger.repository import LedgerRepository, LedgerStatements, node_headroom
 
 Event = dict[str, Any]  # a row of the event log (app.ledger.events)
 
 
 class Store:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, clock: Clock = utcnow) -> None:
         self.db = db
+        self.clock = clock  # the time of the events ExclusiveNode records
 
     @contextmanager
     def read(self) -> Iterator[LedgerRepository]:
@@ -57,17 +60,23 @@ class Store:
         """The node held against every replica until the block ends (the contract is
         app.db.locks'), and the transactions its holder runs meanwhile."""
         with node_lock(self.db, name) as connection:
-            yield ExclusiveNode(self.db, connection, name)
+            yield ExclusiveNode(self.db, connection, name, self.clock)
 
 
 class ExclusiveNode:
     """A node this caller holds against every replica (the Slurm pusher's), read and
-    written on the lock's own connection: a holder never waits for a second connection."""
+    written on the lock's own connection: a holder never waits for a second connection.
+    Every change of the grant it commits comes with a HEADROOM event naming the node, in
+    the same transaction: the read model (app.ledger.snapshot) reads a node again only on
+    such an event, and skips SLURM_PUSHED."""
 
-    def __init__(self, db: Database, connection: Connection, name: str) -> None:
+    def __init__(
+        self, db: Database, connection: Connection, name: str, clock: Clock = utcnow
+    ) -> None:
         self.db = db
         self.connection = connection
         self.name = name
+        self.clock = clock
 
     def view(self, *, grant_at_most: Callable[[NodeView], Resources] | None = None) -> NodeView:
         """The node as it is now. With ``grant_at_most``, its headroom's grant is first
@@ -100,6 +109,8 @@ class ExclusiveNode:
                 return view
             headroom = replace(view.headroom, granted=granted)
             repo.set_headroom(row.id, headroom)
+            before = view.headroom.granted
+            repo.insert_event(events.headroom_granted(self.clock(), self.name, before, granted))
             return replace(view, headroom=headroom)
 
     def finish(self, granted: Resources | None, event: Event | None) -> None:
@@ -110,7 +121,12 @@ class ExclusiveNode:
             repo = LedgerStatements(connection)
             row = repo.lock_node_state(self.name)
             current = node_headroom(row)
-            if granted is not None and granted != current.granted:
-                repo.set_headroom(row.id, replace(current, granted=granted))
             if event is not None:
                 repo.insert_event(event)
+            if granted is not None and granted != current.granted:
+                repo.set_headroom(row.id, replace(current, granted=granted))
+                if event is None or event["kind"] != EventKind.HEADROOM.value:
+                    now = self.clock() if event is None else event["at"]
+                    repo.insert_event(
+                        events.headroom_granted(now, self.name, current.granted, granted)
+                    )

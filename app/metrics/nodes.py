@@ -7,7 +7,11 @@ themselves took seconds and ~300 MB).
 Amounts are in base units: CPU in cores (millicores / 1000), memory in bytes, GPUs as a
 count. ``free`` is capacity - reserved - held and is negative on an overcommitted node;
 ``admissible_capacity`` is what a pod could still get: free on an admissible node, else 0.
-Per-node series (``per_node``) cost 6 per node and resource plus one per node; the cluster
+The Kubernetes headroom (app.core.headroom): ``headroom_target`` is what is kept withheld
+from Slurm beyond what is held, ``headroom_granted`` what Slurm was confirmed to withhold
+(holdings included); the cluster's ``headroom_free`` sums what of each node's grant pods
+and reservations leave (at least 0 per node). All 0 while the headroom is off.
+Per-node series (``per_node``) cost 8 per node and resource plus one per node; the cluster
 totals are always there.
 """
 
@@ -22,7 +26,8 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.core.records import NodeTotals, NodeView
+from app.core.headroom import free as headroom_free
+from app.core.records import NO_HEADROOM, NodeTotals, NodeView
 from app.core.resources import Resources
 from app.core.verdict import admissible as admits
 from app.db.engine import is_outage
@@ -64,9 +69,14 @@ class _Families:
     node_free: GaugeMetricFamily = field(init=False)
     node_admissible_capacity: GaugeMetricFamily = field(init=False)
     node_admissible: GaugeMetricFamily = field(init=False)
+    node_headroom_target: GaugeMetricFamily = field(init=False)
+    node_headroom_granted: GaugeMetricFamily = field(init=False)
     cluster_capacity: GaugeMetricFamily = field(init=False)
     cluster_held: GaugeMetricFamily = field(init=False)
     cluster_free: GaugeMetricFamily = field(init=False)
+    cluster_headroom_target: GaugeMetricFamily = field(init=False)
+    cluster_headroom_granted: GaugeMetricFamily = field(init=False)
+    cluster_headroom_free: GaugeMetricFamily = field(init=False)
     nodes: GaugeMetricFamily = field(init=False)
     nodes_overcommitted: GaugeMetricFamily = field(init=False)
 
@@ -92,11 +102,33 @@ class _Families:
         self.node_admissible = gauge(
             "node_admissible", "1 when the node admits new holdings", ["node"]
         )
+        self.node_headroom_target = gauge(
+            "node_headroom_target",
+            "Kubernetes headroom kept withheld from Slurm beyond what is held" + unit,
+            ["node", "resource"],
+        )
+        self.node_headroom_granted = gauge(
+            "node_headroom_granted",
+            "What Slurm was confirmed to withhold for Kubernetes, holdings included" + unit,
+            ["node", "resource"],
+        )
         self.cluster_capacity = gauge("cluster_capacity", "Sum of capacities" + unit, ["resource"])
         self.cluster_held = gauge(
             "cluster_held", "Sum held, by holder" + unit, ["resource", "holder"]
         )
         self.cluster_free = gauge("cluster_free", "Sum of the nodes' free" + unit, ["resource"])
+        self.cluster_headroom_target = gauge(
+            "cluster_headroom_target", "Sum of the nodes' headroom targets" + unit, ["resource"]
+        )
+        self.cluster_headroom_granted = gauge(
+            "cluster_headroom_granted", "Sum of the nodes' headroom grants" + unit, ["resource"]
+        )
+        self.cluster_headroom_free = gauge(
+            "cluster_headroom_free",
+            "Sum of what each node's grant leaves beyond what pods and reservations hold "
+            "(at least 0 per node): admissions that need no Slurm call" + unit,
+            ["resource"],
+        )
         self.nodes = gauge("nodes", "Ledger nodes by admissibility", ["state"])
         self.nodes_overcommitted = gauge(
             "nodes_overcommitted", "Nodes whose holdings exceed capacity minus reserved", []
@@ -107,6 +139,9 @@ class _Families:
             self.cluster_capacity,
             self.cluster_held,
             self.cluster_free,
+            self.cluster_headroom_target,
+            self.cluster_headroom_granted,
+            self.cluster_headroom_free,
             self.nodes,
             self.nodes_overcommitted,
         ]
@@ -118,11 +153,14 @@ class _Families:
             self.node_free,
             self.node_admissible_capacity,
             self.node_admissible,
+            self.node_headroom_target,
+            self.node_headroom_granted,
         ]
         return nodes + cluster
 
     def fill(self, views: Iterable[NodeView | NodeTotals]) -> None:
         capacity = free = Resources.ZERO
+        target = granted = headroom = Resources.ZERO
         held = dict.fromkeys(HOLDERS, Resources.ZERO)
         count = admissible = overcommitted = 0
         for view in views:
@@ -134,6 +172,10 @@ class _Families:
             free += view_free
             for holder, resources in by_holder.items():
                 held[holder] += resources
+            if view.headroom is not NO_HEADROOM:  # the headroom off: nothing to add
+                target += view.headroom.target
+                granted += view.headroom.granted
+                headroom += headroom_free(view).at_least_zero()
             admissible += is_admissible
             overcommitted += not view_free.is_nonnegative()
             if self.per_node:
@@ -145,6 +187,13 @@ class _Families:
                 self.cluster_held.add_metric([resource, holder], amount)
         for resource, amount in base_units(free).items():
             self.cluster_free.add_metric([resource], amount)
+        for family, total in (
+            (self.cluster_headroom_target, target),
+            (self.cluster_headroom_granted, granted),
+            (self.cluster_headroom_free, headroom),
+        ):
+            for resource, amount in base_units(total).items():
+                family.add_metric([resource], amount)
         self.nodes.add_metric(["admissible"], admissible)
         self.nodes.add_metric(["not_admissible"], count - admissible)
         self.nodes_overcommitted.add_metric([], overcommitted)
@@ -168,6 +217,10 @@ class _Families:
                 [name, resource], max(amount, 0.0) if admissible else 0.0
             )
         self.node_admissible.add_metric([name], 1.0 if admissible else 0.0)
+        for resource, amount in base_units(view.headroom.target).items():
+            self.node_headroom_target.add_metric([name, resource], amount)
+        for resource, amount in base_units(view.headroom.granted).items():
+            self.node_headroom_granted.add_metric([name, resource], amount)
 
 
 class LedgerCollector:

@@ -11,7 +11,7 @@ class MetricsSettings(BaseSettings):
 
     per_node: bool = Field(
         default=True,
-        description="Per-node series (nodeledger_node_*): 6 per node and resource plus one "
+        description="Per-node series (nodeledger_node_*): 8 per node and resource plus one "
         "per node; switch off above ~2,000 nodes (cluster totals stay)",
     )
     cache_seconds: float = Field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ from app.core.ledger_errors import InvalidRequest
 from app.core.records import HolderKind
 from app.core.resources import Resources
 from app.ledger.service import SnapshotEntry
+from tests.support.headroom import set_headroom
 
+GIB = 2**30
 NODE = {"capacity": {"cpu": "8", "memory": "16Gi", "gpu": 2}, "reserved": {"cpu": "500m"}}
 
 
@@ -167,3 +170,48 @@ def test_a_slurm_jobs_holding_is_not_released_through_the_api(api: TestClient, n
     assert [h["holder"]["id"] for h in held] == ["1234"]
     with pytest.raises(InvalidRequest):
         ledger.release("1234", HolderKind.SLURM_JOB)
+
+
+def test_a_node_shows_its_headroom(api: TestClient, n1: str) -> None:
+    zero = {"cpu": "0", "memory": "0", "gpu": 0, "cpu_millis": 0, "memory_bytes": 0}
+    off = {"target": zero, "granted": zero, "free": zero, "used_at": None}
+    assert api.get("/v1/nodes/n1").json()["headroom"] == off  # the headroom off
+
+    assert api.post("/v1/admissions", json=pod("u1")).status_code == 201  # 1500m, 2Gi
+    manual = {"node": "n1", "holder": {"kind": "manual", "id": "ops"}, "requests": {"cpu": "1"}}
+    assert api.post("/v1/admissions", json=manual).status_code == 201
+    ledger = api.app.state.services.ledger  # type: ignore[attr-defined]
+    used = datetime(2026, 11, 25, 14, 3, 11, tzinfo=UTC)
+    set_headroom(
+        ledger, n1, target=Resources(2000, 4 * GIB), granted=Resources(4000, 6 * GIB), used_at=used
+    )
+    node = api.get("/v1/nodes/n1").json()
+    headroom = node["headroom"]
+    assert headroom["target"] == {
+        "cpu": "2", "memory": "4Gi", "gpu": 0, "cpu_millis": 2000, "memory_bytes": 4 * GIB
+    }  # fmt: skip
+    assert headroom["granted"]["cpu"] == "4"
+    # granted - the pod - the reservation: 4 - 1500m - 1 CPUs, 6Gi - 2Gi.
+    assert headroom["free"] == {
+        "cpu": "1500m", "memory": "4Gi", "gpu": 0, "cpu_millis": 1500, "memory_bytes": 4 * GIB
+    }  # fmt: skip
+    assert headroom["used_at"] == "2026-11-25T14:03:11Z"
+    assert node["free"]["cpu"] == "5"  # the node's own free is not the headroom's
+    # Listings carry it too, whichever the sort.
+    for sort in ("name", "free_cpu"):
+        (listed,) = api.get("/v1/nodes", params={"sort": sort}).json()
+        assert listed["headroom"] == headroom
+
+    # Held beyond the grant (a grant lowered before a push): free is 0, never negative.
+    set_headroom(ledger, n1, target=Resources(2000), granted=Resources(2000, GIB))
+    assert api.get("/v1/nodes/n1").json()["headroom"]["free"] == zero
+
+
+def test_the_openapi_document_describes_the_headroom(api: TestClient) -> None:
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    assert schemas["NodeOut"]["properties"]["headroom"] == {
+        "$ref": "#/components/schemas/HeadroomOut"
+    }
+    fields = schemas["HeadroomOut"]["properties"]
+    assert set(fields) == {"target", "granted", "free", "used_at"}
+    assert "holdings included" in fields["granted"]["description"]

@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from app.core.caps import KubeCaps
+from app.core.resources import Resources
+from app.slurm.settings import SlurmSettings
 from tests.support.kube_cluster import KubeCluster, cluster_sh
 from tests.support.realenv import REPO
 
@@ -102,6 +105,43 @@ def test_slurm_can_be_turned_off(helm: str) -> None:
     assert "slurm-token" not in json.dumps(deployment["spec"]["template"]["spec"]["volumes"])
 
 
+def test_the_headroom_is_off_by_default_and_every_knob_reaches_the_service(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
+    assert {k: v for k, v in env.items() if "HEADROOM" in k} == {
+        "NODELEDGER_SLURM_HEADROOM_CPU": "0",
+        "NODELEDGER_SLURM_HEADROOM_MEMORY": "0",
+        "NODELEDGER_SLURM_HEADROOM_GPUS": "0",
+        "NODELEDGER_SLURM_HEADROOM_LOW_WATER": "0.5",
+        "NODELEDGER_SLURM_HEADROOM_GROW_STEP": "1",
+        "NODELEDGER_SLURM_HEADROOM_MAX_FACTOR": "4",
+        "NODELEDGER_SLURM_HEADROOM_IDLE_SECONDS": "300",
+    }
+    values = {"cpu": "1500m", "memory": "4Gi", "gpus": 2, "lowWater": 0.25, "growStep": 2,
+              "maxFactor": 8, "idleSeconds": 60}  # fmt: skip
+    args = ["template", "nl", str(CHART), "--kube-version", "v1.34.4"]
+    rendered = run(helm, *args, "--set-json", f"slurm.headroom={json.dumps(values)}").stdout
+    env = env_of(
+        find([d for d in yaml.safe_load_all(rendered) if d], "Deployment", "nl-nodeledger")
+    )
+    # What the service reads from the variables is the headroom the values say.
+    for name, value in env.items():
+        if "HEADROOM" in name:
+            monkeypatch.setenv(name, value)
+    policy = SlurmSettings().headroom_policy(KubeCaps())
+    assert policy.amount == Resources(1500, 4 * 2**30, 2)
+    assert (policy.low_water, policy.grow_step, policy.max_factor, policy.idle_seconds) == (
+        0.25, 2, 8, 60
+    )  # fmt: skip
+    # A whole number of CPUs on the command line (an integer to Helm) is a quantity too.
+    env = env_of(find(render(helm, "slurm.headroom.cpu=2"), "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_SLURM_HEADROOM_CPU"] == "2"
+    # Slurm off: no headroom either.
+    off = env_of(find(render(helm, "slurm.enabled=false"), "Deployment", "nl-nodeledger"))
+    assert not [k for k in off if "HEADROOM" in k]
+
+
 def test_scheduler_calls_the_extender_and_rolls_on_config_change(helm: str) -> None:
     docs = render(helm)
     config = yaml.safe_load(
@@ -145,6 +185,16 @@ def test_rbac_is_least_privilege(helm: str) -> None:
         "requestLimits.maxBodyBytes=10",
         "requestLimits.timeoutSeconds=0",
         "slurm.pluginCheck=maybe",
+        "slurm.headroom.cpu=-1",
+        "slurm.headroom.cpu=two",
+        "slurm.headroom.memory=4GB",
+        "slurm.headroom.gpus=-1",
+        "slurm.headroom.gpus=1.5",
+        "slurm.headroom.lowWater=2",
+        "slurm.headroom.growStep=-1",
+        "slurm.headroom.maxFactor=0",
+        "slurm.headroom.idleSeconds=0",
+        "slurm.headroom.size=1",
         "unknown=1",
         "auth.mode=ldap",
         "auth.cacheTTL=-1",

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -15,15 +16,24 @@ import pytest
 
 from app.core.caps import KubeCaps
 from app.core.components import Health
-from app.core.genericnode import fingerprint, status_of
+from app.core.genericnode import MIRRORED, fingerprint, status_of
 from app.core.placement import filter_nodes, prioritize
-from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
+from app.core.records import (
+    Holder,
+    HolderKind,
+    Holding,
+    HoldingState,
+    NodeHeadroom,
+    NodeSpec,
+    NodeView,
+)
 from app.core.resources import Resources
 from app.kube.controllers import leader
-from app.kube.controllers.mirror import StatusMirror, TokenBucket
+from app.kube.controllers.mirror import StatusMirror, TokenBucket, _Status
 from app.kube.controllers.watch import ListWatch
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
+from tests.support.headroom import set_headroom
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -87,6 +97,35 @@ def test_genericnode_status_keeps_transition_times_until_something_changes() -> 
     assert {c["type"]: c for c in down["conditions"]}["Ready"][
         "lastTransitionTime"
     ] == "2026-01-01T00:00:00Z"
+
+
+def test_genericnode_status_shows_the_headroom() -> None:
+    node = view("a", slurm_cpu=4000, pod_cpu=1500)
+    off = status_of(node, Health("ok"), {}, T0, "nvidia.com/gpu")
+    zero = {"cpu": "0", "memory": "0", "nvidia.com/gpu": "0"}
+    assert off["headroom"] == {"target": zero, "granted": zero, "free": zero}
+    headroom = NodeHeadroom(Resources(2000, 4 * GIB, 1), Resources(3500, 5 * GIB, 1), T0)
+    on = status_of(replace(node, headroom=headroom), Health("ok"), off, T0, "nvidia.com/gpu")
+    assert on["headroom"] == {
+        "target": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"},
+        "granted": {"cpu": "3500m", "memory": "5Gi", "nvidia.com/gpu": "1"},
+        # granted - the pod's 1500m and 1Gi; what Slurm holds is not in the grant
+        "free": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"},
+    }
+    assert fingerprint(on) != fingerprint(off)  # the mirror writes a headroom change
+    # The last use alone changes nothing the mirror writes.
+    later = replace(headroom, used_at=datetime(2026, 1, 2, tzinfo=UTC))
+    again = status_of(replace(node, headroom=later), Health("ok"), on, T0, "nvidia.com/gpu")
+    assert fingerprint(again) == fingerprint(on)
+    # Held beyond the grant: free is 0, never negative.
+    short = replace(headroom, granted=Resources(1000))
+    lowered = status_of(replace(node, headroom=short), Health("ok"), on, T0, "nvidia.com/gpu")
+    assert lowered["headroom"]["free"] == zero
+
+
+def test_the_resync_reads_every_mirrored_field_of_a_genericnode() -> None:
+    # The LIST decodes only the fields of this shape: one missing would differ every time.
+    assert set(MIRRORED) <= set(_Status.__annotations__)
 
 
 def test_token_bucket_spreads_a_thousand_writes() -> None:
@@ -289,6 +328,33 @@ def test_the_running_mirror_writes_the_nodes_the_snapshot_says_changed(ledger: L
         stop.set()
         thread.join(timeout=10)
     assert not mirror.snapshot._subscribers  # a mirror that stopped no longer listens
+
+
+def test_the_mirror_writes_a_node_whose_headroom_alone_changed(ledger: Ledger) -> None:
+    ledger.upsert_node("a", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    ledger.admit("a", Holder(HolderKind.POD, "p1"), Resources(1000, GIB))
+    client, now = FakeStatusClient("a"), [T0]
+    mirror = mirror_of(ledger, client, now)
+    stop = threading.Event()
+    thread = threading.Thread(target=mirror.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while client.written != ["a"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.written == ["a"]  # the first resync
+        set_headroom(ledger, "a", target=Resources(2000, GIB), granted=Resources(3000, 2 * GIB))
+        while len(client.written) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.written == ["a", "a"]  # told by the snapshot, not by a resync
+        assert client.objects["a"]["headroom"] == {
+            "target": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "0"},
+            "granted": {"cpu": "3", "memory": "2Gi", "nvidia.com/gpu": "0"},
+            "free": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "0"},
+        }
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 def test_status_writes_keep_to_the_rate(ledger: Ledger) -> None:

@@ -98,7 +98,8 @@ def test_kubectl_get_genericnode_shows_both_sides(coloc: Coloc) -> None:
         what=f"kubectl get gn kn3 shows {expected}",
     )
     wide = coloc.kube.kubectl("get", "gn", "kn3", "-o", "wide", "--no-headers").split()
-    assert wide[-4:] == ["1", "2", "1", "Admissible"]
+    # GPUs, Ready, then the headroom's CPU, free CPU, memory, free memory (off here: 0).
+    assert wide[-8:] == ["1", "2", "1", "Admissible", "0", "0", "0", "0"]
 
 
 def bind_and_count_two_pods(coloc: Coloc) -> tuple[str, str]:

@@ -35,6 +35,7 @@ HISTOGRAMS = {
 CONTRACT = HISTOGRAMS | {
     "nodeledger_build_info",
     "nodeledger_admissions_total",
+    "nodeledger_admissions_within_headroom_total",
     "nodeledger_releases_total",
     "nodeledger_slurm_pushes_total",
     "nodeledger_slurm_pushes_coalesced_total",
@@ -47,9 +48,14 @@ CONTRACT = HISTOGRAMS | {
     "nodeledger_node_free",
     "nodeledger_node_admissible_capacity",
     "nodeledger_node_admissible",
+    "nodeledger_node_headroom_target",
+    "nodeledger_node_headroom_granted",
     "nodeledger_cluster_capacity",
     "nodeledger_cluster_held",
     "nodeledger_cluster_free",
+    "nodeledger_cluster_headroom_target",
+    "nodeledger_cluster_headroom_granted",
+    "nodeledger_cluster_headroom_free",
     "nodeledger_nodes",
     "nodeledger_nodes_overcommitted",
     "nodeledger_leader",
@@ -429,6 +435,11 @@ def test_dashboard_uses_only_the_service_metrics(helm: str) -> None:
         "nodeledger_slurm_staleness_seconds",
         "nodeledger_slurm_drift_corrections_total",
         "nodeledger_leader",
+        # The headroom: target vs free, and admissions that needed no Slurm call.
+        "nodeledger_cluster_headroom_target",
+        "nodeledger_cluster_headroom_free",
+        "nodeledger_node_headroom_target",
+        "nodeledger_admissions_within_headroom_total",
     } <= used
 
 

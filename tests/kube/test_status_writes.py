@@ -1,6 +1,7 @@
 """GenericNode status writes against the real kube-apiserver: a resync reads the
 GenericNodes in pages and writes exactly the nodes whose figures differ from the ledger's
-(none when nothing changed), counted by PATCH requests and by the metric."""
+(none when nothing changed), counted by PATCH requests and by the metric; a change of the
+Kubernetes headroom alone is one, and `kubectl get genericnode -o wide` shows it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics
 from tests.kube.coloc import CRD
+from tests.support.headroom import set_headroom
 from tests.support.kube_cluster import KubeCluster
 
 pytestmark = pytest.mark.kube
@@ -90,6 +92,28 @@ def test_a_resync_writes_exactly_the_changed_genericnodes(
     assert status["free"]["cpu"] == "14500m"
     ready = {c["type"]: c for c in status["conditions"]}["Ready"]
     assert ready["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # Ready never changed
+
+    # The headroom alone changes (a push read back what Slurm withholds): that node only.
+    # 2 CPUs and 2Gi kept for pods, 3500m and 3Gi granted, of which the pod holds 1500m, 1Gi.
+    set_headroom(
+        ledger, names[1], target=Resources(2000, 2 * GIB), granted=Resources(3500, 3 * GIB)
+    )
+    assert resync(mirror, client) == [names[1]]
+    status = (kube_cluster.get("genericnode", names[1]) or {})["status"]
+    assert status["headroom"] == {
+        "target": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "0"},
+        "granted": {"cpu": "3500m", "memory": "3Gi", "nvidia.com/gpu": "0"},
+        "free": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "0"},
+    }
+    # kubectl get genericnode -o wide: the headroom's columns after the others.
+    wide = kube_cluster.kubectl("get", "genericnode", names[1], names[2], "-o", "wide")
+    header, *rows = [line.split() for line in wide.splitlines()]
+    columns = "READY HEADROOM CPU HEADROOM FREE CPU HEADROOM MEM HEADROOM FREE MEM"
+    assert " ".join(header).endswith(columns)
+    shown = {row[0]: row[-4:] for row in rows}
+    assert shown == {names[1]: ["2", "2", "2Gi", "2Gi"], names[2]: ["0", "0", "0", "0"]}
+    narrow = kube_cluster.kubectl("get", "genericnode", names[1]).splitlines()[0]
+    assert "HEADROOM" not in narrow  # priority 1: only with -o wide
 
     # A restarted service learns what Kubernetes has and writes nothing.
     fresh = CountingClient(kube_cluster.kubeconfig, page_size=2)

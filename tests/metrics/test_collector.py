@@ -6,12 +6,14 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.exc import OperationalError
 
-from app.core.records import NodeSpec, NodeTotals
+from app.core.records import Holder, HolderKind, NodeSpec, NodeTotals
 from app.core.resources import Resources
 from app.ledger.service import Ledger
+from app.ledger.snapshot import NodeSnapshot
 from app.metrics.nodes import LedgerCollector
 from app.metrics.registry import Metrics
 from tests.metrics.scrape import parse
+from tests.support.headroom import set_headroom
 
 GIB = 2**30
 
@@ -60,3 +62,27 @@ def test_an_unreadable_ledger_drops_only_the_ledger_series(ledger: Ledger) -> No
     s = parse(generate_latest(registry).decode())
     assert "nodeledger_cluster_capacity" not in s.families
     assert s.value("nodeledger_build_info", version="0.1.0") == 1
+
+
+def test_the_snapshot_and_the_database_give_the_same_headroom_gauges(ledger: Ledger) -> None:
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32 * GIB, 2)))
+    ledger.upsert_node("n2", NodeSpec(capacity=Resources(8000, 16 * GIB)))
+    ledger.admit("n1", Holder(HolderKind.POD, "p1"), Resources(500, GIB, 1))
+    set_headroom(ledger, "n1", target=Resources(1000, GIB, 1), granted=Resources(1500, 2 * GIB, 2))
+    snapshot = NodeSnapshot(ledger)
+    for read in (ledger.node_totals, snapshot.list_nodes):
+        registry = CollectorRegistry()
+        registry.register(LedgerCollector(read, cache_seconds=0))
+        s = parse(generate_latest(registry).decode())
+        assert s.value("nodeledger_node_headroom_target", node="n1", resource="gpu") == 1
+        assert s.value("nodeledger_node_headroom_granted", node="n1", resource="cpu") == 1.5
+        assert s.value("nodeledger_node_headroom_target", node="n2", resource="cpu") == 0
+        assert s.value("nodeledger_cluster_headroom_free", resource="cpu") == 1
+        assert s.value("nodeledger_cluster_headroom_free", resource="memory") == GIB
+        assert s.value("nodeledger_cluster_headroom_free", resource="gpu") == 1
+    # Without the per-node series the cluster's headroom stays.
+    registry = CollectorRegistry()
+    registry.register(LedgerCollector(ledger.node_totals, per_node=False, cache_seconds=0))
+    s = parse(generate_latest(registry).decode())
+    assert "nodeledger_node_headroom_target" not in s.families
+    assert s.value("nodeledger_cluster_headroom_target", resource="memory") == GIB

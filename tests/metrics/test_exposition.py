@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.auth.settings import AuthSettings
 from app.core.caps import KubeCaps
+from app.core.resources import Resources
 from app.kube.client import KubeError
 from app.kube.controllers.admission_requests import AdmissionRequests, requests_of
 from app.kube.extender.service import Extender
@@ -27,6 +28,7 @@ from tests.kube.test_controllers_unit import FakeStatusClient
 from tests.metrics.apps import MakeApp
 from tests.metrics.scrape import scrape
 from tests.slurm.helpers import admit
+from tests.support.headroom import set_headroom
 
 GIB = 2**30
 
@@ -34,6 +36,7 @@ GIB = 2**30
 CONTRACT = {
     "nodeledger_build_info": "gauge",
     "nodeledger_admissions": "counter",
+    "nodeledger_admissions_within_headroom": "counter",
     "nodeledger_releases": "counter",
     "nodeledger_admission_duration_seconds": "histogram",
     "nodeledger_slurm_request_duration_seconds": "histogram",
@@ -47,9 +50,14 @@ CONTRACT = {
     "nodeledger_node_free": "gauge",
     "nodeledger_node_admissible_capacity": "gauge",
     "nodeledger_node_admissible": "gauge",
+    "nodeledger_node_headroom_target": "gauge",
+    "nodeledger_node_headroom_granted": "gauge",
     "nodeledger_cluster_capacity": "gauge",
     "nodeledger_cluster_held": "gauge",
     "nodeledger_cluster_free": "gauge",
+    "nodeledger_cluster_headroom_target": "gauge",
+    "nodeledger_cluster_headroom_granted": "gauge",
+    "nodeledger_cluster_headroom_free": "gauge",
     "nodeledger_nodes": "gauge",
     "nodeledger_nodes_overcommitted": "gauge",
     "nodeledger_leader": "gauge",
@@ -225,6 +233,36 @@ def test_node_gauges_are_in_base_units_and_follow_the_ledger(make_app: MakeApp) 
     assert s.value("nodeledger_node_admissible_capacity", node="n1", resource="cpu") == 0
     assert s.value("nodeledger_nodes", state="not_admissible") == 2
     assert s.value("nodeledger_nodes_overcommitted") == 1
+
+
+def test_headroom_gauges_follow_the_ledger(make_app: MakeApp) -> None:
+    app = make_app(gated=False)
+    api, ledger = app.api, app.services.ledger
+    api.put("/v1/nodes/n2", json={"capacity": {"cpu": "8", "memory": "16Gi"}}).raise_for_status()
+    s = scrape(api)
+    for node in ("n1", "n2"):  # the headroom off: every figure 0
+        for resource in ("cpu", "memory", "gpu"):
+            assert s.value("nodeledger_node_headroom_target", node=node, resource=resource) == 0
+            assert s.value("nodeledger_node_headroom_granted", node=node, resource=resource) == 0
+    assert s.value("nodeledger_cluster_headroom_free", resource="cpu") == 0
+
+    assert admit(api, "n1", "p1", "1500m", "1Gi").status_code == 201
+    set_headroom(ledger, "n1", target=Resources(2000, 2 * GIB), granted=Resources(3500, 3 * GIB))
+    # n2: held (a reservation of 2 CPUs) beyond its grant, which counts 0 free, not -1.
+    manual = {"node": "n2", "holder": {"kind": "manual", "id": "ops"}, "requests": {"cpu": "2"}}
+    assert api.post("/v1/admissions", json=manual).status_code == 201
+    set_headroom(ledger, "n2", target=Resources(1000), granted=Resources(1000, GIB))
+    s = scrape(api)
+    assert s.value("nodeledger_node_headroom_target", node="n1", resource="cpu") == 2
+    assert s.value("nodeledger_node_headroom_target", node="n1", resource="memory") == 2 * GIB
+    assert s.value("nodeledger_node_headroom_granted", node="n1", resource="cpu") == 3.5
+    assert s.value("nodeledger_node_headroom_granted", node="n2", resource="memory") == GIB
+    assert s.value("nodeledger_cluster_headroom_target", resource="cpu") == 3
+    assert s.value("nodeledger_cluster_headroom_granted", resource="cpu") == 4.5
+    # n1: 3.5 - 1.5 CPUs, 3Gi - 1Gi; n2: max(1 - 2, 0) CPUs, all of its 1Gi.
+    assert s.value("nodeledger_cluster_headroom_free", resource="cpu") == 2
+    assert s.value("nodeledger_cluster_headroom_free", resource="memory") == 3 * GIB
+    assert s.value("nodeledger_cluster_headroom_free", resource="gpu") == 0
 
 
 def test_per_node_series_can_be_switched_off(

@@ -31,6 +31,7 @@ from app.core.records import HolderKind
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.ledger.service import Ledger, SnapshotEntry
+from tests.support.headroom import set_headroom
 from tests.support.realenv import unavailable
 from tests.support.service import ServiceProcess, running_service
 
@@ -131,7 +132,11 @@ def test_page_draws_the_nodes_and_shows_an_admission_live(
     database = Database.from_url(sqlite_url)
     try:
         job = SnapshotEntry("job 4711 (alice)", Resources(4000, 8 * GIB, 1))
-        Ledger(database).replace_holdings("n1", HolderKind.SLURM_JOB, {"4711": job})
+        ledger = Ledger(database)
+        ledger.replace_holdings("n1", HolderKind.SLURM_JOB, {"4711": job})
+        # n1 has a Kubernetes headroom of 2 CPUs and 4Gi, all of it granted by Slurm.
+        headroom = Resources(2000, 4 * GIB)
+        set_headroom(ledger, "n1", target=headroom, granted=headroom)
     finally:
         database.dispose()
 
@@ -158,6 +163,12 @@ def test_page_draws_the_nodes_and_shows_an_admission_live(
         "nomaintenance until 14:00"
     )
     expect(page.locator('tr[data-node="n1"] td.admissible')).to_have_text("yes")
+    n1_headroom = page.locator('tr[data-node="n1"] td.headroom')
+    expect(n1_headroom).to_have_attribute(
+        "title", "Headroom on n1: CPU target 2, free 2; Memory target 4Gi, free 4Gi"
+    )
+    expect(n1_headroom.locator('[data-resource="cpu"]')).to_have_text("CPU 2 / 2")
+    expect(page.locator('tr[data-node="n2"] td.headroom')).to_have_text("none")
     expect(page.locator("#events")).to_contain_text("node created")
     page.evaluate("window.notReloaded = true")
 
@@ -175,6 +186,9 @@ def test_page_draws_the_nodes_and_shows_an_admission_live(
     shown_after = time.monotonic() - started
     expect(cpu.locator(".segment.kubernetes")).to_have_count(1)
     expect(page.locator('tr[data-node="n1"] td.cpu .numbers')).to_contain_text("K8s 1500m")
+    # The pod holds 1500m and 6Gi of the headroom's grant: 500m and no memory left.
+    expect(n1_headroom.locator('[data-resource="cpu"]')).to_have_text("CPU 2 / 500m")
+    expect(n1_headroom.locator('[data-resource="memory"]')).to_have_text("Memory 4Gi / 0")
     expect(bar(page, "n1", "gpu")).to_have_attribute(
         "aria-label", "GPUs on n1: capacity 4; Kubernetes 1, Slurm 1, manual 0, reserved 0, free 2"
     )

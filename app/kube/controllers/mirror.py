@@ -47,6 +47,7 @@ class _Status(TypedDict, total=False):
     capacity: Any
     allocatedResources: Any
     free: Any
+    headroom: Any
     conditions: Any
 
 

@@ -149,6 +149,31 @@ function bar(node, [resource, base, shown, heading]) {
   return cell;
 }
 
+// The Kubernetes headroom: what is kept withheld from Slurm for pods (target) and what of
+// it is left to admit without a Slurm call (free). "none" while the headroom is off or idle.
+function headroomCell(node) {
+  const cell = element("td", "headroom");
+  const { target, granted, free } = node.headroom;
+  const shown = RESOURCES.filter(([, base]) => target[base] > 0 || granted[base] > 0);
+  if (shown.length === 0) {
+    cell.classList.add("none");
+    cell.textContent = "none";
+    cell.title = `Headroom on ${node.name}: none`;
+    return cell;
+  }
+  const parts = [];
+  for (const [, base, display, heading] of shown) {
+    const line = element("div", "headroom-line");
+    line.dataset.resource = display;
+    line.append(element("span", "label", heading), ` ${target[display]} / `);
+    line.append(element("strong", "", String(free[display])));
+    cell.append(line);
+    parts.push(`${heading} target ${target[display]}, free ${free[display]}`);
+  }
+  cell.title = `Headroom on ${node.name}: ${parts.join("; ")}`;
+  return cell;
+}
+
 function nodeRow(node) {
   const row = element("tr");
   row.dataset.node = node.name;
@@ -162,6 +187,7 @@ function nodeRow(node) {
   name.append(element("span", "sub", `${count} holding${count === 1 ? "" : "s"}`));
   row.append(name);
   for (const resource of RESOURCES) row.append(bar(node, resource));
+  row.append(headroomCell(node));
   const admissible = element("td", node.admissible ? "admissible yes" : "admissible no");
   admissible.append(element("span", "verdict", node.admissible ? "yes" : "no"));
   if (node.reason) admissible.append(element("span", "reason", node.reason));
@@ -171,8 +197,9 @@ function nodeRow(node) {
 
 function signature(node) {
   // Everything drawn; timestamps alone do not redraw a row.
-  const { created_at, updated_at, holdings, ...rest } = node;
-  return JSON.stringify([rest, holdings.length]);
+  const { created_at, updated_at, holdings, headroom, ...rest } = node;
+  const { used_at, ...figures } = headroom;
+  return JSON.stringify([rest, figures, holdings.length]);
 }
 
 function renderNodes(nodes) {
