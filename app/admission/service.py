@@ -2,13 +2,14 @@
 
 1. Hold: the ledger's atomic check-and-hold, as PENDING when a gate must confirm; HELD at
    once when it fits what the gate's system already withholds (the headroom,
-   app.core.headroom), and then the gate is asked to refill that if it ran low.
+   app.core.headroom), and then the gate is asked to refill that, later, if it ran low.
 2. Confirm: the gate tells the external system and checks it agrees (e.g. pushes the
    lowered k8scpu counts and reads the node back).
 3. On refusal, undo the hold and tell the gate to restore what it pushed; on success,
    mark the holding HELD.
-A release removes the holding, then tells the gate; so does recording a pod that another
-scheduler already bound (the ledger takes the truth, Slurm must follow).
+A release removes the holding, then tells the gate (off the caller's path with a headroom
+configured); so does recording a pod that another scheduler already bound (the ledger
+takes the truth, Slurm must follow).
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ class AdmissionGate(Protocol):
         """Whether an admission inside the headroom the external system already withholds
         (app.core.headroom) may be HELD without ``confirm``."""
 
-    def refill(self, node: str) -> None:
-        """An admission inside ``node``'s headroom left it low: withhold more, later."""
+    def changed_later(self, node: str, reason: str) -> None:
+        """As ``changed``, off the caller's path: a headroom that ran low, or a release on
+        a node with a headroom (Slurm withholds more than needed until then, never less)."""
 
 
 class Admissions:
@@ -61,6 +63,8 @@ class Admissions:
         self.ledger = ledger
         self.gate = gate
         self.metrics = metrics
+        # With a headroom configured, a release reaches Slurm off the caller's path.
+        self._defer_releases = not ledger.headroom.amount.is_zero()
 
     @property
     def waits_on_network(self) -> bool:
@@ -88,7 +92,7 @@ class Admissions:
                 if admission.created:  # inside the headroom: no Slurm call
                     self.metrics.admitted_within_headroom()
                 if admission.refill:
-                    self.gate.refill(node)
+                    self.gate.changed_later(node, "headroom low")
                 return admission
             # A PENDING holding, new or left by an earlier try: the gate decides either way.
             try:
@@ -127,7 +131,10 @@ class Admissions:
         with log_context(holder=holder_id):
             holding = self.ledger.release(holder_id, kind, reason=reason)
             self.metrics.released(path)
-            self._gate_changed(holding.node)
+            if self._defer_releases and self.gate is not None:
+                self.gate.changed_later(holding.node, "released")
+            else:
+                self._gate_changed(holding.node)
         return holding
 
     def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:

@@ -18,9 +18,9 @@ The target's life: the first admission on an idle node sets it to the node's amo
 takes the Slurm path, whose push withholds held + target; admissions that fit what is
 granted are then confirmed at once, and one that leaves less free than the low-water
 mark asks for a refill (a push off the admission path). An admission that does not fit
-takes the Slurm path and grows the target by the grow step, up to its maximum, when
-Slurm already withheld the whole target (once per push, however many admissions of a
-burst outran it). After
+takes the Slurm path and grows the target by the grow step, up to its maximum, once
+a read-back showed Slurm withholding the current target (so a burst that outran a push
+grows it once, not once per admission). After
 ``idle_seconds`` without an admission the target goes back to zero and Slurm gets the
 headroom back.
 """
@@ -108,9 +108,9 @@ def admit_step(node: HeadroomNode, request: Resources, policy: HeadroomPolicy) -
         return AdmitStep(True, headroom.target, _low(headroom.granted - after, headroom, policy))
     if headroom.target.is_zero():
         return AdmitStep(False, amount)  # the first admission after idle: push the headroom
-    if not (held(node) + headroom.target).fits_within(headroom.granted):
-        # Slurm does not withhold the whole target yet (its push is under way): grow once
-        # per push, not once per admission of a burst that outran it.
+    if not headroom.target.fits_within(headroom.granted):
+        # No read-back has shown Slurm withholding this target yet (its push is under way):
+        # a burst that outran it grows it once, not once per admission.
         return AdmitStep(False, headroom.target)
     grown = headroom.target + _scaled(amount, policy.grow_step)
     return AdmitStep(False, grown.at_most(policy.maximum(amount)))

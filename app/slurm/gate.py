@@ -29,8 +29,8 @@ Slurm unreachable or refusing the token: reject with that reason (fail closed) u
 
 The headroom (app.core.headroom): an admission inside what Slurm was confirmed to withhold
 is HELD by the ledger without ``confirm``; the gate only opens that path (``headroom_open``:
-not while Slurm is set up so that it would drain the node) and refills a headroom that ran
-low (``refill``). An admission beyond it comes here, and its push withholds the headroom
+not while Slurm is set up so that it would drain the node), and pushes off the caller's
+path (``changed_later``: a headroom that ran low, a release on a node with a headroom). An admission beyond it comes here, and its push withholds the headroom
 again.
 """
 
@@ -72,7 +72,7 @@ class SlurmGate:
         fail_open: bool = False,
         jobs_on: JobsOn = _no_jobs,
         refusal: Refusal = _no_refusal,
-        refill: Callable[[str], None] = lambda _: None,
+        later: Callable[[str, str], None] | None = None,
     ) -> None:
         """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
         ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None."""
@@ -81,7 +81,7 @@ class SlurmGate:
         self.fail_open = fail_open
         self.jobs_on = jobs_on
         self.refusal = refusal
-        self.refill = refill
+        self.later = later
 
     def headroom_open(self) -> bool:
         """Whether an admission inside a node's headroom may skip ``confirm``."""
@@ -117,6 +117,12 @@ class SlurmGate:
 
     def changed(self, node: str) -> None:
         self.pusher.push(node, reason="holdings changed")
+
+    def changed_later(self, node: str, reason: str) -> None:
+        if self.later is None:
+            self.pusher.push(node, reason=reason)
+        else:
+            self.later(node, reason)
 
 
 def _jobs(jobs: Sequence[SlurmJob]) -> str:

@@ -13,11 +13,11 @@ from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics
 from app.outages import Dependency
 from app.slurm.client import SlurmClient
+from app.slurm.deferred import DeferredPushes
 from app.slurm.gate import SlurmGate
 from app.slurm.hints import JobHints
 from app.slurm.plugins import PluginCheck
 from app.slurm.push import Pusher
-from app.slurm.refill import HeadroomRefill
 from app.slurm.settings import SlurmSettings
 from app.slurm.sync import SlurmSync
 from app.slurm.tokens import FileToken, StaticToken, TokenSource
@@ -86,7 +86,7 @@ def build_slurm(
         if settings.plugin_check != "off"
         else None
     )
-    refill = HeadroomRefill(pusher)
+    deferred = DeferredPushes(pusher)
     gate = SlurmGate(
         pusher,
         caps,
@@ -94,9 +94,9 @@ def build_slurm(
         # Slurm's state as the sync's thread last published it.
         jobs_on=lambda name: sync.state.snapshot().jobs_on(name),
         refusal=plugins.refusal if plugins is not None else lambda: None,
-        refill=refill.request,
+        later=deferred.request,
     )
     components: tuple[Component, ...] = (
-        (sync, refill) if plugins is None else (sync, refill, plugins)
+        (sync, deferred) if plugins is None else (sync, deferred, plugins)
     )
     return SlurmParts(sync, gate, hints, components)

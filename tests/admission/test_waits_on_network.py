@@ -21,7 +21,7 @@ class _Gate:
     def headroom_open(self) -> bool:
         return False
 
-    def refill(self, node: str) -> None:
+    def changed_later(self, node: str, reason: str) -> None:
         """No headroom."""
 
 

@@ -91,10 +91,22 @@ def test_beyond_the_grant_takes_the_gate_and_grows_the_target_up_to_its_maximum(
     step = admit_step(busy, Resources(2500, GIB), POLICY)
     assert step is not None
     assert (step.fast, step.target) == (False, Resources(4000, 8 * GIB))
-    grown = replace(busy, headroom=NodeHeadroom(Resources(5000, 11 * GIB), busy.headroom.granted))
-    step = admit_step(grown, Resources(2500, GIB), POLICY)
+    large = Resources(5000, 11 * GIB)
+    grown = replace(busy, headroom=NodeHeadroom(large, Resources(6000, 12 * GIB)))
+    step = admit_step(grown, Resources(5500, GIB), POLICY)
     assert step is not None
     assert step.target == Resources(6000, 12 * GIB)  # 3 x the amount at most
+
+
+def test_a_burst_grows_the_target_once_per_push() -> None:
+    """Slurm does not withhold the grown target yet (its push is under way): the next
+    admission that does not fit waits for it rather than growing it again."""
+    pushing = node(
+        pods=Resources(1000, GIB), target=Resources(4000, 8 * GIB), granted=Resources(3000, 5 * GIB)
+    )
+    step = admit_step(pushing, Resources(2500, GIB), POLICY)
+    assert step is not None
+    assert (step.fast, step.target) == (False, Resources(4000, 8 * GIB))
 
 
 def test_the_kubernetes_cap_holds_inside_the_headroom_too() -> None:

@@ -33,12 +33,12 @@ def test_a_refill_push_that_raises_the_grant_shows_in_the_snapshot(database: Dat
     pusher = Pusher(FakeSlurm(slurm_node(), latency=0), ledger)  # type: ignore[arg-type]
     snapshot = NodeSnapshot(ledger)
 
-    def refill(node: str) -> None:
-        # The refill thread runs later: the snapshot may well refresh before it pushes.
+    def later(node: str, reason: str) -> None:
+        # The deferred pushes' thread runs later: the snapshot may refresh before it pushes.
         snapshot.views()
-        pusher.push(node, reason="headroom low")
+        pusher.push(node, reason=reason)
 
-    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps(), refill=refill))
+    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps(), later=later))
     for i in range(3):  # through Slurm (held 1 + target 2), then twice inside the grant
         admissions.admit("n1", Holder(HolderKind.POD, f"p{i}"), CPU)
     assert ledger.get_node("n1").headroom.granted == Resources(5000)  # refilled: 3 + 2

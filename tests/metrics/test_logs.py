@@ -34,7 +34,7 @@ class LoggingGate:
     def headroom_open(self) -> bool:
         return False
 
-    def refill(self, node: str) -> None:
+    def changed_later(self, node: str, reason: str) -> None:
         """No headroom."""
 
 

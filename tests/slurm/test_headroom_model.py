@@ -110,7 +110,7 @@ def test_jobs_and_pods_never_share_a_cpu_with_headroom_on_three_replicas(
     gates = [SlurmGate(Pusher(slurm, ledger), KubeCaps()) for ledger in ledgers]  # type: ignore[arg-type]
     services = [Admissions(ledger, gate) for ledger, gate in zip(ledgers, gates, strict=True)]
     for gate in gates:
-        gate.refill = gate.changed  # refill inline: more interleavings
+        gate.later = None  # push at once: more interleavings
     stop = threading.Event()
 
     def pods(worker: int) -> None:

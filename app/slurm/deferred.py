@@ -1,8 +1,9 @@
-"""Refill a node's headroom off the admission path: an admission confirmed inside the
-headroom that left it below its low-water mark queues the node here, and one thread
-pushes it (the push withholds held + target again, app.core.headroom). Each node is
-queued once however many admissions ask; a push that fails leaves the node owed to the
-Slurm sync (app.slurm.push), which pushes it at its next step."""
+"""Pushes off the caller's path: a headroom that ran low (an admission inside it left less
+than its low-water mark) and, on nodes with a headroom, a release. One thread pushes the
+nodes queued here, each once however many callers asked (the push withholds held +
+target as the ledger is then, app.core.headroom). Deferring a release is safe: until the
+push, Slurm withholds more than the ledger needs, never less. A push that fails leaves the
+node owed to the Slurm sync (app.slurm.push), which pushes it at its next step."""
 
 from __future__ import annotations
 
@@ -16,20 +17,20 @@ from app.slurm.push import Pusher
 log = logging.getLogger(__name__)
 
 
-class HeadroomRefill:
-    name = "headroom-refill"
+class DeferredPushes:
+    name = "deferred-pushes"
 
     def __init__(self, pusher: Pusher) -> None:
         self.pusher = pusher
-        self._queued: dict[str, None] = {}  # an ordered set: first asked, first pushed
+        self._queued: dict[str, str] = {}  # node -> reason, first asked first pushed
         self._changed = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def request(self, node: str) -> None:
+    def request(self, node: str, reason: str) -> None:
         with self._changed:
             if node not in self._queued:
-                self._queued[node] = None
+                self._queued[node] = reason
                 self._changed.notify()
 
     def start(self) -> None:
@@ -46,7 +47,7 @@ class HeadroomRefill:
 
     def health(self) -> Health:
         with self._changed:
-            return Health("ok", f"{len(self._queued)} node(s) to refill")
+            return Health("ok", f"{len(self._queued)} node(s) to push")
 
     def _run(self) -> None:
         while True:
@@ -56,8 +57,8 @@ class HeadroomRefill:
                 if self._stopping:
                     return
                 node = next(iter(self._queued))
-                del self._queued[node]
+                reason = self._queued.pop(node)
             try:
-                self.pusher.push(node, reason="headroom low")
-            except Exception as exc:  # the sync pushes the node later; keep refilling others
-                log_failure(log, f"refilling the headroom of {node} failed", exc)
+                self.pusher.push(node, reason=reason)
+            except Exception as exc:  # the sync pushes the node later; keep pushing others
+                log_failure(log, f"pushing {node} ({reason}) failed", exc)
