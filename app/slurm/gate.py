@@ -30,8 +30,8 @@ Slurm unreachable or refusing the token: reject with that reason (fail closed) u
 The headroom (app.core.headroom): an admission inside what Slurm was confirmed to withhold
 is HELD by the ledger without ``confirm``; the gate only opens that path (``headroom_open``:
 not while Slurm is set up so that it would drain the node), and pushes off the caller's
-path (``changed_later``: a headroom that ran low, a release on a node with a headroom). An admission beyond it comes here, and its push withholds the headroom
-again.
+path (``changed_later``: a headroom that ran low, a release on a node with a headroom).
+An admission beyond it comes here, and its push withholds the headroom again.
 """
 
 from __future__ import annotations
