@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Protocol
+
+from anyio import to_thread
 
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.records import (
@@ -31,7 +34,7 @@ from app.core.records import (
 from app.core.resources import Resources
 from app.ledger.service import Admission, Ledger
 from app.metrics.logs import log_context
-from app.metrics.registry import NO_METRICS, AdmissionPath, Metrics, ReleasePath
+from app.metrics.registry import NO_METRICS, AdmissionPath, AdmissionTimer, Metrics, ReleasePath
 
 log = logging.getLogger(__name__)
 
@@ -67,43 +70,89 @@ class Admissions:
         self._defer_releases = not ledger.headroom.amount.is_zero()
 
     @property
+    def holds_locally(self) -> bool:
+        """Whether the ledger's own part of an admission or release is a sub-millisecond
+        local transaction (SQLite), fit to run on the event loop."""
+        return self.ledger.db.is_sqlite
+
+    @property
     def waits_on_network(self) -> bool:
         """Whether admit/release may wait on another host (slurmrestd, PostgreSQL). If not
         (an SQLite ledger, no gate), each is a sub-millisecond local transaction."""
-        return self.gate is not None or not self.ledger.db.is_sqlite
+        return self.gate is not None or not self.holds_locally
+
+    @property
+    def release_waits_on_network(self) -> bool:
+        """As ``waits_on_network``, for a release: one pushed later waits on nothing."""
+        return not self.holds_locally or (self.gate is not None and not self._defer_releases)
 
     def admit(
         self, node: str, holder: Holder, requests: Resources, *, path: AdmissionPath = "rest"
     ) -> Admission:
         """``path``: the way in, for the metrics (rest, extender, genericnode)."""
         with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
-            if self.gate is None:
-                with timer.phase("ledger"):
-                    return self.ledger.admit(node, holder, requests)
-            with timer.phase("ledger"):
-                admission = self.ledger.admit(
-                    node,
-                    holder,
-                    requests,
-                    state=HoldingState.PENDING,
-                    headroom=self.gate.headroom_open(),
-                )
-            if admission.holding.state is HoldingState.HELD:
-                if admission.created:  # inside the headroom: no Slurm call
-                    self.metrics.admitted_within_headroom()
-                if admission.refill:
-                    self.gate.changed_later(node, "headroom low")
+            admission = self._hold(node, holder, requests, timer)
+            if self._decided(admission):
                 return admission
-            # A PENDING holding, new or left by an earlier try: the gate decides either way.
-            try:
-                with timer.phase("slurm"):
-                    self.gate.confirm(admission.holding)
-            except Exception as exc:
-                self._undo(holder, exc)
-                raise
-            with timer.phase("ledger"):
-                held = self.ledger.confirm(holder.kind, holder.id)
-            return Admission(held, admission.created)
+            return self._confirm(admission, timer)
+
+    async def admit_async(
+        self, node: str, holder: Holder, requests: Resources, *, path: AdmissionPath = "rest"
+    ) -> Admission:
+        """``admit`` for the event loop: whatever may wait on another host runs in a worker
+        thread, and only that. On SQLite the ledger's hold runs here, so an admission inside
+        the headroom costs no thread hop (~0.5 ms of GIL hand-offs, a third of it)."""
+        if not self.waits_on_network:
+            return self.admit(node, holder, requests, path=path)
+        if not self.holds_locally:
+            return await to_thread.run_sync(partial(self.admit, node, holder, requests, path=path))
+        with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
+            admission = self._hold(node, holder, requests, timer)
+            if self._decided(admission):
+                return admission
+            return await to_thread.run_sync(self._confirm, admission, timer)
+
+    def _hold(
+        self, node: str, holder: Holder, requests: Resources, timer: AdmissionTimer
+    ) -> Admission:
+        """The ledger's hold: HELD without a gate or inside the node's headroom, else
+        PENDING for the gate to confirm."""
+        with timer.phase("ledger"):
+            if self.gate is None:
+                return self.ledger.admit(node, holder, requests)
+            return self.ledger.admit(
+                node,
+                holder,
+                requests,
+                state=HoldingState.PENDING,
+                headroom=self.gate.headroom_open(),
+            )
+
+    def _decided(self, admission: Admission) -> bool:
+        """Whether the hold is the answer (HELD); for one inside the headroom, count it and
+        have the headroom refilled if it ran low."""
+        if admission.holding.state is not HoldingState.HELD:
+            return False
+        if self.gate is not None:
+            if admission.created:  # inside the headroom: no Slurm call
+                self.metrics.admitted_within_headroom()
+            if admission.refill:
+                self.gate.changed_later(admission.holding.node, "headroom low")
+        return True
+
+    def _confirm(self, admission: Admission, timer: AdmissionTimer) -> Admission:
+        """A PENDING holding, new or left by an earlier try: the gate decides either way."""
+        assert self.gate is not None
+        holder = admission.holding.holder
+        try:
+            with timer.phase("slurm"):
+                self.gate.confirm(admission.holding)
+        except Exception as exc:
+            self._undo(holder, exc)
+            raise
+        with timer.phase("ledger"):
+            held = self.ledger.confirm(holder.kind, holder.id)
+        return Admission(held, admission.created)
 
     def _undo(self, holder: Holder, cause: Exception) -> None:
         reason = cause.message if isinstance(cause, AdmissionRejected) else f"gate failed: {cause}"

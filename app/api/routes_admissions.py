@@ -20,9 +20,9 @@ T = TypeVar("T")
 async def _run(
     admissions: Admissions, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs
 ) -> T:
-    """Run an admission call off the event loop only when it may wait on the network: the
-    worker-thread hop costs ~0.5 ms of GIL hand-offs, a third of a local admission."""
-    if admissions.waits_on_network:
+    """Run a release off the event loop only when it may wait on the network: the
+    worker-thread hop costs ~0.5 ms of GIL hand-offs, a third of a local release."""
+    if admissions.release_waits_on_network:
         return await run_in_threadpool(call, *args, **kwargs)
     return call(*args, **kwargs)
 
@@ -47,15 +47,10 @@ router = APIRouter(prefix="/v1", tags=["admissions"])
     dependencies=[require("create", "admissions", name=body("node"))],
 )
 async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response) -> HoldingOut:
-    # async, with at most one worker-thread hop (in _run): a sync endpoint would also hop
-    # for response validation.
-    admission = await _run(
-        admissions,
-        admissions.admit,
-        body.node,
-        body.holder.holder(),
-        body.requests.resources(),
-        path="rest",
+    # async, with at most one worker-thread hop (in admit_async): a sync endpoint would
+    # also hop for response validation.
+    admission = await admissions.admit_async(
+        body.node, body.holder.holder(), body.requests.resources(), path="rest"
     )
     if not admission.created:
         response.status_code = 200

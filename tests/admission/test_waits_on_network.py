@@ -29,3 +29,4 @@ class _Gate:
 def test_only_a_local_ungated_ledger_runs_inline(database: Database, gated: bool) -> None:
     admissions = Admissions(Ledger(database), _Gate() if gated else None)
     assert admissions.waits_on_network is (gated or not database.is_sqlite)
+    assert admissions.holds_locally is database.is_sqlite
