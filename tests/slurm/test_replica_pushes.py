@@ -14,8 +14,10 @@ import pytest
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
-from app.core.counts import SlurmUnits, desired_counts, withheld
-from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.counts import SlurmUnits, desired_counts, held_units, withheld
+from app.core.gres import gres_count
+from app.core.headroom import HeadroomPolicy
+from app.core.records import EventKind, Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.db.locks import Leadership
@@ -51,6 +53,15 @@ class OverlapWatch(FakeSlurm):
 def replica_ledgers(database_url: str) -> Iterator[list[Ledger]]:
     databases = [Database.from_url(database_url, pool_size=20) for _ in range(REPLICAS)]
     yield [Ledger(db) for db in databases]
+    for db in databases:
+        db.dispose()
+
+
+@pytest.fixture
+def headroom_ledgers(database_url: str) -> Iterator[list[Ledger]]:
+    databases = [Database.from_url(database_url, pool_size=20) for _ in range(REPLICAS)]
+    policy = HeadroomPolicy(amount=Resources(1000, GIB), caps=KubeCaps())
+    yield [Ledger(db, headroom=policy) for db in databases]
     for db in databases:
         db.dispose()
 
@@ -106,3 +117,32 @@ def test_one_replica_leads_and_the_role_moves_when_it_dies(postgres_url: str) ->
     finally:
         for db in databases:
             db.dispose()
+
+
+def test_with_a_headroom_pushes_never_overlap_and_slurm_withholds_what_pods_hold(
+    headroom_ledgers: list[Ledger],
+) -> None:
+    """Admissions inside the headroom push nothing, so the counts end at least (not exactly)
+    what the ledger holds; the pushes that do run still never overlap."""
+    headroom_ledgers[0].upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    slurm = OverlapWatch()
+    admissions = [
+        Admissions(ledger, SlurmGate(Pusher(slurm, ledger), KubeCaps()))  # type: ignore[arg-type]
+        for ledger in headroom_ledgers
+    ]
+
+    def churn(i: int) -> None:
+        holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
+        admissions[i % REPLICAS].admit("n1", holder, Resources(250, GIB // 2))
+        if i % 3 == 0:
+            admissions[(i + 1) % REPLICAS].release(holder.id, HolderKind.POD)
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        list(pool.map(churn, range(36)))
+    assert slurm.most_in_flight == 1
+    view = headroom_ledgers[1].get_node("n1")
+    left = desired_counts(slurm_node(), held_units(view))
+    assert gres_count(slurm.node.gres, "k8scpu") <= left.k8scpu
+    assert gres_count(slurm.node.gres, "k8smemory") <= left.k8smemory
+    within = headroom_ledgers[0].events(kind=EventKind.ADMITTED, limit=100)
+    assert any(e.details.get("within_headroom") for e in within)
