@@ -14,7 +14,9 @@ the same run:
   pods accumulate on the node and are released all together once ``--fill`` are held
   (releases timed too). With the headroom on, split by what each admission's ADMITTED
   event says: confirmed inside the headroom (no Slurm call) or through Slurm;
-- burst: ``--burst-pods`` pods spread over every Slurm node of the cluster, submitted
+- burst: ``--burst-pods`` pods spread over ``--nodes`` Slurm nodes n1..nN (default: every
+  node of the cluster; the issue's burst is 200 pods over 20 nodes, a cluster brought up
+  with NODELEDGER_SLURM_NODES=20), submitted
   concurrently (``--concurrency`` requests in flight), off and on alternately; "cold" on
   nodes just handed to the service (no headroom yet), then "warm" once they are released
   (the headroom kept, as within its idle time);
@@ -26,8 +28,8 @@ the same run:
 - targets: the issue's (on: within-headroom p50 <= 1x, burst <= 2x the raw update p50)
   next to what the run measured.
 
-    python -m bench.headroom [--samples 300] [--rounds 10] [--burst-pods 200] [--bursts 2]
-        [--jobs 3] [--slurm 26.05]
+    [NODELEDGER_SLURM_NODES=20] python -m bench.headroom [--samples 300] [--rounds 10]
+        [--burst-pods 200] [--nodes N] [--bursts 2] [--jobs 3] [--slurm 26.05]
 
 Needs the node_features plugin (Slurm >= 25.11 refuses the headroom's path without it): the
 test cluster loads it.
@@ -123,7 +125,7 @@ class Service:
             # A Slurm job's holding goes with the sync's next look at the node.
             wait_until(partial(self.delete, node), 30, what=f"{node} deleted")
         for node in nodes:
-            slurm.set_gres(node, SlurmCluster.FULL_GRES[node])
+            slurm.set_gres(node, SlurmCluster.full_gres(node))
             slurm.rest("POST", f"node/{node}", json={"extra": ""}).raise_for_status()
 
     def delete(self, node: str) -> bool:
@@ -222,7 +224,7 @@ def raw_updates(slurm: SlurmCluster, node: str, count: int) -> list[float]:
     """``count`` raw node updates of ``node`` (its k8scpu count between 16 and 15)."""
     headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
     url = f"{slurm.url}/slurm/{REST_API}/node/{node}"
-    full = SlurmCluster.FULL_GRES[node]
+    full = SlurmCluster.full_gres(node)
     with httpx.Client(headers=headers, timeout=10) as client:
         client.post(url, json={"gres": full})  # warm the connection
         return [
@@ -317,7 +319,7 @@ async def _raw_burst(
 
         async def update(i: int) -> None:
             node = nodes[i % len(nodes)]
-            full = SlurmCluster.FULL_GRES[node]
+            full = SlurmCluster.full_gres(node)
             body = {"gres": full.replace("k8scpu:16", f"k8scpu:{16 - i // len(nodes) % 2}")}
             url = f"{slurm.url}/slurm/{REST_API}/node/{node}"
             async with gate:
@@ -670,6 +672,11 @@ def main() -> None:
     parser.add_argument("--pod-cpu", default="250m")
     parser.add_argument("--pod-memory", default="256Mi")
     parser.add_argument("--burst-pods", type=int, default=200)
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        help="burst nodes n1..nN (default: every node of the cluster, NODELEDGER_SLURM_NODES)",
+    )
     parser.add_argument("--bursts", type=int, default=2, help="cold + warm bursts per config")
     parser.add_argument("--concurrency", type=int, default=16, help="burst requests in flight")
     parser.add_argument("--burst-cpu", default="100m")
@@ -686,8 +693,13 @@ def main() -> None:
     load_start = [round(x, 2) for x in os.getloadavg()]
     cluster_sh(args.slurm, "up", timeout=1800)
     slurm = SlurmCluster.from_env(args.slurm)
+    if args.nodes is not None and not 1 <= args.nodes <= len(slurm.nodes):
+        parser.error(
+            f"--nodes {args.nodes}: the cluster has {len(slurm.nodes)} nodes; "
+            f"NODELEDGER_SLURM_NODES={args.nodes} brings it up with more"
+        )
     slurm.reset()
-    nodes = list(slurm.nodes)
+    nodes = list(slurm.nodes[: args.nodes])  # the burst's
     single: dict[str, Filler] = {}
     bursts: list[Burst] = []
     raw_burst: list[float] = []
@@ -732,7 +744,7 @@ def main() -> None:
             after = {name: svc[name].metrics() for name in CONFIGS}
             for name in CONFIGS:
                 svc[name].give_back([SINGLE_NODE[name]], slurm)
-            # Bursts over every node, the configurations alternating.
+            # Bursts over the burst's nodes, the configurations alternating.
             phase_start["burst"] = time.time()
             for r in range(args.bursts):
                 for name in alternate(r):
@@ -746,7 +758,7 @@ def main() -> None:
                 slurm.reset()
             # Jobs beside pods: do they start with the headroom withheld too?
             phase_start["jobs"] = time.time()
-            with blockers(slurm, [n for n in nodes if n != JOB_NODE]):
+            with blockers(slurm, [n for n in slurm.nodes if n != JOB_NODE]):
                 for name in CONFIGS:
                     svc[name].take([JOB_NODE])
                     jobs[name] = job_probes(svc[name], slurm, args, f"j-{name}")
@@ -774,14 +786,14 @@ def main() -> None:
         "slurm": f"{slurm.release} (real slurmctld + slurmrestd, JWT)",
         "database": "sqlite",
         "nodes": {
-            "used": len(nodes),
+            "cluster": len(slurm.nodes),
+            "burst": len(nodes),
             "names": nodes,
             "size": f"{NODE_CPUS} CPUs, {NODE_MEMORY_MIB} MiB",
-            "why": "the issue's burst is 200 pods over 20 nodes; testenv/slurm/cluster.sh "
-            "runs three slurmd (n1-n3) and has no setting for more (NODELEDGER_SLURM_SCALE_"
-            "NODES adds nodes that never register: DOWN, so not admissible), and every "
-            "ledger node must be a real Slurm node for the push, so each burst spreads its "
-            "pods over these three",
+            "how": "every one a registered slurmd (testenv/slurm/cluster.sh, "
+            "NODELEDGER_SLURM_NODES; n3 has the GPUs), all on this host: the issue's burst "
+            "is 200 pods over 20 nodes; single admissions use n1-n3, job probes n3 with "
+            "every other node of the cluster blocked",
         },
         "headroom": {
             "cpu": args.headroom_cpu,

@@ -5,7 +5,11 @@ that node's row lock (``SELECT ... FOR UPDATE`` on PostgreSQL). SQLite has no ro
 so write transactions start with ``BEGIN IMMEDIATE``, which takes the database write lock
 up front: writers serialize, readers (WAL) never block. Inside one process SQLite writers
 also queue on a lock of our own first, because SQLite's busy handler waits by sleeping
-(up to 100 ms a try) where a queue hands over at once. Either way two admissions racing
+(up to 100 ms a try) where a queue hands over at once. That lock is taken only with a
+connection in hand: a node lock's holder (app.db.locks) takes it on the connection it
+holds, so a writer that held it while waiting for a pooled connection would wait on that
+holder, and the holder on it, whenever node locks fill the pool (pushes to 15 nodes at
+once). Either way two admissions racing
 for the last CPU see each other's holdings, in one process or in several.
 """
 
@@ -97,7 +101,13 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A write transaction: committed on success, rolled back on any exception."""
-        with self._write_lock or nullcontext(), self._writer.begin() as session:
+        # The connection before the lock (module docstring); the session runs on it.
+        with (
+            self._write_engine.connect() as connection,
+            self._write_lock or nullcontext(),
+            self._writer(bind=connection) as session,
+            session.begin(),
+        ):
             yield session
         self._notify()
 
@@ -106,7 +116,11 @@ class Database:
         """The same write transaction on a bare Core connection, for the hot paths (admit,
         release): their prebuilt statements need no unit of work, and skipping the
         Session saves a fifth of their cost."""
-        with self._write_lock or nullcontext(), self._write_engine.begin() as connection:
+        with (
+            self._write_engine.connect() as connection,
+            self._write_lock or nullcontext(),
+            connection.begin(),
+        ):
             yield connection
         self._notify()
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A real Slurm cluster for tests: Debian trixie in a chroot, built from nothing and cached;
-# slurmctld, three emulated slurmd nodes and slurmrestd (JWT) on loopback.
+# slurmctld, emulated slurmd nodes (three unless NODELEDGER_SLURM_NODES says otherwise) and
+# slurmrestd (JWT) on loopback.
 #
 #   cluster.sh build            chroot + Slurm + its configured source tree (cached)
 #   cluster.sh source           print the configured source tree (for slurm-plugins/),
@@ -28,6 +29,9 @@
 # version has its own cache, ports and runtime link, so clusters of different versions run
 # side by side.
 # NODELEDGER_SLURM_RESTD_ADDRESS=IP: slurmrestd also listens on IP (pods reach it there).
+# NODELEDGER_SLURM_NODES=N (3 to 99, default 3) runs N slurmd nodes n1..nN, each 16 CPUs
+# and 32000 MB, n3 with its four GPUs: registered (IDLE) nodes a bench can spread pods over
+# (bench/headroom). Set it for every command of that cluster, not only `up`.
 # NODELEDGER_SLURM_SCALE_NODES=N adds N nodes s1..sN (partition "scale") that have no slurmd
 # and never register, and room for 50,000 jobs: the scale bench's cluster (bench/scale).
 # Daemons run in a private mount namespace (only /proc is mounted, the host sees nothing);
@@ -64,14 +68,22 @@ PLUGINS="${NODELEDGER_SLURM_PLUGINS:-on}"
 # bridge, so that pods reach it: a loopback listener is not reachable from a pod.
 RESTD_ADDRESS="${NODELEDGER_SLURM_RESTD_ADDRESS:-}"
 SCALE_NODES="${NODELEDGER_SLURM_SCALE_NODES:-0}"
+NODE_COUNT="${NODELEDGER_SLURM_NODES:-3}"
+# At least n1-n3 (the tests name them); at most what fits below PORT_BASE + 200.
+if ! [[ $NODE_COUNT =~ ^[0-9]+$ ]] || [ "$NODE_COUNT" -lt 3 ] || [ "$NODE_COUNT" -gt 99 ]; then
+  die "NODELEDGER_SLURM_NODES=$NODE_COUNT: expected a number of nodes from 3 to 99"
+fi
 
 # Non-default ports. A second cluster of the same version (own NODELEDGER_CACHE and
 # NODELEDGER_RUNDIR) can run beside the first with another NODELEDGER_SLURM_PORT_BASE.
 PORT_BASE="${NODELEDGER_SLURM_PORT_BASE:-$PORTS}"
 CTLD_PORT=$((PORT_BASE + 17))
 RESTD_PORT=$((PORT_BASE + 20))
-NODES=(n1 n2 n3)
-NODE_PORTS=($((PORT_BASE + 101)) $((PORT_BASE + 102)) $((PORT_BASE + 103)))
+# Ports: slurmctld +17, slurmrestd +20, the scale nodes' closed port +99, node nI +100+I.
+NODES=() NODE_PORTS=()
+for ((i = 1; i <= NODE_COUNT; i++)); do
+  NODES+=("n$i") NODE_PORTS+=($((PORT_BASE + 100 + i)))
+done
 RUN=/srv/run            # runtime state, inside the chroot
 TOKEN_FILE="$RUN/slurm.jwt"
 REST_API=v0.0.42        # the one slurmrestd API version that 24.11, 25.11 and 26.05 all serve
@@ -585,7 +597,11 @@ logs_tail() {
 
 # What a running cluster was brought up with: one brought up by another version of this
 # script (its slurm.conf, the hint hook) is restarted, never reused as it is.
-recipe() { cat "$REPO/testenv/slurm/cluster.sh" "$REPO/slurm-plugins/hooks/nodeledger-job-hint" | sha256sum | cut -c1-16; }
+# The node count too: a cluster of another size is restarted as well.
+recipe() {
+  { cat "$REPO/testenv/slurm/cluster.sh" "$REPO/slurm-plugins/hooks/nodeledger-job-hint"
+    echo "nodes=$NODE_COUNT"; } | sha256sum | cut -c1-16
+}
 
 up() {
   build
@@ -596,7 +612,7 @@ up() {
   down >/dev/null 2>&1 || true
   local started=$SECONDS
   rm -rf "${ROOT:?}$RUN"
-  mkdir -p "$ROOT$RUN"/{state,log} "$ROOT$RUN/spool"/{n1,n2,n3}
+  mkdir -p "$ROOT$RUN"/{state,log} "${NODES[@]/#/$ROOT$RUN/spool/}"
   in_root chown -R slurm:slurm "$RUN/state"
   chmod 777 "$ROOT$RUN/log"
   write_config
@@ -651,7 +667,8 @@ case "${1:-}" in
     echo "export SLURM_SRC=$ROOT/usr/src/slurm"
     echo "export SLURM_VERSION=$version"
     echo "export SLURM_PLUGIN_DIR=$PLUGIN_DIR"
-    echo "export SLURM_HINT_CONFIG=$ROOT$HINT_CONFIG" ;;
+    echo "export SLURM_HINT_CONFIG=$ROOT$HINT_CONFIG"
+    echo "export SLURM_NODES=$(IFS=,; echo "${NODES[*]}")" ;;
   exec) shift; cd / && in_cluster "$@" ;;
   restart-ctld)
     in_cluster scontrol shutdown slurmctld >/dev/null 2>&1 || true

@@ -104,6 +104,7 @@ class SlurmCluster:
     url: str
     token_file: Path
     user: str
+    # n1..nN: three unless cluster.sh ran with NODELEDGER_SLURM_NODES.
     nodes: tuple[str, ...] = ("n1", "n2", "n3")
     # The job hint hook's configuration (slurm-plugins/hooks/nodeledger-job-hint), seen
     # from the host; absent: the hook does nothing.
@@ -121,6 +122,7 @@ class SlurmCluster:
             env["SLURMRESTD_URL"],
             Path(env["SLURM_JWT_TOKEN_FILE"]),
             env["SLURM_USER"],
+            nodes=tuple(env.get("SLURM_NODES", "n1,n2,n3").split(",")),
             hint_config=Path(env["SLURM_HINT_CONFIG"]) if "SLURM_HINT_CONFIG" in env else None,
             script_env=dict(script_env or {}),
         )
@@ -209,6 +211,11 @@ class SlurmCluster:
         "n3": "k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4",
     }
 
+    @classmethod
+    def full_gres(cls, node: str) -> str:
+        """A node's GRES as the cluster starts: n4..nN are like n1 (no GPUs)."""
+        return cls.FULL_GRES.get(node, cls.FULL_GRES["n1"])
+
     def rest(self, method: str, path: str, *, timeout: float = 10, **kwargs: Any) -> httpx.Response:
         headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token}
         url = f"{self.url}/slurm/{REST_API}/{path}"
@@ -252,7 +259,8 @@ class SlurmCluster:
     def reset(self) -> None:
         """No jobs, full counts, no nodeledger token in ``extra``, every node usable."""
         self.cancel_all()
-        for node, gres in self.FULL_GRES.items():
+        for node in self.nodes:
+            gres = self.full_gres(node)
             self.rest("POST", f"node/{node}", json={"gres": gres, "extra": ""}).raise_for_status()
             if {"DRAIN", "DOWN"} & set(self.node(node)["state"]):
                 self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
