@@ -11,6 +11,7 @@ import logging
 import threading
 
 from app.core.components import Health
+from app.core.ledger_errors import NodeNotFound
 from app.outages import log_failure
 from app.slurm.push import Pusher
 
@@ -60,5 +61,7 @@ class DeferredPushes:
                 reason = self._queued.pop(node)
             try:
                 self.pusher.push(node, reason=reason)
+            except NodeNotFound:
+                log.debug("%s was deleted before its push (%s)", node, reason)
             except Exception as exc:  # the sync pushes the node later; keep pushing others
                 log_failure(log, f"pushing {node} ({reason}) failed", exc)
