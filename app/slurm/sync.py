@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from app.core.components import Health
 from app.core.ledger_errors import LedgerError
@@ -240,20 +240,18 @@ class SlurmSync:
     def _push_owed(self) -> list[str]:
         """Push the nodes whose last push failed (admitted while Slurm was unreachable, with
         ``fail_open``): Slurm did not change, so nothing else here would look at them."""
-        failures = []
-        for name in self.pusher.owed():
-            try:
-                self.pusher.push(name, reason="retry")
-            except (SlurmError, LedgerError) as exc:
-                failures.append(f"{name}: {exc}")
-        return failures
+        return self._push_each(self.pusher.owed(), "retry")
 
     def _settle_headroom(self) -> list[str]:
         """Give Slurm back the headroom of nodes idle long enough (app.core.headroom)."""
+        return self._push_each(self.ledger.settle_headroom(), "headroom idle")
+
+    def _push_each(self, names: Iterable[str], reason: str) -> list[str]:
+        """Push each node; failures, by node."""
         failures = []
-        for name in self.ledger.settle_headroom():
+        for name in names:
             try:
-                self.pusher.push(name, reason="headroom idle")
+                self.pusher.push(name, reason=reason)
             except (SlurmError, LedgerError) as exc:
                 failures.append(f"{name}: {exc}")
         return failures

@@ -18,12 +18,6 @@ from tests.support.slurm_fixtures import register_nodes, slurm_settings
 pytestmark = pytest.mark.slurm
 
 
-@pytest.fixture
-def restd_restarted(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
-    yield slurm
-    slurm.start_restd()
-
-
 def readyz(api: TestClient) -> dict[str, object]:
     body: dict[str, object] = api.get("/readyz").json()
     return body

@@ -116,12 +116,6 @@ def test_the_headroom_survives_a_slurmctld_restart_or_reconfigure(
     slurm.scancel(job)
 
 
-@pytest.fixture
-def restd_restarted(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
-    yield slurm
-    slurm.start_restd()
-
-
 def test_slurm_unreachable_admits_inside_the_headroom_only(
     headroom_api: TestClient, restd_restarted: SlurmCluster
 ) -> None:

@@ -60,3 +60,10 @@ def slurm_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
     with TestClient(create_app(slurm_settings(slurm, sqlite_url))) as api:
         register_nodes(api)
         yield api
+
+
+@pytest.fixture
+def restd_restarted(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The cluster, with slurmrestd started again after the test (which may stop it)."""
+    yield slurm
+    slurm.start_restd()
