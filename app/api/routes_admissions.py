@@ -1,31 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Literal, ParamSpec, TypeVar
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Response
-from fastapi.concurrency import run_in_threadpool
 
-from app.admission.service import Admissions
 from app.api import links
 from app.api.deps import AdmissionsDep
 from app.api.schemas import HOLDER_ID_PATTERN, AdmissionIn, ErrorOut, HoldingOut
 from app.auth.guard import body, path, require
 from app.core.records import HolderKind
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-async def _run(
-    admissions: Admissions, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs
-) -> T:
-    """Run a release off the event loop only when it may wait on the network: the
-    worker-thread hop costs ~0.5 ms of GIL hand-offs, a third of a local release."""
-    if admissions.release_waits_on_network:
-        return await run_in_threadpool(call, *args, **kwargs)
-    return call(*args, **kwargs)
-
 
 router = APIRouter(prefix="/v1", tags=["admissions"])
 
@@ -75,6 +58,4 @@ async def release(
     ] = None,
 ) -> HoldingOut:
     holder_kind = HolderKind(kind) if kind is not None else None
-    return HoldingOut.of(
-        await _run(admissions, admissions.release, holder_uid, holder_kind, path="rest")
-    )
+    return HoldingOut.of(await admissions.release_async(holder_uid, holder_kind, path="rest"))
