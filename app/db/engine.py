@@ -128,11 +128,7 @@ class Database:
     def transaction(self, connection: Connection, *, write: bool) -> Iterator[Connection]:
         """A transaction on a connection the caller holds (a node lock's, app.db.locks):
         committed on success; a write one as ``write_statements``'."""
-        if not write:
-            with connection.begin():
-                yield connection
-            return
-        if self._write_lock is None:
+        if not write or self._write_lock is None:
             with connection.begin():
                 yield connection
         else:
@@ -143,7 +139,8 @@ class Database:
                         yield connection
                 finally:
                     connection.execution_options(sqlite_begin="DEFERRED")
-        self._notify()
+        if write:
+            self._notify()
 
     def _notify(self) -> None:
         for listener in self._committed:

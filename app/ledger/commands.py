@@ -138,26 +138,26 @@ class LedgerCommands:
         """Apply the headroom's idle time and maxima (app.core.headroom.settled_target) to
         every node with a headroom target; the nodes whose target changed, to push."""
         now = self.clock()
+        # A read first: most steps find nothing to settle and take no write lock.
         with self.store.read() as reader:
-            due = [row.name for row in reader.nodes_with_headroom() if self._settled(row, now)]
+            due = {row.name for row in reader.nodes_with_headroom() if self._settled(row, now)}
         if not due:
             return []
         changed: list[str] = []
         with self.store.write() as repo:
             for row in repo.nodes_with_headroom(lock=True):
-                if row.name not in due or (target := self._settled(row, now)) is None:
-                    continue
-                current = node_headroom(row)
-                repo.set_headroom(row.id, replace(current, target=target))
-                repo.insert_event(events.headroom_settled(now, row.name, current, target))
-                changed.append(row.name)
+                if row.name in due and (settled := self._settled(row, now)) is not None:
+                    current, target = settled
+                    repo.set_headroom(row.id, replace(current, target=target))
+                    repo.insert_event(events.headroom_settled(now, row.name, current, target))
+                    changed.append(row.name)
         return changed
 
-    def _settled(self, row: NodeRow, now: datetime) -> Resources | None:
-        """The node's settled target when it differs from the current one, else None."""
+    def _settled(self, row: NodeRow, now: datetime) -> tuple[NodeHeadroom, Resources] | None:
+        """The node's headroom and its settled target when that differs, else None."""
         current = node_headroom(row)
         target = settled_target(row.labels or {}, current, self.headroom, now)
-        return None if target == current.target else target
+        return None if target == current.target else (current, target)
 
     def delete_node(self, name: str) -> None:
         with self.store.write() as repo:

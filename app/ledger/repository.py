@@ -52,20 +52,6 @@ EVENTS = cast(Table, EventRow.__table__)
 
 # Hot-path statements, built once: constructing a statement costs more than running it.
 _LOCK_NODE = select(NODES).where(NODES.c.name == bindparam("name")).with_for_update()
-_HEADROOM_COLUMNS = (
-    "headroom_cpu_millis",
-    "headroom_memory_bytes",
-    "headroom_gpus",
-    "granted_cpu_millis",
-    "granted_memory_bytes",
-    "granted_gpus",
-    "headroom_used_at",
-)
-_SET_HEADROOM = (
-    update(NODES)
-    .where(NODES.c.id == bindparam("node_id"))
-    .values({name: bindparam(f"new_{name}") for name in _HEADROOM_COLUMNS})
-)
 _LOCK_NODE_ID = select(NODES.c.name).where(NODES.c.id == bindparam("node_id")).with_for_update()
 _HELD_ON = (
     select(
@@ -258,6 +244,14 @@ def headroom_values(headroom: NodeHeadroom) -> dict[str, Any]:
         "granted_gpus": granted.gpus,
         "headroom_used_at": headroom.used_at,
     }
+
+
+# Hot path too (an admission records its use of the headroom): built once.
+_SET_HEADROOM = (
+    update(NODES)
+    .where(NODES.c.id == bindparam("node_id"))
+    .values({name: bindparam(f"new_{name}") for name in headroom_values(NO_HEADROOM)})
+)
 
 
 def _node_view(row: NodeRow | Row[Any], holdings: list[Holding]) -> NodeView:

@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from app.core.ledger_errors import NodeNotFound
-from app.core.records import EventKind, NodeView
+from app.core.records import NodeView
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.db.locks import node_lock
@@ -125,8 +125,5 @@ class ExclusiveNode:
                 repo.insert_event(event)
             if granted is not None and granted != current.granted:
                 repo.set_headroom(row.id, replace(current, granted=granted))
-                if event is None or event["kind"] != EventKind.HEADROOM.value:
-                    now = self.clock() if event is None else event["at"]
-                    repo.insert_event(
-                        events.headroom_granted(now, self.name, current.granted, granted)
-                    )
+                now = self.clock() if event is None else event["at"]
+                repo.insert_event(events.headroom_granted(now, self.name, current.granted, granted))

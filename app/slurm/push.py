@@ -40,7 +40,6 @@ from app.core.counts import (
     slurm_grant,
     withheld,
 )
-from app.core.presentation import describe_resources
 from app.core.records import EventKind, NodeView
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmNode
@@ -180,14 +179,6 @@ class Pusher:
                     details={"gres": pushed[-1], "withheld": _units(held)},
                 )
                 log.debug("pushed %s to %s (%s)", pushed[-1], view.slurm_name, reason)
-            elif granted != view.headroom.granted:
-                event = event_values(
-                    self.ledger.clock(),
-                    EventKind.HEADROOM,
-                    name,
-                    f"Slurm leaves {describe_resources(granted)} to Kubernetes on node "
-                    f"{view.slurm_name}",
-                )
             exclusive.finish(granted if granted != view.headroom.granted else None, event)
         return PushResult(view, node, held, held_units(view), updated=bool(pushed), drifted=drifted)
 
