@@ -6,9 +6,10 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import LedgerDep
 from app.api.schemas import NAME_PATTERN, EventOut, UtcTime
+from app.auth.guard import require_read
 from app.core.records import EventKind
 
-router = APIRouter(prefix="/v1", tags=["events"])
+router = APIRouter(prefix="/v1", tags=["events"], dependencies=[require_read("list", "events")])
 MAX_EVENT_ID = 2**63 - 1  # a 64-bit id column: a larger cursor cannot even be compared
 
 

@@ -26,6 +26,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Set in a pooled SQLite connection's info while its transactions are writes.
+_BEGIN_IMMEDIATE = "nodeledger.begin_immediate"
 
 
 def is_sqlite(url: str) -> bool:
@@ -43,7 +45,7 @@ def normalize_url(url: str) -> str:
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" hook below issue BEGIN instead of pysqlite.
+        # The dialect's do_begin below issues BEGIN instead of pysqlite.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
@@ -52,10 +54,25 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 
-    @event.listens_for(engine, "begin")
-    def _begin(connection: Any) -> None:
-        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        connection.exec_driver_sql(f"BEGIN {mode}")
+    # BEGIN from the dialect, not from a "begin" connection event (SQLAlchemy's recipe):
+    # any connection event makes SQLAlchemy dispatch events around every statement,
+    # a fifth of an admission's ledger time.
+    def _begin(dbapi_connection: Any) -> None:
+        immediate = dbapi_connection.info.get(_BEGIN_IMMEDIATE, False)
+        dbapi_connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN DEFERRED")
+
+    engine.dialect.do_begin = _begin  # type: ignore[method-assign]
+
+
+@contextmanager
+def _immediate(connection: Connection) -> Iterator[None]:
+    """The transactions begun on ``connection`` meanwhile take SQLite's write lock at BEGIN."""
+    info = connection.connection.info
+    info[_BEGIN_IMMEDIATE] = True
+    try:
+        yield
+    finally:
+        info.pop(_BEGIN_IMMEDIATE, None)
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -81,11 +98,7 @@ class Database:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
-        self._write_engine = (
-            engine.execution_options(sqlite_begin="IMMEDIATE") if self.is_sqlite else engine
-        )
-        self._reader = sessionmaker(engine, expire_on_commit=False)
-        self._writer = sessionmaker(self._write_engine, expire_on_commit=False)
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
         self._write_lock = threading.Lock() if self.is_sqlite else None
         self._committed: list[Callable[[], None]] = []
 
@@ -103,9 +116,9 @@ class Database:
         """A write transaction: committed on success, rolled back on any exception."""
         # The connection before the lock (module docstring); the session runs on it.
         with (
-            self._write_engine.connect() as connection,
-            self._write_lock or nullcontext(),
-            self._writer(bind=connection) as session,
+            self.engine.connect() as connection,
+            self._writing(connection),
+            self._sessions(bind=connection) as session,
             session.begin(),
         ):
             yield session
@@ -116,11 +129,7 @@ class Database:
         """The same write transaction on a bare Core connection, for the hot paths (admit,
         release): their prebuilt statements need no unit of work, and skipping the
         Session saves a fifth of their cost."""
-        with (
-            self._write_engine.connect() as connection,
-            self._write_lock or nullcontext(),
-            connection.begin(),
-        ):
+        with self.engine.connect() as connection, self._writing(connection), connection.begin():
             yield connection
         self._notify()
 
@@ -128,17 +137,8 @@ class Database:
     def transaction(self, connection: Connection, *, write: bool) -> Iterator[Connection]:
         """A transaction on a connection the caller holds (a node lock's, app.db.locks):
         committed on success; a write one as ``write_statements``'."""
-        if not write or self._write_lock is None:
-            with connection.begin():
-                yield connection
-        else:
-            with self._write_lock:
-                connection.execution_options(sqlite_begin="IMMEDIATE")
-                try:
-                    with connection.begin():
-                        yield connection
-                finally:
-                    connection.execution_options(sqlite_begin="DEFERRED")
+        with self._writing(connection) if write else nullcontext(), connection.begin():
+            yield connection
         if write:
             self._notify()
 
@@ -147,8 +147,18 @@ class Database:
             listener()
 
     @contextmanager
+    def _writing(self, connection: Connection) -> Iterator[None]:
+        """Write transactions on ``connection`` meanwhile: on SQLite this process's writers
+        queue on one lock, and each transaction takes SQLite's at BEGIN (module docstring)."""
+        if self._write_lock is None:
+            yield
+            return
+        with self._write_lock, _immediate(connection):
+            yield
+
+    @contextmanager
     def read(self) -> Iterator[Session]:
-        with self._reader() as session:
+        with self._sessions() as session:
             yield session
 
     @contextmanager

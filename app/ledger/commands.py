@@ -187,11 +187,13 @@ class LedgerCommands:
         ``headroom`` (with ``state`` PENDING, a gate confirms): apply the node's headroom
         (app.core.headroom); an admission inside what Slurm was confirmed to withhold is
         HELD at once, else the node's target is set for the gate's push."""
-        try:
-            return self._admit(node, holder, requests, state, headroom)
-        except IntegrityError:
-            # The same holder was admitted concurrently on another node; the retry sees it.
-            return self._admit(node, holder, requests, state, headroom)
+        admission = self._admit(node, holder, requests, state, headroom)
+        if admission is None:
+            # The holding the insert collided with was released meanwhile: once more.
+            admission = self._admit(node, holder, requests, state, headroom)
+        if admission is None:
+            raise HolderConflict(f"holder {holder.id!r} is being admitted and released at once")
+        return admission
 
     def _admit(
         self,
@@ -200,13 +202,10 @@ class LedgerCommands:
         requests: Resources,
         state: HoldingState,
         headroom: bool,
-    ) -> Admission:
+    ) -> Admission | None:
         now = self.clock()
         with self.store.write_hot() as repo:
             row = repo.lock_node_state(node)
-            existing = _holding_of(repo, holder.id, holder.kind)
-            if existing is not None:
-                return Admission(_same_holding(existing, node, requests), False)
             # The Kubernetes cap is not the ledger's: the Slurm gate applies it to the hold,
             # and the headroom's step to an admission that skips the gate.
             current = totals_record(row, repo.held_on(row.id))
@@ -215,17 +214,23 @@ class LedgerCommands:
                 step = None
                 if headroom and state is HoldingState.PENDING:
                     step = admit_step(current, requests, self.headroom)
+                fast = step is not None and step.fast
+                held = HoldingState.HELD if fast else state
+                # A holder that holds already (a retry) is found only by the insert that
+                # fails: the common case, a new holder, costs no look up front.
+                values = _holding_values(row.id, holder, requests, held, now)
+                if not repo.insert_new_holding(values):
+                    return _existing(repo, holder, node, requests)
                 if step is not None:
                     _use_headroom(repo, row.id, current.headroom, step.target, now)
-                    if step.fast:
-                        state = HoldingState.HELD
-                fast = step is not None and step.fast
-                repo.insert_holding(_holding_values(row.id, holder, requests, state, now))
                 repo.insert_event(
-                    events.admitted(now, node, holder, requests, state, within_headroom=fast)
+                    events.admitted(now, node, holder, requests, held, within_headroom=fast)
                 )
-                holding = Holding(node, holder, requests, state, now, now)
+                holding = Holding(node, holder, requests, held, now, now)
                 return Admission(holding, True, refill=step is not None and step.refill)
+            # A retry of a holder whose own holding fills the node: that holding answers.
+            if (existing := _holding_of(repo, holder.id, holder.kind)) is not None:
+                return Admission(_same_holding(existing, node, requests), False)
             repo.insert_event(events.rejected(now, node, holder, requests, decided))
         raise AdmissionRejected(decided.message, decided.shortfalls)
 
@@ -425,6 +430,15 @@ def _locked_holding_of(repo: LedgerStatements, holder_id: str, kind: HolderKind 
     if locked is None:
         raise HoldingNotFound(holder_id)
     return locked
+
+
+def _existing(
+    repo: LedgerStatements, holder: Holder, node: str, requests: Resources
+) -> Admission | None:
+    """The holder's holding, that an insert collided with: the answer if it is the same
+    request (created=False), else a conflict; None if it went meanwhile."""
+    existing = _holding_of(repo, holder.id, holder.kind)
+    return None if existing is None else Admission(_same_holding(existing, node, requests), False)
 
 
 def _same_holding(existing: Row[Any], node: str, requests: Resources) -> Holding:

@@ -23,6 +23,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Subquery
 
@@ -51,7 +52,9 @@ HOLDINGS = cast(Table, HoldingRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
 
 # Hot-path statements, built once: constructing a statement costs more than running it.
-_LOCK_NODE = select(NODES).where(NODES.c.name == bindparam("name")).with_for_update()
+_NODE = select(NODES).where(NODES.c.name == bindparam("name"))
+_LOCK_NODE = _NODE.with_for_update()
+_HOLDINGS_ON = select(HOLDINGS).where(HOLDINGS.c.node_id == bindparam("node_id"))
 _LOCK_NODE_ID = select(NODES.c.name).where(NODES.c.id == bindparam("node_id")).with_for_update()
 _HELD_ON = (
     select(
@@ -101,6 +104,11 @@ _HELD_BY_KIND = select(
 ).group_by(HOLDINGS.c.node_id, HOLDINGS.c.holder_kind)
 _DELETE_HOLDINGS = delete(HOLDINGS).where(HOLDINGS.c.id.in_(bindparam("ids", expanding=True)))
 _INSERT_HOLDING = insert(HOLDINGS)
+# A new holder's holding, or nothing when the holder holds already (any unique key).
+_INSERT_NEW_HOLDING = {
+    "postgresql": postgresql.insert(HOLDINGS).on_conflict_do_nothing().returning(HOLDINGS.c.id),
+    "sqlite": sqlite.insert(HOLDINGS).on_conflict_do_nothing().returning(HOLDINGS.c.id),
+}
 _INSERT_EVENT = insert(EVENTS)
 _DELETE_HOLDING = (
     delete(HOLDINGS).where(HOLDINGS.c.id == bindparam("holding_id")).returning(*HOLDINGS.c)
@@ -324,6 +332,15 @@ class LedgerStatements:
             raise NodeNotFound(name)
         return row
 
+    def node_view(self, name: str, *, lock: bool = False) -> tuple[int, NodeView]:
+        """The node's id and view (row-locked with ``lock``), in two prebuilt statements:
+        the Slurm pusher reads one on every push."""
+        row = self.session.execute(_LOCK_NODE if lock else _NODE, {"name": name}).one_or_none()
+        if row is None:
+            raise NodeNotFound(name)
+        holdings = self.session.execute(_HOLDINGS_ON, {"node_id": row.id})
+        return row.id, node_record(row, list(holdings))
+
     def set_headroom(self, node_id: int, headroom: NodeHeadroom) -> None:
         values = {f"new_{k}": v for k, v in headroom_values(headroom).items()}
         self.session.execute(_SET_HEADROOM, {"node_id": node_id, **values})
@@ -365,6 +382,13 @@ class LedgerStatements:
 
     def insert_holding(self, values: dict[str, Any]) -> None:
         self.session.execute(_INSERT_HOLDING, values)
+
+    def insert_new_holding(self, values: dict[str, Any]) -> bool:
+        """Insert the holding unless its holder holds already; whether it was inserted.
+        One statement where a look first would be two: the admission's hot path."""
+        bind = self.session.get_bind() if isinstance(self.session, Session) else self.session
+        inserted = self.session.execute(_INSERT_NEW_HOLDING[bind.dialect.name], values)
+        return inserted.first() is not None
 
     def insert_holdings(self, values: Sequence[dict[str, Any]]) -> None:
         if values:

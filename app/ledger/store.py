@@ -16,9 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.orm import Session
 
-from app.core.ledger_errors import NodeNotFound
 from app.core.records import NodeView
 from app.core.resources import Resources
 from app.db.engine import Database
@@ -93,22 +91,16 @@ class ExclusiveNode:
     def _read(
         self, *, lock: bool, grant_at_most: Callable[[NodeView], Resources] | None = None
     ) -> NodeView:
-        with (
-            self.db.transaction(self.connection, write=lock) as connection,
-            Session(bind=connection) as session,
-        ):
-            repo = LedgerRepository(session)
-            row = repo.find_node(self.name, lock=lock)
-            if row is None:
-                raise NodeNotFound(self.name)
-            view = repo.view(row)
+        with self.db.transaction(self.connection, write=lock) as connection:
+            repo = LedgerStatements(connection)
+            node_id, view = repo.node_view(self.name, lock=lock)
             if grant_at_most is None:
                 return view
             granted = view.headroom.granted.at_most(grant_at_most(view))
             if granted == view.headroom.granted:
                 return view
             headroom = replace(view.headroom, granted=granted)
-            repo.set_headroom(row.id, headroom)
+            repo.set_headroom(node_id, headroom)
             before = view.headroom.granted
             repo.insert_event(events.headroom_granted(self.clock(), self.name, before, granted))
             return replace(view, headroom=headroom)

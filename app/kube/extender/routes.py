@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
-from app.auth.guard import body, require
+from app.auth.guard import body, require, require_read
 from app.core.errors import NodeledgerError
 from app.kube.extender.service import Extender
 from app.kube.extender.wire import (
@@ -22,7 +22,12 @@ from app.kube.extender.wire import (
     HostPriority,
 )
 
-router = APIRouter(prefix="/v1/extender", tags=["kube-scheduler extender"])
+# Every route reads nodes (open unless NODELEDGER_AUTH_PROTECT_READS); bind is also a write.
+router = APIRouter(
+    prefix="/v1/extender",
+    tags=["kube-scheduler extender"],
+    dependencies=[require_read("get", "nodes")],
+)
 
 
 class KubeDisabled(NodeledgerError):
