@@ -157,7 +157,9 @@ class Admissions:
     def _undo(self, holder: Holder, cause: Exception) -> None:
         reason = cause.message if isinstance(cause, AdmissionRejected) else f"gate failed: {cause}"
         try:
-            holding = self.ledger.release(holder.id, holder.kind, reason=f"rejected: {reason}")
+            holding = self.ledger.release(
+                holder.id, holder.kind, reason=f"rejected: {reason}"
+            ).holding
         except HoldingNotFound:
             return
         self.ledger.record_event(
@@ -176,12 +178,18 @@ class Admissions:
         reason: str = "released",
         path: ReleasePath = "rest",
     ) -> Holding:
-        """``path``: the way in, for the metrics (rest, extender, kubernetes)."""
+        """``path``: the way in, for the metrics (rest, extender, kubernetes). With a gate,
+        what a confirmed holding frees may stay withheld as its node's headroom: then Slurm
+        is not told at all (app.core.headroom.released_target)."""
         with log_context(holder=holder_id):
-            holding = self.ledger.release(holder_id, kind, reason=reason)
+            release = self.ledger.release(
+                holder_id, kind, reason=reason, into_headroom=self.gate is not None
+            )
             self.metrics.released(path)
-            self._gate_changed(holding.node, later="released" if self._defer_releases else None)
-        return holding
+            if release.withheld_fell:
+                later = "released" if self._defer_releases else None
+                self._gate_changed(release.holding.node, later=later)
+        return release.holding
 
     async def release_async(
         self,

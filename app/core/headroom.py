@@ -22,7 +22,8 @@ takes the Slurm path and grows the target by the grow step, up to its maximum, o
 a read-back showed Slurm withholding the current target (so a burst that outran a push
 grows it once, not once per admission). After
 ``idle_seconds`` without an admission the target goes back to zero and Slurm gets the
-headroom back.
+headroom back. A release on a node with a target adds what it frees to the target, up to
+the maximum: a burst that leaves and comes back (a Job's next wave) costs Slurm no push.
 """
 
 from __future__ import annotations
@@ -127,6 +128,18 @@ def settled_target(
     if used is None or (now - used).total_seconds() >= policy.idle_seconds:
         return Resources.ZERO
     return headroom.target.at_most(policy.maximum(policy.amount_for(labels)))
+
+
+def released_target(
+    labels: Mapping[str, str], headroom: NodeHeadroom, released: Resources, policy: HeadroomPolicy
+) -> Resources:
+    """The target once ``released`` left the node: while the node has a target, what the
+    release frees stays withheld as headroom, up to the node's maximum, so that the
+    release needs no push (Slurm keeps withholding what it did, never less than needed).
+    An idle node's release gives back at once."""
+    if headroom.target.is_zero():
+        return headroom.target
+    return (headroom.target + released).at_most(policy.maximum(policy.amount_for(labels)))
 
 
 def held(node: HeadroomNode) -> Resources:

@@ -243,6 +243,15 @@ class Admission:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """What a release did: the holding gone, and whether what Slurm must withhold on its
+    node fell (else what it freed stayed withheld as the node's headroom: no push)."""
+
+    holding: Holding
+    withheld_fell: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotEntry:
     """What one holder keeps on a node according to an external system (Slurm)."""
 

@@ -24,7 +24,13 @@ from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
 from app.core.arithmetic import SnapshotDiff, diff_snapshot
-from app.core.headroom import NO_POLICY, HeadroomPolicy, admit_step, settled_target
+from app.core.headroom import (
+    NO_POLICY,
+    HeadroomPolicy,
+    admit_step,
+    released_target,
+    settled_target,
+)
 from app.core.ledger_errors import (
     AdmissionRejected,
     CapacityBelowHoldings,
@@ -47,6 +53,7 @@ from app.core.records import (
     NodeView,
     Recorded,
     Recording,
+    Release,
     SnapshotEntry,
 )
 from app.core.resources import Resources
@@ -326,27 +333,47 @@ class LedgerCommands:
     def confirm(self, kind: HolderKind, holder_id: str) -> Holding:
         """PENDING -> HELD once the external system confirmed the hold."""
         with self.store.write_hot() as repo:
-            found = _locked_holding_of(repo, holder_id, kind)
+            found, _ = _locked_holding_of(repo, holder_id, kind)
             now = self.clock()
             holding = holding_record(repo.confirm_holding_returning(found.id, now), found.node_name)
             repo.insert_event(events.confirmed(now, holding))
             return holding
 
     def release(
-        self, holder_id: str, kind: HolderKind | None = None, *, reason: str = "released"
-    ) -> Holding:
+        self,
+        holder_id: str,
+        kind: HolderKind | None = None,
+        *,
+        reason: str = "released",
+        into_headroom: bool = False,
+    ) -> Release:
         """Remove a pod's or manual holder's holding. Raises HoldingNotFound when there is
-        none, so callers that want idempotence treat that as success."""
+        none, so callers that want idempotence treat that as success. ``into_headroom``:
+        what a confirmed holding frees stays withheld as the node's headroom while the node
+        has one (app.core.headroom.released_target)."""
         if kind is HolderKind.SLURM_JOB:  # only the Slurm sync writes those (replace_holdings)
             raise InvalidRequest("slurm_job holdings are released by the Slurm sync only")
         with self.store.write_hot() as repo:
-            found = _locked_holding_of(repo, holder_id, kind)
+            found, node = _locked_holding_of(repo, holder_id, kind)
             deleted = repo.delete_holding_returning(found.id)
             if deleted is None:
                 raise HoldingNotFound(holder_id)
             holding = holding_record(deleted, found.node_name)
             repo.insert_event(events.released(self.clock(), holding, reason))
-            return holding
+            # A pending hold's counts may not be Slurm's yet; a holding that moved meanwhile
+            # is on a node not locked here: either is told to Slurm as before.
+            if (
+                not into_headroom
+                or holding.state is not HoldingState.HELD
+                or node.id != found.node_id
+            ):
+                return Release(holding)
+            current = node_headroom(node)
+            target = released_target(node.labels or {}, current, holding.resources, self.headroom)
+            if target != current.target:
+                repo.set_headroom(node.id, replace(current, target=target))
+            # Withheld = held + target: it fell unless the target took all that was freed.
+            return Release(holding, target != current.target + holding.resources)
 
     def replace_holdings(
         self, node: str, kind: HolderKind, snapshot: Mapping[str, SnapshotEntry]
@@ -420,16 +447,19 @@ def _holding_of(repo: LedgerStatements, holder_id: str, kind: HolderKind | None)
     return rows[0] if rows else None
 
 
-def _locked_holding_of(repo: LedgerStatements, holder_id: str, kind: HolderKind | None) -> Row[Any]:
-    """The holder's holding, re-read under its node's lock; HoldingNotFound if none."""
+def _locked_holding_of(
+    repo: LedgerStatements, holder_id: str, kind: HolderKind | None
+) -> tuple[Row[Any], Row[Any]]:
+    """The holder's holding, re-read under its node's lock, and the node's columns as
+    locked; HoldingNotFound if none."""
     found = _holding_of(repo, holder_id, kind)
     if found is None:
         raise HoldingNotFound(holder_id)
-    repo.lock_node_id(found.node_id)
+    node = repo.lock_node_id(found.node_id)
     locked = _holding_of(repo, holder_id, HolderKind(found.holder_kind))
     if locked is None:
         raise HoldingNotFound(holder_id)
-    return locked
+    return locked, node
 
 
 def _existing(

@@ -55,7 +55,7 @@ EVENTS = cast(Table, EventRow.__table__)
 _NODE = select(NODES).where(NODES.c.name == bindparam("name"))
 _LOCK_NODE = _NODE.with_for_update()
 _HOLDINGS_ON = select(HOLDINGS).where(HOLDINGS.c.node_id == bindparam("node_id"))
-_LOCK_NODE_ID = select(NODES.c.name).where(NODES.c.id == bindparam("node_id")).with_for_update()
+_LOCK_NODE_ID = select(NODES).where(NODES.c.id == bindparam("node_id")).with_for_update()
 _HELD_ON = (
     select(
         HOLDINGS.c.holder_kind,
@@ -345,9 +345,9 @@ class LedgerStatements:
         values = {f"new_{k}": v for k, v in headroom_values(headroom).items()}
         self.session.execute(_SET_HEADROOM, {"node_id": node_id, **values})
 
-    def lock_node_id(self, node_id: int) -> str:
-        name: str = self.session.execute(_LOCK_NODE_ID, {"node_id": node_id}).scalar_one()
-        return name
+    def lock_node_id(self, node_id: int) -> Row[Any]:
+        """The node's columns by id, row-locked until the transaction ends."""
+        return self.session.execute(_LOCK_NODE_ID, {"node_id": node_id}).one()
 
     def held_on(self, node_id: int) -> dict[HolderKind, Resources]:
         """What each kind of holder holds on the node, summed by the database."""

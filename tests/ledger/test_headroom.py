@@ -18,6 +18,7 @@ from app.core.headroom import (
     HeadroomPolicy,
     admit_step,
     free,
+    released_target,
     settled_target,
 )
 from app.core.records import (
@@ -132,6 +133,16 @@ def test_idle_gives_the_headroom_back_and_a_lowered_label_lowers_it() -> None:
     assert settled_target({}, NodeHeadroom(), policy, T0) == Resources.ZERO
 
 
+def test_a_release_adds_to_the_target_up_to_its_maximum_and_an_idle_node_gives_back() -> None:
+    headroom = NodeHeadroom(AMOUNT, AMOUNT, T0)
+    freed = Resources(1500, GIB)
+    assert released_target({}, headroom, freed, POLICY) == AMOUNT + freed
+    big = Resources(8000, 16 * GIB)
+    assert released_target({}, headroom, big, POLICY) == Resources(6000, 12 * GIB)  # 3x
+    assert released_target({CPU_LABEL: "1"}, headroom, freed, POLICY).cpu_millis == 3000
+    assert released_target({}, NodeHeadroom(), freed, POLICY) == Resources.ZERO
+
+
 # ---------------------------------------------------------------- on a real ledger
 
 
@@ -210,3 +221,22 @@ def test_idle_headroom_is_given_back_once(headroom_ledger: Ledger, clock: Clock)
     assert ledger.settle_headroom() == []
     (event,) = ledger.events(node="n1", kind=EventKind.HEADROOM)
     assert "given back to Slurm" in event.message
+
+
+def test_a_confirmed_release_stays_withheld_unless_past_the_maximum(
+    headroom_ledger: Ledger,
+) -> None:
+    ledger = headroom_ledger
+    admit(ledger, "p1", 1000)  # PENDING: the gate's
+    grant(ledger, Resources(3000, 5 * GIB))
+    assert admit(ledger, "p2", 1000) is HoldingState.HELD
+    kept = ledger.release("p2", into_headroom=True)
+    assert not kept.withheld_fell
+    assert ledger.views_named(["n1"])[0].headroom.target == AMOUNT + Resources(1000, GIB)
+    pending = ledger.release("p1", into_headroom=True)  # not confirmed: Slurm is told
+    assert pending.withheld_fell
+    assert admit(ledger, "p3", 2000) is HoldingState.HELD
+    assert not ledger.release("p3", into_headroom=True).withheld_fell  # a 5 CPU target
+    assert admit(ledger, "p4", 3000) is HoldingState.HELD
+    assert ledger.release("p4", into_headroom=True).withheld_fell  # 5 + 3 > 6 CPUs
+    assert ledger.views_named(["n1"])[0].headroom.target == Resources(6000, 7 * GIB)

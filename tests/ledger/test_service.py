@@ -36,7 +36,7 @@ def test_admit_holds_and_release_frees(ledger: Ledger, n1: str) -> None:
     assert admission.holding.state is HoldingState.HELD
     assert ledger.get_node(n1).free == cpus(5.5, 13, 1)
     released = ledger.release(POD.id)
-    assert released.resources == cpus(1.5, 2, 1)
+    assert released.holding.resources == cpus(1.5, 2, 1)
     assert ledger.get_node(n1).free == cpus(7, 15, 2)
     with pytest.raises(HoldingNotFound):
         ledger.release(POD.id)

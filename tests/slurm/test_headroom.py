@@ -83,6 +83,50 @@ def fill_up(api: TestClient, slurm: SlurmCluster, node: str, *, first: int, jobs
     assert pods_cpus(api, node) + jobs == 16
 
 
+def test_a_release_stays_withheld_as_headroom_up_to_its_maximum(
+    headroom_api: TestClient, slurm: SlurmCluster
+) -> None:
+    """A release on a node with a headroom tells Slurm nothing while the freed amount fits
+    the node's maximum headroom (2 CPUs x 4): the next pod takes it without Slurm."""
+    api = headroom_api
+
+    def node() -> dict[str, Any]:
+        return dict(api.get("/v1/nodes/n2").json())
+
+    def release_pushes() -> list[str]:
+        pushed = events(api, "n2", "slurm_pushed")
+        return [e["message"] for e in pushed if e["message"].endswith("(released)")]
+
+    # A sync step that listed Slurm before p1's push would lower the grant (app.slurm.push,
+    # _grant_limit) and send p2 to Slurm: start once a whole step followed the nodes.
+    steps = sync_steps(api)
+    wait_until(lambda: sync_steps(api) >= steps + 2, 30, what="two Slurm sync steps")
+    assert admit(api, "n2", "p1", "1").status_code == 201  # through Slurm: 1 + 2 withheld
+    assert admit(api, "n2", "p2", "1").status_code == 201  # inside: 2 held of 3 granted
+    for uid in ("p2", "p1"):
+        assert api.delete(f"/v1/admissions/{uid}").status_code == 200
+    assert node()["headroom"]["target"]["cpu_millis"] == 4000
+    assert admit(api, "n2", "p3", "1").status_code == 201  # 2 left of 3: no refill
+    assert within(api, "n2") == ["p2", "p3"]
+    assert release_pushes() == []
+    assert gres(slurm, "n2")["k8scpu"] == 13  # Slurm still withholds the 3 CPUs it did
+    # 1 + 6 CPUs through Slurm (the grant is 3) beside the 4 CPU target; then 7 freed:
+    # the target stops at 8, and Slurm gets the other 3 back.
+    assert admit(api, "n2", "p4", "6").status_code == 201
+    assert gres(slurm, "n2")["k8scpu"] == 16 - 7 - 4
+    for uid in ("p3", "p4"):
+        assert api.delete(f"/v1/admissions/{uid}").status_code == 200
+    wait_until(lambda: gres(slurm, "n2")["k8scpu"] == 16 - 8, 10, what="given back beyond 8")
+    assert len(release_pushes()) == 1
+
+
+def sync_steps(api: TestClient) -> float:
+    for line in api.get("/metrics").text.splitlines():
+        if line.startswith("nodeledger_slurm_sync_duration_seconds_count"):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def test_idle_headroom_goes_back_to_slurm(slurm: SlurmCluster, sqlite_url: str) -> None:
     settings = slurm_settings(slurm, sqlite_url, **{**HEADROOM, "headroom_idle_seconds": 2})
     with TestClient(create_app(settings)) as api:
