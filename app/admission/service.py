@@ -38,6 +38,10 @@ from app.metrics.registry import NO_METRICS, AdmissionPath, AdmissionTimer, Metr
 
 log = logging.getLogger(__name__)
 
+# How long a deferred release's push waits for more releases on its node to go with it:
+# a Job's pods end together, and Slurm gets back what they held 0.2 s later at most.
+RELEASE_SETTLE = 0.2
+
 
 class AdmissionGate(Protocol):
     """An external system that must agree before a hold counts (Slurm, when enabled)."""
@@ -54,9 +58,10 @@ class AdmissionGate(Protocol):
         """Whether an admission inside the headroom the external system already withholds
         (app.core.headroom) may be HELD without ``confirm``."""
 
-    def changed_later(self, node: str, reason: str) -> None:
+    def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:
         """As ``changed``, off the caller's path: a headroom that ran low, or a release on
-        a node with a headroom (Slurm withholds more than needed until then, never less)."""
+        a node with a headroom (Slurm withholds more than needed until then, never less);
+        ``settle``: seconds it may wait, so that more changes go with it."""
 
 
 class Admissions:
@@ -188,7 +193,7 @@ class Admissions:
             self.metrics.released(path)
             if release.withheld_fell:
                 later = "released" if self._defer_releases else None
-                self._gate_changed(release.holding.node, later=later)
+                self._gate_changed(release.holding.node, later=later, settle=RELEASE_SETTLE)
         return release.holding
 
     async def release_async(
@@ -222,7 +227,7 @@ class Admissions:
             self._gate_changed(node)
         return recorded
 
-    def _gate_changed(self, node: str, *, later: str | None = None) -> None:
+    def _gate_changed(self, node: str, *, later: str | None = None, settle: float = 0.0) -> None:
         """Tell the gate, now or (``later``: the reason) off the caller's path."""
         if self.gate is None:
             return
@@ -231,7 +236,7 @@ class Admissions:
                 if later is None:
                     self.gate.changed(node)
                 else:
-                    self.gate.changed_later(node, later)
+                    self.gate.changed_later(node, later, settle=settle)
         except Exception:
             # The ledger is right either way; the periodic sync pushes the counts again.
             log.exception("telling the gate about a change on %s failed", node)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from app.core.components import Health
 from app.core.ledger_errors import NodeNotFound
@@ -21,17 +23,21 @@ log = logging.getLogger(__name__)
 class DeferredPushes:
     name = "deferred-pushes"
 
-    def __init__(self, pusher: Pusher) -> None:
+    def __init__(self, pusher: Pusher, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.pusher = pusher
-        self._queued: dict[str, str] = {}  # node -> reason, first asked first pushed
+        self.monotonic = monotonic
+        # node -> (the first reason asked, when it is due): the earliest due pushed first.
+        self._queued: dict[str, tuple[str, float]] = {}
         self._changed = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def request(self, node: str, reason: str) -> None:
+    def request(self, node: str, reason: str, *, settle: float = 0.0) -> None:
+        due = self.monotonic() + settle
         with self._changed:
-            if node not in self._queued:
-                self._queued[node] = reason
+            queued = self._queued.get(node)
+            if queued is None or due < queued[1]:
+                self._queued[node] = (reason if queued is None else queued[0], due)
                 self._changed.notify()
 
     def start(self) -> None:
@@ -50,15 +56,24 @@ class DeferredPushes:
         with self._changed:
             return Health("ok", f"{len(self._queued)} node(s) to push")
 
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                while not self._queued and not self._stopping:
+    def _next(self) -> tuple[str, str] | None:
+        """The next node due and its reason, once due; None when stopping."""
+        with self._changed:
+            while not self._stopping:
+                if not self._queued:
                     self._changed.wait()
-                if self._stopping:
-                    return
-                node = next(iter(self._queued))
-                reason = self._queued.pop(node)
+                    continue
+                node, (reason, due) = min(self._queued.items(), key=lambda item: item[1][1])
+                wait = due - self.monotonic()
+                if wait <= 0:
+                    del self._queued[node]
+                    return node, reason
+                self._changed.wait(wait)
+            return None
+
+    def _run(self) -> None:
+        while (due := self._next()) is not None:
+            node, reason = due
             try:
                 self.pusher.push(node, reason=reason)
             except NodeNotFound:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from app.core.caps import KubeCaps
 from app.core.counts import gres_usage, slurm_overlap
@@ -63,6 +64,13 @@ def _no_refusal() -> str | None:
     return None
 
 
+class Later(Protocol):
+    """Pushes a node off the caller's path, after ``settle`` seconds at most
+    (app.slurm.deferred)."""
+
+    def __call__(self, node: str, reason: str, *, settle: float = 0.0) -> None: ...
+
+
 class SlurmGate:
     def __init__(
         self,
@@ -72,7 +80,7 @@ class SlurmGate:
         fail_open: bool = False,
         jobs_on: JobsOn = _no_jobs,
         refusal: Refusal = _no_refusal,
-        later: Callable[[str, str], None] | None = None,
+        later: Later | None = None,
     ) -> None:
         """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
         ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None."""
@@ -118,11 +126,11 @@ class SlurmGate:
     def changed(self, node: str) -> None:
         self.pusher.push(node, reason="holdings changed")
 
-    def changed_later(self, node: str, reason: str) -> None:
+    def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:
         if self.later is None:
             self.pusher.push(node, reason=reason)
         else:
-            self.later(node, reason)
+            self.later(node, reason, settle=settle)
 
 
 def _jobs(jobs: Sequence[SlurmJob]) -> str:

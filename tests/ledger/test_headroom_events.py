@@ -33,7 +33,7 @@ def test_a_refill_push_that_raises_the_grant_shows_in_the_snapshot(database: Dat
     pusher = Pusher(FakeSlurm(slurm_node(), latency=0), ledger)  # type: ignore[arg-type]
     snapshot = NodeSnapshot(ledger)
 
-    def later(node: str, reason: str) -> None:
+    def later(node: str, reason: str, *, settle: float = 0.0) -> None:
         # The deferred pushes' thread runs later: the snapshot may refresh before it pushes.
         snapshot.views()
         pusher.push(node, reason=reason)

@@ -34,7 +34,7 @@ class LoggingGate:
     def headroom_open(self) -> bool:
         return False
 
-    def changed_later(self, node: str, reason: str) -> None:
+    def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:
         """No headroom."""
 
 
