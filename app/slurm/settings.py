@@ -95,7 +95,11 @@ class SlurmSettings(BaseSettings):
         "times the node's amount",
     )
     headroom_max_factor: float = Field(
-        default=4.0, ge=1, le=1000, description="Never grow the headroom beyond this many times"
+        default=4.0,
+        ge=1,
+        le=1000,
+        description="Never grow the headroom beyond this many times the node's amount; what "
+        "released pods free stays withheld as headroom up to this too",
     )
     headroom_idle_seconds: float = Field(
         default=300.0,
