@@ -92,6 +92,36 @@ def test_more_replicas_need_a_shared_database(helm: str) -> None:
     assert find(docs, "Deployment", "nl-nodeledger")["spec"]["replicas"] == 2
 
 
+def test_more_replicas_get_a_disruption_budget_and_spread_over_nodes(helm: str) -> None:
+    one = render(helm)
+    assert [d for d in one if d["kind"] == "PodDisruptionBudget"] == []
+    assert "affinity" not in find(one, "Deployment", "nl-nodeledger")["spec"]["template"]["spec"]
+    shared = "database.url=postgresql://nl@db/nl"
+    two = render(helm, "replicaCount=3", shared)
+    budget = find(two, "PodDisruptionBudget", "nl-nodeledger")["spec"]
+    assert budget["maxUnavailable"] == 1
+    server = {"app.kubernetes.io/component": "server"}
+    assert budget["selector"]["matchLabels"].items() >= server.items()
+    spec = find(two, "Deployment", "nl-nodeledger")["spec"]["template"]["spec"]
+    (term,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() >= server.items()
+    # A site's own affinity replaces the spread; the budget takes a percentage too.
+    own = render(
+        helm,
+        "replicaCount=3",
+        shared,
+        "affinity.nodeAffinity.x=1",
+        "highAvailability.maxUnavailable=50%",
+    )
+    assert find(own, "Deployment", "nl-nodeledger")["spec"]["template"]["spec"]["affinity"] == {
+        "nodeAffinity": {"x": 1}
+    }
+    assert find(own, "PodDisruptionBudget", "nl-nodeledger")["spec"]["maxUnavailable"] == "50%"
+    off = render(helm, "replicaCount=3", shared, "highAvailability.spreadAcrossNodes=false")
+    assert "affinity" not in find(off, "Deployment", "nl-nodeledger")["spec"]["template"]["spec"]
+
+
 def test_database_url_from_a_secret(helm: str) -> None:
     env = env_of(find(render(helm, "database.existingSecret=db"), "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_DATABASE_URL"] == {"secretKeyRef": {"name": "db", "key": "url"}}
@@ -196,6 +226,9 @@ def test_rbac_is_least_privilege(helm: str) -> None:
         "slurm.headroom.idleSeconds=0",
         "slurm.headroom.size=1",
         "unknown=1",
+        "highAvailability.maxUnavailable=0",
+        "highAvailability.maxUnavailable=half",
+        "highAvailability.spreadAcrossNodes=maybe",
         "auth.mode=ldap",
         "auth.cacheTTL=-1",
         "auth.protectReads=maybe",
