@@ -78,6 +78,10 @@ def test_the_service_runs_from_its_image_as_two_ready_replicas(release: Release)
     assert len(ips) == 2
     body = release.api("GET", "/readyz").json()
     assert body["checks"]["database"] == "ok", body
+    # A drain evicts one of them at a time: the budget allows one disruption now.
+    budget = release.kube.kubectl_json("-n", NAMESPACE, "get", "poddisruptionbudget", FULLNAME)
+    assert budget["status"]["currentHealthy"] == 2
+    assert budget["status"]["disruptionsAllowed"] == 1
 
 
 def test_readiness_means_the_database_answers(release: Release) -> None:
