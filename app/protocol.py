@@ -52,6 +52,11 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
 
     def _head_too_slow(self) -> None:
         self._head_timer = None
-        # A response is being written (a pipelined request): its own cycle closes in time.
-        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-            self.transport.close()
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined request's head came behind a response still being made: its
+            # deadline starts again (else only uvicorn's keep-alive timeout would end it).
+            self._arm()
+            return
+        self.transport.close()
