@@ -8,8 +8,9 @@
 3. On refusal, undo the hold and tell the gate to restore what it pushed; on success,
    mark the holding HELD.
 A release removes the holding, then tells the gate (off the caller's path with a headroom
-configured); so does recording a pod that another scheduler already bound (the ledger
-takes the truth, Slurm must follow).
+configured) unless what it freed stayed withheld as its node's headroom; recording a pod
+that another scheduler already bound tells the gate too (the ledger takes the truth,
+Slurm must follow).
 """
 
 from __future__ import annotations
