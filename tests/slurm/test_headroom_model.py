@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -24,7 +25,7 @@ from app.core.caps import KubeCaps
 from app.core.gres import gres_count, with_counts
 from app.core.headroom import HeadroomPolicy
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
-from app.core.records import EventKind, Holder, HolderKind, NodeSpec
+from app.core.records import EventKind, Holder, HolderKind, NodeSpec, Release
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmNode
 from app.db.engine import Database
@@ -40,6 +41,9 @@ CPUS = 16
 POLICY = HeadroomPolicy(
     amount=Resources(1000, 2 * GIB), grow_step=0, max_factor=1, idle_seconds=3600, caps=KubeCaps()
 )
+# Room for releases to stay withheld as headroom (app.core.headroom.released_target): the
+# target moves between 1 and 4 CPUs with every release and admission.
+KEEPS_RELEASES = replace(POLICY, grow_step=1, max_factor=4)
 HELD_PODS = text(
     "SELECT COALESCE(SUM(cpu_millis), 0) FROM holdings WHERE holder_kind = 'pod' AND state = 'held'"
 )
@@ -93,10 +97,15 @@ class SlurmModel(FakeSlurm):
             self.node = replace(self.node, gres_used=with_counts("", {"k8scpu": used}))
 
 
+@pytest.fixture(params=[POLICY, KEEPS_RELEASES], ids=["one-size", "releases-kept"])
+def policy(request: pytest.FixtureRequest) -> HeadroomPolicy:
+    return request.param  # type: ignore[no-any-return]
+
+
 @pytest.fixture
-def replicas(database_url: str) -> Iterator[list[Ledger]]:
+def replicas(database_url: str, policy: HeadroomPolicy) -> Iterator[list[Ledger]]:
     databases = [Database.from_url(database_url, pool_size=20) for _ in range(REPLICAS + 1)]
-    yield [Ledger(db, headroom=POLICY) for db in databases]
+    yield [Ledger(db, headroom=policy) for db in databases]
     for db in databases:
         db.dispose()
 
@@ -111,6 +120,7 @@ def test_jobs_and_pods_never_share_a_cpu_with_headroom_on_three_replicas(
     services = [Admissions(ledger, gate) for ledger, gate in zip(ledgers, gates, strict=True)]
     for gate in gates:
         gate.later = None  # push at once: more interleavings
+    kept = count_releases_kept(ledgers)
     stop = threading.Event()
 
     def pods(worker: int) -> None:
@@ -153,3 +163,20 @@ def test_jobs_and_pods_never_share_a_cpu_with_headroom_on_three_replicas(
     assert slurm.violations == []
     assert within > 0  # the headroom was used, not bypassed
     assert slurm.jobs_started > 0
+    if replicas[0].headroom is KEEPS_RELEASES:
+        assert kept, "no release stayed withheld as headroom"
+
+
+def count_releases_kept(ledgers: list[Ledger]) -> list[Release]:
+    """The releases whose freed amount stayed withheld as headroom (no push), as made."""
+    kept: list[Release] = []
+    for ledger in ledgers:
+
+        def release(*args: Any, _release: Any = ledger.release, **kwargs: Any) -> Release:
+            result: Release = _release(*args, **kwargs)
+            if not result.withheld_fell:
+                kept.append(result)
+            return result
+
+        ledger.release = release  # type: ignore[method-assign]
+    return kept
