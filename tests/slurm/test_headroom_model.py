@@ -43,7 +43,7 @@ POLICY = HeadroomPolicy(
 )
 # Room for releases to stay withheld as headroom (app.core.headroom.released_target): the
 # target moves between 1 and 4 CPUs with every release and admission.
-KEEPS_RELEASES = replace(POLICY, grow_step=1, max_factor=4)
+KEEPS_RELEASES = replace(POLICY, max_factor=4)
 HELD_PODS = text(
     "SELECT COALESCE(SUM(cpu_millis), 0) FROM holdings WHERE holder_kind = 'pod' AND state = 'held'"
 )
