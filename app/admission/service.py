@@ -47,9 +47,10 @@ RELEASE_SETTLE = 0.2
 class AdmissionGate(Protocol):
     """An external system that must agree before a hold counts (Slurm, when enabled)."""
 
-    def confirm(self, holding: Holding) -> None:
+    def confirm(self, holding: Holding) -> str | None:
         """Return when the external system agrees; raise AdmissionRejected otherwise.
-        ``holding`` is in the ledger already (PENDING)."""
+        ``holding`` is in the ledger already (PENDING). Returns the id of the Slurm job
+        that holds the holding's GPU devices (issue 23), stored with it, or None."""
 
     def changed(self, node: str) -> None:
         """Holdings on ``node`` changed without a confirmation (a release, or a pod another
@@ -93,45 +94,66 @@ class Admissions:
         return not self.holds_locally or (self.gate is not None and not self._defer_releases)
 
     def admit(
-        self, node: str, holder: Holder, requests: Resources, *, path: AdmissionPath = "rest"
+        self,
+        node: str,
+        holder: Holder,
+        requests: Resources,
+        *,
+        path: AdmissionPath = "rest",
+        devices: tuple[int, ...] = (),
     ) -> Admission:
-        """``path``: the way in, for the metrics (rest, extender, genericnode)."""
+        """``path``: the way in, for the metrics (rest, extender, genericnode); ``devices``:
+        the GPU devices on the node held by identity (Ledger.admit), never inside the
+        headroom: with a gate, always confirmed by it."""
         with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
-            admission = self._hold(node, holder, requests, timer)
+            admission = self._hold(node, holder, requests, timer, devices)
             if self._decided(admission):
                 return admission
             return self._confirm(admission, timer)
 
     async def admit_async(
-        self, node: str, holder: Holder, requests: Resources, *, path: AdmissionPath = "rest"
+        self,
+        node: str,
+        holder: Holder,
+        requests: Resources,
+        *,
+        path: AdmissionPath = "rest",
+        devices: tuple[int, ...] = (),
     ) -> Admission:
         """``admit`` for the event loop: whatever may wait on another host runs in a worker
         thread, and only that. On SQLite the ledger's hold runs here, so an admission inside
         the headroom costs no thread hop (~0.5 ms of GIL hand-offs, a third of it)."""
         if not self.waits_on_network:
-            return self.admit(node, holder, requests, path=path)
+            return self.admit(node, holder, requests, path=path, devices=devices)
         if not self.holds_locally:
-            return await to_thread.run_sync(partial(self.admit, node, holder, requests, path=path))
+            admit = partial(self.admit, node, holder, requests, path=path, devices=devices)
+            return await to_thread.run_sync(admit)
         with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
-            admission = self._hold(node, holder, requests, timer)
+            admission = self._hold(node, holder, requests, timer, devices)
             if self._decided(admission):
                 return admission
             return await to_thread.run_sync(self._confirm, admission, timer)
 
     def _hold(
-        self, node: str, holder: Holder, requests: Resources, timer: AdmissionTimer
+        self,
+        node: str,
+        holder: Holder,
+        requests: Resources,
+        timer: AdmissionTimer,
+        devices: tuple[int, ...],
     ) -> Admission:
         """The ledger's hold: HELD without a gate or inside the node's headroom, else
         PENDING for the gate to confirm."""
         with timer.phase("ledger"):
             if self.gate is None:
-                return self.ledger.admit(node, holder, requests)
+                return self.ledger.admit(node, holder, requests, devices=devices)
             return self.ledger.admit(
                 node,
                 holder,
                 requests,
                 state=HoldingState.PENDING,
                 headroom=self.gate.headroom_open(),
+                devices=devices,
             )
 
     def _decided(self, admission: Admission) -> bool:
@@ -152,12 +174,12 @@ class Admissions:
         holder = admission.holding.holder
         try:
             with timer.phase("slurm"):
-                self.gate.confirm(admission.holding)
+                slurm_hold = self.gate.confirm(admission.holding)
         except Exception as exc:
             self._undo(holder, exc)
             raise
         with timer.phase("ledger"):
-            held = self.ledger.confirm(holder.kind, holder.id)
+            held = self.ledger.confirm(holder.kind, holder.id, slurm_hold=slurm_hold)
         return Admission(held, admission.created)
 
     def _undo(self, holder: Holder, cause: Exception) -> None:

@@ -72,3 +72,29 @@ class InvalidRequest(LedgerError):
 
     code = "invalid_request"
     http_status = 422
+
+
+class InvalidDevices(InvalidRequest):
+    """GPU devices (issue 23) that a holding cannot name on its node: one twice, one the
+    node does not have, or not one device per GPU asked for. Permanent: the same call
+    fails again. ``field`` names the input at fault, as a 422 of the schema's would."""
+
+    field = "devices"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{self.field}: {reason}")
+        self.reason = reason
+
+
+class DeviceTaken(AdmissionRejected):
+    """A GPU device another holding on the node has (issue 23): it may be free once that
+    holding goes, so, like any admission that does not fit now, retryable. ``taken``: each
+    device asked for that another holder has, with that holder's description."""
+
+    code = "device_taken"
+
+    def __init__(self, node: str, taken: tuple[tuple[int, str], ...]) -> None:
+        held = "; ".join(f"GPU device {device} is held by {holder}" for device, holder in taken)
+        super().__init__(f"node {node!r}: {held}")
+        self.node = node
+        self.taken = taken

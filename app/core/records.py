@@ -54,12 +54,18 @@ class Holder:
 
 @dataclass(frozen=True, slots=True)
 class Holding:
+    """What a holder keeps on a node. ``devices``: the GPU device indices on the node it
+    holds by identity, sorted (issue 23; () = its GPUs are counted only, as ever);
+    ``slurm_hold``: the Slurm job that holds those devices for it, once confirmed."""
+
     node: str
     holder: Holder
     resources: Resources
     state: HoldingState
     created_at: datetime
     updated_at: datetime
+    devices: tuple[int, ...] = ()
+    slurm_hold: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
 from app.core.arithmetic import SnapshotDiff, diff_snapshot
+from app.core.devices import device_refusal
 from app.core.headroom import (
     NO_POLICY,
     HeadroomPolicy,
@@ -34,6 +35,7 @@ from app.core.headroom import (
 from app.core.ledger_errors import (
     AdmissionRejected,
     CapacityBelowHoldings,
+    DeviceTaken,
     HolderConflict,
     HoldingNotFound,
     InvalidRequest,
@@ -187,17 +189,26 @@ class LedgerCommands:
         *,
         state: HoldingState = HoldingState.HELD,
         headroom: bool = False,
+        devices: tuple[int, ...] = (),
     ) -> Admission:
         """Atomic check-and-hold. Idempotent by holder: the same holder asking the same
-        node for the same amounts gets its existing holding (created=False).
+        node for the same amounts (and devices) gets its existing holding (created=False).
 
         ``headroom`` (with ``state`` PENDING, a gate confirms): apply the node's headroom
         (app.core.headroom); an admission inside what Slurm was confirmed to withhold is
-        HELD at once, else the node's target is set for the gate's push."""
-        admission = self._admit(node, holder, requests, state, headroom)
+        HELD at once, else the node's target is set for the gate's push.
+
+        ``devices``: GPU device indices on the node that the holder holds by identity
+        (issue 23; app.core.devices has the rules): InvalidDevices when they cannot be the
+        request's GPUs, DeviceTaken when another holding has one. Checked under the same
+        row lock as the fit, so of two admissions of one device exactly one gets it. Such
+        an admission never skips the gate through the headroom: Slurm must hold the
+        devices first. Without devices, nothing of this costs a statement."""
+        devices = tuple(sorted(devices))
+        admission = self._admit(node, holder, requests, state, headroom, devices)
         if admission is None:
             # The holding the insert collided with was released meanwhile: once more.
-            admission = self._admit(node, holder, requests, state, headroom)
+            admission = self._admit(node, holder, requests, state, headroom, devices)
         if admission is None:
             raise HolderConflict(f"holder {holder.id!r} is being admitted and released at once")
         return admission
@@ -209,6 +220,7 @@ class LedgerCommands:
         requests: Resources,
         state: HoldingState,
         headroom: bool,
+        devices: tuple[int, ...],
     ) -> Admission | None:
         now = self.clock()
         with self.store.write_hot() as repo:
@@ -217,29 +229,38 @@ class LedgerCommands:
             # and the headroom's step to an admission that skips the gate.
             current = totals_record(row, repo.held_on(row.id))
             decided = verdict(current, requests)
-            if decided.admitted:
+            # Devices are read only when named: the common admission costs what it did.
+            taken = _device_refusal(repo, row, holder, requests, devices) if devices else None
+            if decided.admitted and taken is None:
                 step = None
-                if headroom and state is HoldingState.PENDING:
+                if headroom and state is HoldingState.PENDING and not devices:
                     step = admit_step(current, requests, self.headroom)
                 fast = step is not None and step.fast
                 held = HoldingState.HELD if fast else state
                 # A holder that holds already (a retry) is found only by the insert that
                 # fails: the common case, a new holder, costs no look up front.
                 values = _holding_values(row.id, holder, requests, held, now)
+                if devices:
+                    values["devices"] = list(devices)
                 if not repo.insert_new_holding(values):
-                    return _existing(repo, holder, node, requests)
+                    return _existing(repo, holder, node, requests, devices)
                 if step is not None:
                     _use_headroom(repo, row.id, current.headroom, step.target, now)
                 repo.insert_event(
-                    events.admitted(now, node, holder, requests, held, within_headroom=fast)
+                    events.admitted(
+                        now, node, holder, requests, held, within_headroom=fast, devices=devices
+                    )
                 )
-                holding = Holding(node, holder, requests, held, now, now)
+                holding = Holding(node, holder, requests, held, now, now, devices)
                 return Admission(holding, True, refill=step is not None and step.refill)
             # A retry of a holder whose own holding fills the node: that holding answers.
             if (existing := _holding_of(repo, holder.id, holder.kind)) is not None:
-                return Admission(_same_holding(existing, node, requests), False)
-            repo.insert_event(events.rejected(now, node, holder, requests, decided))
-        raise AdmissionRejected(decided.message, decided.shortfalls)
+                return Admission(_same_holding(existing, node, requests, devices), False)
+            if taken is None:
+                repo.insert_event(events.rejected(now, node, holder, requests, decided))
+            else:
+                repo.insert_event(events.device_taken(now, holder, requests, devices, taken))
+        raise taken or AdmissionRejected(decided.message, decided.shortfalls)
 
     def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
         """Record a holding that already exists outside the ledger (a pod another scheduler
@@ -330,12 +351,17 @@ class LedgerCommands:
             repo.append_events(written)
         return Recorded(frozenset(changed), tuple(unknown))
 
-    def confirm(self, kind: HolderKind, holder_id: str) -> Holding:
-        """PENDING -> HELD once the external system confirmed the hold."""
+    def confirm(
+        self, kind: HolderKind, holder_id: str, *, slurm_hold: str | None = None
+    ) -> Holding:
+        """PENDING -> HELD once the external system confirmed the hold. ``slurm_hold``: the
+        Slurm job that holds the holding's GPU devices (issue 23), stored with it (None
+        keeps what an earlier confirmation stored)."""
         with self.store.write_hot() as repo:
             found, _ = _locked_holding_of(repo, holder_id, kind)
             now = self.clock()
-            holding = holding_record(repo.confirm_holding_returning(found.id, now), found.node_name)
+            confirmed = repo.confirm_holding_returning(found.id, now, slurm_hold)
+            holding = holding_record(confirmed, found.node_name)
             repo.insert_event(events.confirmed(now, holding))
             return holding
 
@@ -463,23 +489,51 @@ def _locked_holding_of(
 
 
 def _existing(
-    repo: LedgerStatements, holder: Holder, node: str, requests: Resources
+    repo: LedgerStatements,
+    holder: Holder,
+    node: str,
+    requests: Resources,
+    devices: tuple[int, ...],
 ) -> Admission | None:
     """The holder's holding, that an insert collided with: the answer if it is the same
     request (created=False), else a conflict; None if it went meanwhile."""
     existing = _holding_of(repo, holder.id, holder.kind)
-    return None if existing is None else Admission(_same_holding(existing, node, requests), False)
+    if existing is None:
+        return None
+    return Admission(_same_holding(existing, node, requests, devices), False)
 
 
-def _same_holding(existing: Row[Any], node: str, requests: Resources) -> Holding:
+def _same_holding(
+    existing: Row[Any], node: str, requests: Resources, devices: tuple[int, ...]
+) -> Holding:
     """The holder's existing holding when it is the same request, else a conflict."""
     holding = holding_record(existing, existing.node_name)
-    if existing.node_name != node or holding.resources != requests:
+    if existing.node_name != node or holding.resources != requests or holding.devices != devices:
+        held = describe_resources(holding.resources)
+        if holding.devices:
+            held += f" (GPU devices {', '.join(map(str, holding.devices))})"
         raise HolderConflict(
-            f"holder {existing.holder_id!r} already holds {describe_resources(holding.resources)}"
+            f"holder {existing.holder_id!r} already holds {held}"
             f" on node {existing.node_name!r}; release it first"
         )
     return holding
+
+
+def _device_refusal(
+    repo: LedgerStatements,
+    row: Row[Any],
+    holder: Holder,
+    requests: Resources,
+    devices: tuple[int, ...],
+) -> DeviceTaken | None:
+    """Whether ``holder`` may hold ``devices`` on the locked node (app.core.devices): None,
+    or the DeviceTaken to answer (after the REJECTED event); InvalidDevices is raised."""
+    refusal = device_refusal(
+        row.name, holder, devices, requests.gpus, row.gpus, repo.devices_on(row.id)
+    )
+    if refusal is None or isinstance(refusal, DeviceTaken):
+        return refusal
+    raise refusal
 
 
 def _holding_values(

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from app.core.arithmetic import SnapshotDiff
+from app.core.ledger_errors import DeviceTaken
 from app.core.presentation import describe_resources
 from app.core.records import (
     EventKind,
@@ -100,16 +101,23 @@ def admitted(
     state: HoldingState,
     *,
     within_headroom: bool = False,
+    devices: tuple[int, ...] = (),
 ) -> Event:
     name = holder.display_name or holder.id
     details: dict[str, Any] = {"state": state.value}
     if within_headroom:
         details["within_headroom"] = True
+    message = (
+        f"admitted {name} within the node's headroom" if within_headroom else f"admitted {name}"
+    )
+    if devices:
+        details["devices"] = list(devices)
+        message += f" on {describe_devices(devices)}"
     return event_values(
         now,
         EventKind.ADMITTED,
         node,
-        f"admitted {name} within the node's headroom" if within_headroom else f"admitted {name}",
+        message,
         holder=holder,
         resources=requests,
         details=details,
@@ -127,6 +135,25 @@ def rejected(
         holder=holder,
         resources=requests,
         details={"shortfalls": [s.resource for s in verdict.shortfalls]},
+    )
+
+
+def device_taken(
+    now: datetime,
+    holder: Holder,
+    requests: Resources,
+    devices: tuple[int, ...],
+    refusal: DeviceTaken,
+) -> Event:
+    """An admission refused because another holding has one of the GPU devices it named."""
+    return event_values(
+        now,
+        EventKind.REJECTED,
+        refusal.node,
+        refusal.message,
+        holder=holder,
+        resources=requests,
+        details={"devices": list(devices), "taken": [device for device, _ in refusal.taken]},
     )
 
 
@@ -157,13 +184,19 @@ def moved(
 
 
 def confirmed(now: datetime, holding: Holding) -> Event:
+    message = f"confirmed {holding.holder.display_name or holding.holder.id}"
+    if holding.devices:
+        message += f" on {describe_devices(holding.devices)}"
+    if holding.slurm_hold is not None:
+        message += f", held by Slurm job {holding.slurm_hold}"
     return event_values(
         now,
         EventKind.CONFIRMED,
         holding.node,
-        f"confirmed {holding.holder.display_name or holding.holder.id}",
+        message,
         holder=holding.holder,
         resources=holding.resources,
+        details=device_details(holding),
     )
 
 
@@ -172,10 +205,27 @@ def released(now: datetime, holding: Holding, reason: str) -> Event:
         now,
         EventKind.RELEASED,
         holding.node,
-        reason,
+        f"{reason} ({describe_devices(holding.devices)})" if holding.devices else reason,
         holder=holding.holder,
         resources=holding.resources,
+        details=device_details(holding),
     )
+
+
+def describe_devices(devices: tuple[int, ...]) -> str:
+    """GPU devices as events name them: "GPU device 1", "GPU devices 0, 2"."""
+    return f"GPU device{'s' if len(devices) > 1 else ''} {', '.join(map(str, devices))}"
+
+
+def device_details(holding: Holding) -> dict[str, Any] | None:
+    """A holding's GPU devices and hold job, for an event's details; None when it has
+    neither (a counted holding's events stay as they were)."""
+    details: dict[str, Any] = {}
+    if holding.devices:
+        details["devices"] = list(holding.devices)
+    if holding.slurm_hold is not None:
+        details["slurm_hold"] = holding.slurm_hold
+    return details or None
 
 
 def holdings_replaced(

@@ -66,6 +66,10 @@ _HELD_ON = (
     .where(HOLDINGS.c.node_id == bindparam("node_id"))
     .group_by(HOLDINGS.c.holder_kind)
 )
+# The GPU devices each holding on a node names (an admission naming devices only).
+_DEVICES_ON = select(
+    HOLDINGS.c.holder_kind, HOLDINGS.c.holder_id, HOLDINGS.c.display_name, HOLDINGS.c.devices
+).where(HOLDINGS.c.node_id == bindparam("node_id"))
 _HOLDER_HOLDINGS = (
     select(HOLDINGS, NODES.c.name.label("node_name"))
     .join(NODES, HOLDINGS.c.node_id == NODES.c.id)
@@ -116,7 +120,13 @@ _DELETE_HOLDING = (
 _CONFIRM_HOLDING = (
     update(HOLDINGS)
     .where(HOLDINGS.c.id == bindparam("holding_id"))
-    .values(state=HoldingState.HELD.value, updated_at=bindparam("confirmed_at"))
+    .values(
+        state=HoldingState.HELD.value,
+        updated_at=bindparam("confirmed_at"),
+        # The hold job's id when the confirmation has one; a confirmation without keeps
+        # what an earlier one stored.
+        slurm_hold=func.coalesce(bindparam("slurm_hold"), HOLDINGS.c.slurm_hold),
+    )
     .returning(*HOLDINGS.c)
 )
 _EVENTS_AFTER = (
@@ -141,6 +151,8 @@ _HOLDING_VALUES = select(
     HOLDINGS.c.state,
     HOLDINGS.c.created_at,
     HOLDINGS.c.updated_at,
+    HOLDINGS.c.devices,
+    HOLDINGS.c.slurm_hold,
 )
 _HOLDINGS_OF_NODES = _HOLDING_VALUES.where(
     HOLDINGS.c.node_id.in_(bindparam("node_ids", expanding=True))
@@ -157,12 +169,36 @@ def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Sequence[Any]]) -> list
     nodes, created after the nodes were read, are left out)."""
     names = {n.id: n.name for n in nodes}
     by_node: dict[int, list[Holding]] = {n.id: [] for n in nodes}
-    for node_id, kind, holder_id, display, cpu, memory, gpus, held, created, updated in holdings:
+    for (
+        node_id,
+        kind,
+        holder_id,
+        display,
+        cpu,
+        memory,
+        gpus,
+        held,
+        created,
+        updated,
+        devices,
+        hold,
+    ) in holdings:
         on_node = by_node.get(node_id)
         if on_node is not None:
             holder = Holder(_HOLDER_KINDS[kind], holder_id, display)
             resources, state = Resources(cpu, memory, gpus), _HOLDING_STATES[held]
-            on_node.append(Holding(names[node_id], holder, resources, state, created, updated))
+            on_node.append(
+                Holding(
+                    names[node_id],
+                    holder,
+                    resources,
+                    state,
+                    created,
+                    updated,
+                    tuple(devices) if devices else (),
+                    hold,
+                )
+            )
     return [_node_view(n, by_node[n.id]) for n in nodes]
 
 
@@ -205,6 +241,8 @@ def holding_record(row: HoldingRow | Row[Any], node_name: str) -> Holding:
         state=_HOLDING_STATES[row.state],
         created_at=row.created_at,
         updated_at=row.updated_at,
+        devices=tuple(row.devices) if row.devices else (),
+        slurm_hold=row.slurm_hold,
     )
 
 
@@ -357,6 +395,15 @@ class LedgerStatements:
             for kind, cpu, memory, gpus in rows
         }
 
+    def devices_on(self, node_id: int) -> list[tuple[Holder, tuple[int, ...]]]:
+        """The holders on the node that hold GPU devices by identity, with those devices."""
+        rows = self.session.execute(_DEVICES_ON, {"node_id": node_id})
+        return [
+            (Holder(_HOLDER_KINDS[kind], holder_id, display), tuple(devices))
+            for kind, holder_id, display, devices in rows
+            if devices
+        ]
+
     def single_node_holdings(self, holder_id: str, kind: HolderKind | None) -> list[Row[Any]]:
         """A pod's or manual holder's holding rows with their node's name."""
         kinds = SINGLE_NODE_KINDS if kind is None else (kind.value,)
@@ -401,9 +448,11 @@ class LedgerStatements:
     def delete_holding_returning(self, holding_id: int) -> Row[Any] | None:
         return self.session.execute(_DELETE_HOLDING, {"holding_id": holding_id}).one_or_none()
 
-    def confirm_holding_returning(self, holding_id: int, at: datetime) -> Row[Any]:
-        """PENDING -> HELD."""
-        values = {"holding_id": holding_id, "confirmed_at": at}
+    def confirm_holding_returning(
+        self, holding_id: int, at: datetime, slurm_hold: str | None = None
+    ) -> Row[Any]:
+        """PENDING -> HELD; ``slurm_hold``: the hold job's id, kept when None."""
+        values = {"holding_id": holding_id, "confirmed_at": at, "slurm_hold": slurm_hold}
         return self.session.execute(_CONFIRM_HOLDING, values).one()
 
     def append_event(

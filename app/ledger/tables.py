@@ -97,6 +97,11 @@ class HoldingRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # GPU devices held by identity (issue 23): indices on the node, sorted ([] = counted
+    # only), and the Slurm job holding them once confirmed. A write that names no device
+    # leaves them to the server's default: the common admission's insert is unchanged.
+    devices: Mapped[list[int]] = mapped_column(JSON, server_default=text("'[]'"))
+    slurm_hold: Mapped[str | None] = mapped_column(String(64))
 
     node: Mapped[NodeRow] = relationship(back_populates="holdings", lazy="raise")
 

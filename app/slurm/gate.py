@@ -95,7 +95,9 @@ class SlurmGate:
         """Whether an admission inside a node's headroom may skip ``confirm``."""
         return self.refusal() is None
 
-    def confirm(self, holding: Holding) -> None:
+    def confirm(self, holding: Holding) -> str | None:
+        """AdmissionGate.confirm: the hold job's id for a device holding (issue 23, to
+        come), else None."""
         # Slurm set up so that it would drain the node: fail closed, even with fail_open.
         if (refused := self.refusal()) is not None:
             raise AdmissionRejected(f"Slurm cannot share nodes safely: {refused}")
@@ -111,13 +113,14 @@ class SlurmGate:
                 level = logging.DEBUG if away else logging.WARNING
                 what = "admitting on %s without Slurm's confirmation: %s"
                 log.log(level, what, holding.node, exc)
-                return
+                return None
             raise AdmissionRejected(f"Slurm cannot confirm the admission: {exc.message}") from exc
         if problems := slurm_overlap(result.node, gres_usage(result.node), result.held):
             raise AdmissionRejected(
                 f"Slurm already holds it on node {result.node.name}: {'; '.join(problems)}"
                 f"{_jobs(self.jobs_on(result.node.name))}"
             )
+        return None
 
     def _within_cap(self, node: NodeView) -> None:
         if not (decided := verdict(node, Resources.ZERO, self.caps, held=True)).admitted:

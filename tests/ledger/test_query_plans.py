@@ -70,13 +70,19 @@ OPERATIONS: dict[str, Callable[[Ledger], object]] = {
     "admit manual": lambda ledger: ledger.admit("a", MANUAL, CPU),
     "release either kind": lambda ledger: ledger.release(MANUAL.id),
     "record": lambda ledger: ledger.record("a", POD, CPU, reason="bound elsewhere"),
+    "admit with GPU devices": lambda ledger: ledger.admit(
+        "a", Holder(HolderKind.POD, "uid-gpu"), Resources(1000, GIB, 1), devices=(1,)
+    ),
+    "confirm with a hold job": lambda ledger: ledger.confirm(
+        HolderKind.POD, "uid-gpu", slurm_hold="42"
+    ),
 }
 
 
 def test_hot_paths_never_read_a_whole_table(database: Database) -> None:
     ledger = Ledger(database)
     for name in ("a", "b"):
-        ledger.upsert_node(name, NodeSpec(Resources(8000, 16 * GIB)))
+        ledger.upsert_node(name, NodeSpec(Resources(8000, 16 * GIB, 2)))
     for name, operation in OPERATIONS.items():
         with statements(database) as seen:
             operation(ledger)

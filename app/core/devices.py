@@ -1,0 +1,92 @@
+"""GPU devices held by identity (issue 23): which device indices a holding may name on a
+node, and which of them another holding has already. Pure.
+
+Counted GPUs cannot tell which physical device a pod and a Slurm job run on
+(docs/gpu-identity.md); a holding that names its devices can. The rules, in the order
+checked (the first that fails is the answer):
+
+1. the devices are valid for the request: each named once, each on the node (indices
+   0..GPUs-1 of its capacity), one device per GPU asked for; else InvalidDevices (422);
+2. no other holding on the node has any of them; else DeviceTaken (409, naming each
+   device and its holder). The holder's own holding is not "another": a retry of the
+   same admission is answered by the ledger with the holding it has.
+
+The ledger applies them (app.ledger.commands.admit) under the node's row lock, in the
+transaction that writes the holding, so that of two admissions of one device, in one
+process or on several replicas, exactly one gets it. Here they are plain functions over
+plain data, so that a table can test them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from app.core.ledger_errors import DeviceTaken, InvalidDevices, LedgerError
+from app.core.records import Holder
+
+MAX_DEVICES = 64  # devices one holding may name: more GPUs than a node has
+
+
+def describe_holder(holder: Holder) -> str:
+    """A holder as an error message names it: kind, name and id."""
+    if holder.display_name and holder.display_name != holder.id:
+        return f"{holder.kind.value} {holder.display_name} ({holder.id})"
+    return f"{holder.kind.value} {holder.id}"
+
+
+def invalid_devices(devices: Sequence[int], gpus: int, node_gpus: int) -> str | None:
+    """Why ``devices`` cannot be the GPUs of a request for ``gpus`` on a node with
+    ``node_gpus`` (rule 1), or None."""
+    twice = sorted(d for d, n in Counter(devices).items() if n > 1)
+    if twice:
+        return f"each device may be named once; named more than once: {_list(twice)}"
+    if len(devices) > MAX_DEVICES:
+        return f"at most {MAX_DEVICES} devices, got {len(devices)}"
+    outside = sorted(d for d in devices if not 0 <= d < node_gpus)
+    if outside:
+        where = f"GPUs 0..{node_gpus - 1}" if node_gpus > 0 else "no GPUs"
+        return f"no device {_list(outside)} on the node (it has {where})"
+    if len(devices) != gpus:
+        return (
+            f"{len(devices)} device(s) named for a request of {gpus} GPU(s); "
+            "name one device per GPU asked for"
+        )
+    return None
+
+
+def taken(
+    devices: Sequence[int], held: Iterable[tuple[Holder, Sequence[int]]], holder: Holder
+) -> tuple[tuple[int, Holder], ...]:
+    """Each of ``devices`` that a holder other than ``holder`` has among ``held`` (the
+    node's holdings: holder and devices), with that holder, by device (rule 2)."""
+    wanted = set(devices)
+    found = {
+        device: other
+        for other, others in held
+        if other.kind is not holder.kind or other.id != holder.id
+        for device in others
+        if device in wanted
+    }
+    return tuple(sorted(found.items()))
+
+
+def device_refusal(
+    node: str,
+    holder: Holder,
+    devices: Sequence[int],
+    gpus: int,
+    node_gpus: int,
+    held: Iterable[tuple[Holder, Sequence[int]]],
+) -> LedgerError | None:
+    """The error that refuses ``holder`` these ``devices`` for ``gpus`` GPUs on ``node``
+    (rules 1 and 2, in order), or None when it may have them."""
+    if (reason := invalid_devices(devices, gpus, node_gpus)) is not None:
+        return InvalidDevices(reason)
+    if conflicts := taken(devices, held, holder):
+        return DeviceTaken(node, tuple((d, describe_holder(h)) for d, h in conflicts))
+    return None
+
+
+def _list(devices: Sequence[int]) -> str:
+    return ", ".join(str(d) for d in devices)
