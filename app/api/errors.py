@@ -24,6 +24,7 @@ from app.api.bodies import BodyGuard
 from app.api.schemas import ErrorOut
 from app.auth.guard import document_refusals
 from app.core.errors import NodeledgerError
+from app.core.ledger_errors import InvalidRequest
 from app.db.engine import is_outage
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,11 @@ def install(app: FastAPI, *, max_body_bytes: int, body_timeout: float) -> None:
 
     @app.exception_handler(NodeledgerError)
     async def _error(_request: Request, exc: NodeledgerError) -> JSONResponse:
+        if isinstance(exc, InvalidRequest) and exc.field is not None:
+            # Input only the ledger can judge (a GPU device the node lacks): answered as
+            # the schema's refusals are, naming the field.
+            error = {"type": "value_error", "loc": ["body", exc.field], "msg": exc.message}
+            return invalid_input([error])
         return error_response(exc)
 
     @app.exception_handler(HTTPException)

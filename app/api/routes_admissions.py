@@ -24,7 +24,10 @@ router = APIRouter(prefix="/v1", tags=["admissions"])
         },
         201: {"links": links.HOLDING},
         404: {"model": ErrorOut},
-        409: {"model": ErrorOut, "description": "Does not fit, or holder conflict"},
+        409: {
+            "model": ErrorOut,
+            "description": "Does not fit, a GPU device is held, or holder conflict",
+        },
     },
     # Named by the node, so a role may restrict callers to some nodes (resourceNames).
     dependencies=[require("create", "admissions", name=body("node"))],
@@ -33,7 +36,11 @@ async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response
     # async, with at most one worker-thread hop (in admit_async): a sync endpoint would
     # also hop for response validation.
     admission = await admissions.admit_async(
-        body.node, body.holder.holder(), body.requests.resources(), path="rest"
+        body.node,
+        body.holder.holder(),
+        body.requests.resources(),
+        path="rest",
+        devices=tuple(body.devices),
     )
     if not admission.created:
         response.status_code = 200

@@ -20,11 +20,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     WithJsonSchema,
     model_validator,
 )
 
 from app.core.arithmetic import Shortfall
+from app.core.devices import MAX_DEVICES
 from app.core.headroom import free as headroom_free
 from app.core.presentation import format_amount, format_cpu, format_memory
 from app.core.quantities import (
@@ -206,10 +208,30 @@ class HolderIn(StrictModel):
         return Holder(HolderKind(self.kind), holder_id, display)
 
 
+def _unique(devices: list[int]) -> list[int]:
+    if len(set(devices)) != len(devices):
+        raise ValueError("each device may be named once")
+    return devices
+
+
+# A GPU's index on its node (issue 23): a JSON integer, not a quantity string.
+DeviceIndex = Annotated[int, Strict(), Field(ge=0, lt=MAX_GPUS)]
+
+
 class AdmissionIn(StrictModel):
     node: NodeName
     holder: HolderIn
     requests: RequestsIn
+    devices: Annotated[list[DeviceIndex], AfterValidator(_unique)] = Field(
+        default=[],
+        max_length=MAX_DEVICES,
+        description=(
+            "GPU devices on the node (indices 0..GPUs-1) to hold by identity, one per GPU "
+            "requested; another holding's device is a 409 `device_taken`. Empty: GPUs are "
+            "counted only"
+        ),
+        examples=[[0, 1]],
+    )
 
 
 class Amounts(BaseModel):
@@ -243,6 +265,8 @@ class HoldingOut(BaseModel):
     state: str
     created_at: datetime
     updated_at: datetime
+    devices: list[int] = Field(description="GPU devices held by identity; []: counted only")
+    slurm_hold: str | None = Field(description="The Slurm job holding those devices, if any")
 
     @classmethod
     def of(cls, h: Holding) -> HoldingOut:
@@ -253,6 +277,8 @@ class HoldingOut(BaseModel):
             state=h.state.value,
             created_at=h.created_at,
             updated_at=h.updated_at,
+            devices=list(h.devices),
+            slurm_hold=h.slurm_hold,
         )
 
 

@@ -72,6 +72,7 @@ class InvalidRequest(LedgerError):
 
     code = "invalid_request"
     http_status = 422
+    field: str | None = None  # the input at fault, when one is (the API's 422 names it)
 
 
 class InvalidDevices(InvalidRequest):

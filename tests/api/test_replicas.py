@@ -63,3 +63,30 @@ def test_same_uid_racing_on_replicas_yields_one_holding(replicas: list[ServicePr
     assert codes.count(201) == 1, codes
     assert codes.count(200) == 15, codes
     assert len(httpx.get(f"{first}/v1/holdings").json()) == 1
+
+
+def test_racing_admissions_of_one_gpu_device_admit_exactly_one(
+    replicas: list[ServiceProcess],
+) -> None:
+    """Issue 23: eight pods at once ask for GPU device 1 of a node with room for two GPUs
+    by count; exactly one gets it, the others are told it is held."""
+    first = replicas[0].url
+    node = {"capacity": {"cpu": "8", "memory": "64Gi", "gpu": 2}}
+    assert httpx.put(f"{first}/v1/nodes/n1", json=node).status_code == 201
+
+    def admit(i: int) -> tuple[int, str]:
+        body = {
+            "node": "n1",
+            "holder": {"kind": "pod", "uid": f"u{i}"},
+            "requests": {"cpu": "1", "gpu": 1},
+            "devices": [1],
+        }
+        url = replicas[i % len(replicas)].url
+        answer = httpx.post(f"{url}/v1/admissions", json=body, timeout=60)
+        return answer.status_code, answer.json().get("code", "")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        outcomes = list(pool.map(admit, range(8)))
+    assert sorted(outcomes) == [(201, "")] + [(409, "device_taken")] * 7, outcomes
+    holdings = httpx.get(f"{first}/v1/holdings").json()
+    assert [h["devices"] for h in holdings] == [[1]]
