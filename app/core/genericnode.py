@@ -4,8 +4,10 @@ spec (the service creates it): alias (Slurm node name), type (Slurm), clusterNam
 spec.admissionRequests (written by a custom scheduler): [{podUID, namespace, name,
 requests: {cpu, memory, <gpu resource>}}].
 status (the service writes it): capacity, allocatedResources [{type, allocated}], free,
-headroom {target, granted, free} (the Kubernetes headroom, app.core.headroom), conditions
-(Ready, SlurmSynced), admissionChecks [{podUID, result, message, time}], lastSyncTime.
+headroom {target, granted, free} (the Kubernetes headroom, app.core.headroom), gpus
+[{device, holderKind, holderID, holder, slurmHold}] (which holder has which GPU device,
+issue 23), conditions (Ready, SlurmSynced), admissionChecks [{podUID, result, message,
+time}], lastSyncTime.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ from app.core.components import Health
 from app.core.headroom import HeadroomNode
 from app.core.headroom import free as headroom_free
 from app.core.presentation import format_cpu, format_memory
-from app.core.records import NodeView
+from app.core.records import Holding, NodeView
 from app.core.resources import Resources
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
 # The status fields the mirror owns and compares; lastSyncTime is when they were last
 # written, and admissionChecks belong to the admission-check protocol.
-MIRRORED = ("capacity", "allocatedResources", "free", "headroom", "conditions")
+MIRRORED = ("capacity", "allocatedResources", "free", "headroom", "gpus", "conditions")
 ADMITTED = "Admitted"
 REJECTED = "Rejected"
 
@@ -95,7 +97,7 @@ def status_of(
             previous,
             now,
         )
-    return {
+    status: dict[str, Any] = {
         "capacity": amounts(view.allocatable, gpu_resource),
         "allocatedResources": [
             {"type": "Kubernetes", "allocated": amounts(view.held_by_kubernetes, gpu_resource)},
@@ -116,6 +118,27 @@ def status_of(
         ],
         "lastSyncTime": timestamp(now),
     }
+    if isinstance(view, NodeView):  # figures without holdings say nothing of devices
+        # Always written, [] too: a merge patch that left it out would keep the old list.
+        status["gpus"] = gpus_of(view.holdings)
+    return status
+
+
+def gpus_of(holdings: tuple[Holding, ...]) -> list[dict[str, Any]]:
+    """Which holder has which GPU device on the node (issue 23), by device: one entry per
+    device a holding names (GPUs held by count only are in allocatedResources alone)."""
+    held = [
+        {
+            "device": device,
+            "holderKind": holding.holder.kind.value,
+            "holderID": holding.holder.id,
+            "holder": holding.holder.display_name or holding.holder.id,
+            **({"slurmHold": holding.slurm_hold} if holding.slurm_hold is not None else {}),
+        }
+        for holding in holdings
+        for device in holding.devices
+    ]
+    return sorted(held, key=lambda entry: int(entry["device"]))
 
 
 def headroom_of(view: NodeFigures, gpu_resource: str) -> dict[str, dict[str, str]]:

@@ -13,6 +13,11 @@ from Slurm beyond what is held, ``headroom_granted`` what Slurm was confirmed to
 and reservations leave (at least 0 per node). All 0 while the headroom is off.
 Per-node series (``per_node``) cost 8 per node and resource plus one per node; the cluster
 totals are always there.
+``node_gpu_device_holder`` (per node) says which holder has which GPU device (issue 23):
+1 for each device a holding names, labelled with the node, the device's index and the
+holder; one series per device held by identity at most (a node's GPUs), none for GPUs held
+by count. Read from holdings, so only from the node snapshot's views (an integration on,
+the only case in which devices are held through Slurm), not from the database's totals.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class _Families:
     node_admissible: GaugeMetricFamily = field(init=False)
     node_headroom_target: GaugeMetricFamily = field(init=False)
     node_headroom_granted: GaugeMetricFamily = field(init=False)
+    gpu_device_holder: GaugeMetricFamily = field(init=False)
     cluster_capacity: GaugeMetricFamily = field(init=False)
     cluster_held: GaugeMetricFamily = field(init=False)
     cluster_free: GaugeMetricFamily = field(init=False)
@@ -111,6 +117,11 @@ class _Families:
             "node_headroom_granted",
             "What Slurm was confirmed to withhold for Kubernetes, holdings included" + unit,
             ["node", "resource"],
+        )
+        self.gpu_device_holder = gauge(
+            "node_gpu_device_holder",
+            "1 for each GPU device held by identity, with its holder (issue 23)",
+            ["node", "device", "holder_kind", "holder"],
         )
         self.cluster_capacity = gauge("cluster_capacity", "Sum of capacities" + unit, ["resource"])
         self.cluster_held = gauge(
@@ -155,6 +166,7 @@ class _Families:
             self.node_admissible,
             self.node_headroom_target,
             self.node_headroom_granted,
+            self.gpu_device_holder,
         ]
         return nodes + cluster
 
@@ -221,6 +233,12 @@ class _Families:
             self.node_headroom_target.add_metric([name, resource], amount)
         for resource, amount in base_units(view.headroom.granted).items():
             self.node_headroom_granted.add_metric([name, resource], amount)
+        if isinstance(view, NodeView):  # totals carry no holdings, so no devices
+            for holding in view.holdings:
+                who = holding.holder
+                labels = [who.kind.value, who.display_name or who.id]
+                for device in holding.devices:
+                    self.gpu_device_holder.add_metric([name, str(device), *labels], 1.0)
 
 
 class LedgerCollector:

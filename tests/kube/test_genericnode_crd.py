@@ -11,8 +11,16 @@ from typing import Any
 import yaml
 
 from app.core.components import Health
-from app.core.genericnode import status_of
-from app.core.records import NodeHeadroom, NodeSpec, NodeView
+from app.core.genericnode import fingerprint, status_of
+from app.core.records import (
+    Holder,
+    HolderKind,
+    Holding,
+    HoldingState,
+    NodeHeadroom,
+    NodeSpec,
+    NodeView,
+)
 from app.core.resources import Resources
 from tests.support.realenv import REPO
 
@@ -54,3 +62,38 @@ def test_the_schema_keeps_every_field_of_the_status() -> None:
     assert set(status["headroom"]) == set(schema["headroom"]["properties"])
     for figures in status["headroom"].values():
         assert all(isinstance(v, str) for v in figures.values())  # additionalProperties: string
+
+
+def test_the_status_says_which_holder_has_which_gpu_device() -> None:
+    """Issue 23: one entry per device held by identity, by device, with its holder and hold
+    job; in the schema's terms, and a change of holder is a change the mirror writes."""
+    spec = NodeSpec(Resources(16000, 32 * GIB, 4))
+    pod = Holding(
+        "a",
+        Holder(HolderKind.POD, "uid-1", "ns/p"),
+        Resources(1000, GIB, 2),
+        HoldingState.HELD,
+        T0,
+        T0,
+        devices=(1, 3),
+        slurm_hold="77",
+    )
+    counted = Holding(
+        "a", Holder(HolderKind.MANUAL, "ops"), Resources(0, 0, 1), HoldingState.HELD, T0, T0
+    )
+    node = NodeView("a", spec, None, None, (counted, pod), T0, T0)
+    status = status_of(node, Health("ok"), {}, T0, "nvidia.com/gpu")
+    entry = {"holderKind": "pod", "holderID": "uid-1", "holder": "ns/p", "slurmHold": "77"}
+    assert status["gpus"] == [{"device": 1, **entry}, {"device": 3, **entry}]
+    gpus = version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["gpus"]
+    item = gpus["items"]
+    for listed in status["gpus"]:
+        assert set(listed) <= set(item["properties"])
+        assert set(item["required"]) <= set(listed)
+    assert item["properties"]["holderKind"]["enum"] == [k.value for k in HolderKind]
+    # Always written, empty too: a merge patch that left it out would keep the old list.
+    empty = NodeView("a", spec, None, None, (counted,), T0, T0)
+    assert status_of(empty, Health("ok"), {}, T0, "nvidia.com/gpu")["gpus"] == []
+    assert fingerprint(status) != fingerprint(status_of(empty, Health("ok"), {}, T0, "gpu"))
+    columns = {c["name"]: c["jsonPath"] for c in version()["additionalPrinterColumns"]}
+    assert columns["GPU Devices Held"] == ".status.gpus[*].device"

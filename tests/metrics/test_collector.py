@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.exc import OperationalError
 
-from app.core.records import Holder, HolderKind, NodeSpec, NodeTotals
+from app.core.records import Holder, HolderKind, HoldingState, NodeSpec, NodeTotals
 from app.core.resources import Resources
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
@@ -86,3 +86,23 @@ def test_the_snapshot_and_the_database_give_the_same_headroom_gauges(ledger: Led
     s = parse(generate_latest(registry).decode())
     assert "nodeledger_node_headroom_target" not in s.families
     assert s.value("nodeledger_cluster_headroom_target", resource="memory") == GIB
+
+
+def test_which_holder_has_which_gpu_device_is_a_series_per_device(ledger: Ledger) -> None:
+    """Issue 23: 1 per device held by identity, labelled with its holder; none for GPUs held
+    by count, and none from the database's totals, which carry no holdings."""
+    ledger.upsert_node("g1", NodeSpec(capacity=Resources(16000, 32 * GIB, 4)))
+    pod = Holder(HolderKind.POD, "uid-1", "ml/trainer-0")
+    ledger.admit("g1", pod, Resources(1000, GIB, 2), devices=(0, 2), state=HoldingState.PENDING)
+    ledger.confirm(HolderKind.POD, pod.id, slurm_hold="77")
+    ledger.admit("g1", Holder(HolderKind.MANUAL, "ops"), Resources(0, 0, 1))  # counted only
+    registry = CollectorRegistry()
+    registry.register(LedgerCollector(NodeSnapshot(ledger).list_nodes, cache_seconds=0))
+    s = parse(generate_latest(registry).decode())
+    labels = {"node": "g1", "holder_kind": "pod", "holder": "ml/trainer-0"}
+    assert s.series("nodeledger_node_gpu_device_holder") == {
+        frozenset({**labels, "device": device}.items()): 1.0 for device in ("0", "2")
+    }
+    totals = CollectorRegistry()
+    totals.register(LedgerCollector(ledger.node_totals, cache_seconds=0))
+    assert parse(generate_latest(totals).decode()).series("nodeledger_node_gpu_device_holder") == {}

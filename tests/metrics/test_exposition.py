@@ -52,6 +52,7 @@ CONTRACT = {
     "nodeledger_node_admissible": "gauge",
     "nodeledger_node_headroom_target": "gauge",
     "nodeledger_node_headroom_granted": "gauge",
+    "nodeledger_node_gpu_device_holder": "gauge",
     "nodeledger_cluster_capacity": "gauge",
     "nodeledger_cluster_held": "gauge",
     "nodeledger_cluster_free": "gauge",

@@ -203,6 +203,17 @@ def test_page_draws_the_nodes_and_shows_an_admission_live(
     (artifacts() / "page.json").write_text(json.dumps({"shown_after_s": round(shown_after, 2)}))
     assert shown_after < LIVE_TIMEOUT_MS / 1000
 
+    # 2. Which holder has which GPU device (issue 23): only holdings that name theirs.
+    devices = page.locator('tr[data-node="n1"] th .gpu-devices')
+    expect(devices).to_have_count(0)
+    gpu_pod = {"kind": "pod", "namespace": "ml", "name": "trainer-1", "uid": "9e1a"}
+    one_gpu = {"cpu": "500m", "memory": "1Gi", "gpu": 1}
+    body = {"node": "n1", "holder": gpu_pod, "requests": one_gpu, "devices": [3]}
+    assert api.post("/v1/admissions", json=body).status_code == 201
+    expect(devices).to_have_text("GPU 3: ml/trainer-1", timeout=LIVE_TIMEOUT_MS)
+    expect(devices).to_have_attribute("title", "GPU device 3 on n1: pod ml/trainer-1")
+    expect(page.locator('tr[data-node="n2"] th .gpu-devices')).to_have_count(0)
+
 
 def test_filter_sort_and_paging(service: ServiceProcess, page: Page) -> None:
     api = httpx.Client(base_url=service.url, timeout=10)

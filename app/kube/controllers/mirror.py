@@ -48,6 +48,7 @@ class _Status(TypedDict, total=False):
     allocatedResources: Any
     free: Any
     headroom: Any
+    gpus: Any
     conditions: Any
 
 

@@ -174,6 +174,27 @@ function headroomCell(node) {
   return cell;
 }
 
+// Which holder has which GPU device (issue 23): holdings that name their devices. GPUs held
+// by count only are in the GPU bar alone.
+function gpuDevices(node) {
+  const held = [];
+  for (const holding of node.holdings) {
+    const holder = holding.holder.name || holding.holder.id;
+    for (const device of holding.devices) held.push([device, holder, holding]);
+  }
+  if (held.length === 0) return null;
+  held.sort((a, b) => a[0] - b[0]);
+  const span = element("span", "sub gpu-devices");
+  span.textContent = held.map(([device, holder]) => `GPU ${device}: ${holder}`).join(" · ");
+  span.title = held
+    .map(([device, holder, holding]) => {
+      const hold = holding.slurm_hold ? `, Slurm hold job ${holding.slurm_hold}` : "";
+      return `GPU device ${device} on ${node.name}: ${holding.holder.kind} ${holder}${hold}`;
+    })
+    .join("; ");
+  return span;
+}
+
 function nodeRow(node) {
   const row = element("tr");
   row.dataset.node = node.name;
@@ -185,6 +206,8 @@ function nodeRow(node) {
   }
   const count = node.holdings.length;
   name.append(element("span", "sub", `${count} holding${count === 1 ? "" : "s"}`));
+  const devices = gpuDevices(node);
+  if (devices) name.append(devices);
   row.append(name);
   for (const resource of RESOURCES) row.append(bar(node, resource));
   row.append(headroomCell(node));
@@ -199,7 +222,10 @@ function signature(node) {
   // Everything drawn; timestamps alone do not redraw a row.
   const { created_at, updated_at, holdings, headroom, ...rest } = node;
   const { used_at, ...figures } = headroom;
-  return JSON.stringify([rest, figures, holdings.length]);
+  const devices = holdings
+    .filter((h) => h.devices.length > 0)
+    .map((h) => [h.holder.id, h.holder.name, h.devices, h.slurm_hold]);
+  return JSON.stringify([rest, figures, holdings.length, devices]);
 }
 
 function renderNodes(nodes) {
