@@ -2,8 +2,10 @@
 
 Shown: ``k8scpu:16,k8smemory:64K,gpu:tesla:4(S:0-1)`` (totals scaled by 1024 per K/M/G/T/P
 step, socket or index details in parentheses, commas inside them); ``gres_detail`` of a
-job uses ``k8scpu(CNT:4)``. Sent: exactly ``name[:type]:integer`` entries, because a node
-update replaces the whole string and Slurm validates nothing in it.
+job uses ``k8scpu(CNT:4)`` and names devices ``gpu:2(IDX:0,2)``; with one type per device
+(issue 23) every type is listed, held or not: ``gpu:g0:0(IDX:),gpu:g1:1(IDX:1)``.
+Sent: exactly ``name[:type]:integer`` entries, because a node update replaces the whole
+string and Slurm validates nothing in it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 _SCALE = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
 _COUNT = re.compile(r"^(\d+)([KMGTP]?)$")
 _CNT = re.compile(r"CNT:(\d+)")
+_IDX = re.compile(r"IDX:([0-9,\-]*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,21 @@ def parse_gres(text: str) -> list[GresEntry]:
 def gres_count(text: str, name: str) -> int:
     """Total count of one GRES name (all types) in a shown string; 0 when absent."""
     return sum(e.count for e in parse_gres(text) if e.name == name)
+
+
+def gres_indices(text: str, name: str) -> tuple[int, ...]:
+    """The device indices (``IDX:0-1,3``) of one GRES name in a job's ``gres_detail``,
+    sorted; () when it names none."""
+    indices: set[int] = set()
+    for item in split_items(text):
+        head, _, details = item.partition("(")
+        if head.split(":")[0] != name or not (m := _IDX.search(details)):
+            continue
+        for part in filter(None, m.group(1).split(",")):
+            low, _, high = part.partition("-")
+            if low.isdigit() and (high.isdigit() or not high):
+                indices.update(range(int(low), int(high or low) + 1))
+    return tuple(sorted(indices))
 
 
 def with_counts(current: str, counts: Mapping[str, int]) -> str:

@@ -452,7 +452,9 @@ EOF
     echo "NodeName=s[1-$SCALE_NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT_BASE + 99)) CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000 State=UNKNOWN" >>"$etc/slurm.conf"
     echo "PartitionName=scale Nodes=s[1-$SCALE_NODES] MaxTime=INFINITE State=UP" >>"$etc/slurm.conf"
   fi
-  local i node gres
+  # n3's GPUs: one GRES type per device (gN is /dev/nvidiaN), so that a hold job can ask
+  # for exactly the device a pod has (docs/gpu-identity.md); plain --gres=gpu:N still works.
+  local i node gres gpu_gres=gpu:g0:1,gpu:g1:1,gpu:g2:1,gpu:g3:1
   for i in "${!NODES[@]}"; do
     node=${NODES[$i]}
     # With node_features/k8s_resources the k8s totals come from the plugin, not slurm.conf.
@@ -460,7 +462,7 @@ EOF
     [ "$PLUGINS" = on ] || gres="k8scpu:16,k8smemory:32000"
     if [ "$node" = n3 ]; then
       [ "$PLUGINS" = on ] || gres="$gres,k8sgpu:4"
-      gres="${gres:+$gres,}gpu:4"
+      gres="${gres:+$gres,}$gpu_gres"
     fi
     echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=${NODE_PORTS[$i]} CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000${gres:+ Gres=$gres} State=UNKNOWN" >>"$etc/slurm.conf"
   done
@@ -468,7 +470,10 @@ EOF
   gres_k8s="Name=k8scpu Flags=CountOnly
 Name=k8smemory Flags=CountOnly
 Name=k8sgpu Flags=CountOnly"
-  printf '%s\nNodeName=n3 Name=gpu File=/dev/nvidia[0-3]\n' "$gres_k8s" >"$etc/gres.conf"
+  {
+    echo "$gres_k8s"
+    for i in 0 1 2 3; do echo "NodeName=n3 Name=gpu Type=g$i File=/dev/nvidia$i"; done
+  } >"$etc/gres.conf"
   echo "CgroupPlugin=disabled" >"$etc/cgroup.conf"
   if [ ! -s "$etc/jwt.key" ]; then
     head -c 64 /dev/urandom >"$etc/jwt.key"

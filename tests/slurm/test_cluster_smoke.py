@@ -8,7 +8,7 @@ import pytest
 from app.slurm.client import SlurmClient
 from app.slurm.payloads import parse_job, parse_node
 from app.slurm.tokens import FileToken
-from tests.support.slurm_cluster import REST_API, SlurmCluster, wait_until
+from tests.support.slurm_cluster import N3_GPUS, REST_API, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 OFFERED_APIS = {  # what each release's slurmrestd offers, oldest first
@@ -48,7 +48,7 @@ def test_nodes_are_idle_with_full_gres(slurm_cluster: SlurmCluster) -> None:
         assert node["cpus"] == 16
         assert node["real_memory"] == 32000
         assert "k8scpu:16" in node["gres"]
-    assert "gpu:4" in slurm_cluster.node("n3")["gres"]
+    assert N3_GPUS in slurm_cluster.node("n3")["gres"]
 
 
 def test_slurmrestd_requires_the_token(slurm_cluster: SlurmCluster) -> None:

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.slurm.helpers import admit, events, gres, slurm_holdings
-from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_cluster import N3_GPUS, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -82,6 +82,6 @@ def test_counts_reset_behind_our_back_are_pushed_again_and_recorded(
 def test_gpu_pods_lower_k8sgpu(slurm_api: TestClient, slurm: SlurmCluster) -> None:
     assert admit(slurm_api, "gpu-1", "gpu-pod", "1", "1Gi", gpu=1).status_code == 201
     assert gres(slurm, "n3") == {"k8scpu": 15, "k8smemory": 32000 - 1024, "k8sgpu": 3}
-    assert "gpu:4" in slurm.node("n3")["gres"]  # the real GPU GRES is kept as it was
+    assert N3_GPUS in slurm.node("n3")["gres"]  # the real GPU GRES is kept as it was
     slurm_api.delete("/v1/admissions/gpu-pod")
     assert gres(slurm, "n3")["k8sgpu"] == 4

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_cluster import N3_GPUS, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 BAD_STATES = {"INVALID_REG", "INVALID", "DRAIN", "DOWN", "FAIL"}
@@ -83,7 +83,8 @@ def test_runtime_count_changes_keep_every_job_submittable(
         wait_until(lambda: registered_since(slurm, "n3", before), 20, what="re-registration")
     else:
         getattr(slurm, disruption)()
-    slurm.set_gres("n3", "k8scpu:14,k8smemory:29952,k8sgpu:3,gpu:4")  # a pod: 1500m, 2Gi, 1 GPU
+    # A pod: 1500m, 2Gi, 1 GPU.
+    slurm.set_gres("n3", f"k8scpu:14,k8smemory:29952,k8sgpu:3,{N3_GPUS}")
     gpu_job = slurm.sbatch("-w", "n3", "-c", "4", "--mem=4000", "--gres=gpu:2", "--wrap", "true")
     assert "k8sgpu:2" in slurm.job(gpu_job)["tres_per_node"]
     assert slurm.sbatch("-w", "n1", "--wrap", "true")

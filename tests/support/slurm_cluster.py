@@ -21,6 +21,7 @@ from tests.support.realenv import REPO, run_script, wait_until
 
 SCRIPT = Path(REPO) / "testenv" / "slurm" / "cluster.sh"
 __all__ = [
+    "N3_GPUS",
     "SCRIPT",
     "SLURM_VERSIONS",
     "SlurmCluster",
@@ -39,6 +40,8 @@ SLURM_VERSIONS = tuple(
 )
 # Offered by every supported release: 24.11 v0.0.40-42, 25.11 v0.0.41-44, 26.05 v0.0.42-45.
 REST_API = "v0.0.42"
+# n3's four GPUs, one GRES type per device (gN is /dev/nvidiaN; cluster.sh, issue 23).
+N3_GPUS = "gpu:g0:1,gpu:g1:1,gpu:g2:1,gpu:g3:1"
 
 
 def cluster_sh(
@@ -208,7 +211,7 @@ class SlurmCluster:
     FULL_GRES: ClassVar[dict[str, str]] = {
         "n1": "k8scpu:16,k8smemory:32000",
         "n2": "k8scpu:16,k8smemory:32000",
-        "n3": "k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4",
+        "n3": f"k8scpu:16,k8smemory:32000,k8sgpu:4,{N3_GPUS}",
     }
 
     @classmethod
