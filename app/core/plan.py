@@ -10,7 +10,8 @@ Invariants:
 - a node Slurm does not list only gets a health reason (nothing to hold or push);
 - Slurm-job holdings are replaced only when they differ from what Slurm holds: the jobs'
   per-node allocations, plus whatever the node reports allocated beyond them held under
-  ``node:<name>``, so the ledger never undercounts Slurm;
+  ``node:<name>``, so the ledger never undercounts Slurm; hold jobs (a GPU pod's devices
+  held in Slurm) are the pod's holding already and are no Slurm job's;
 - counts are pushed only when Slurm's differ from what the ledger withholds (slurmctld
   restart, reconfigure, slurmd re-registration).
 """
@@ -114,15 +115,21 @@ def slurm_snapshot(
     node: SlurmNode, jobs: Iterable[SlurmJob], unlisted: Resources | None = None
 ) -> dict[str, SnapshotEntry]:
     """What Slurm holds on ``node``, per job, plus any allocation no job accounts for
-    (``unlisted``; default: what the node reports allocated beyond ``jobs``)."""
+    (``unlisted``; default: what the node reports allocated beyond ``jobs``). A hold job
+    (issue 23) is a pod the ledger already holds: it accounts for its allocation but is no
+    Slurm job's holding."""
     snapshot: dict[str, SnapshotEntry] = {}
+    accounted: list[Resources] = []
     for job in jobs:
-        if (held := job_on(job, node.name)) is not None:
+        if (held := job_on(job, node.name)) is None:
+            continue
+        accounted.append(held)
+        if not job.is_nodeledger_hold:
             snapshot[job.job_id] = SnapshotEntry(
                 f"{job.name} ({job.user})" if job.user else job.name, held
             )
     if unlisted is None:
-        unlisted = unallocated_rest(node, [e.resources for e in snapshot.values()])
+        unlisted = unallocated_rest(node, accounted)
     if not unlisted.is_zero():
         snapshot[f"node:{node.name}"] = SnapshotEntry("allocated, no job listed yet", unlisted)
     return snapshot

@@ -1,4 +1,10 @@
-"""What the service needs to know of Slurm, independent of the slurmrestd API version."""
+"""What the service needs to know of Slurm, independent of the slurmrestd API version.
+
+Hold jobs (issue 23): a GPU pod's devices are held in Slurm by a job of the service's own,
+named ``HOLD_JOB_NAME`` with comment ``HOLD_COMMENT_PREFIX + holder id`` (app.slurm.holds).
+Such a job is the pod, already a holding of the ledger's: the sync must not count it a
+second time as a Slurm job's holding (``SlurmJob.is_nodeledger_hold``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+HOLD_JOB_NAME = "nodeledger-hold"
+HOLD_COMMENT_PREFIX = "nodeledger-hold:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,7 @@ class JobAllocation:
     cpus: int
     memory_mb: int
     gpus: int
+    devices: tuple[int, ...] = ()  # GPU device indices (gres_detail IDX), when Slurm names them
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +55,29 @@ class SlurmJob:
     user: str
     states: frozenset[str]
     allocations: tuple[JobAllocation, ...]
+    comment: str = ""
 
     @property
     def holds_resources(self) -> bool:
         # COMPLETING keeps its allocation until every node has cleaned up.
         return bool(self.states & {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"})
+
+    @property
+    def is_nodeledger_hold(self) -> bool:
+        """A hold job of the service's (name and comment as app.slurm.holds sets them).
+        A user's job can copy both: the ledger then leaves it out of its view, but Slurm's
+        own accounting (and the gate's check of it) still counts it."""
+        return self.name == HOLD_JOB_NAME and self.comment.startswith(HOLD_COMMENT_PREFIX)
+
+    @property
+    def hold_holder_id(self) -> str | None:
+        """The holder a hold job holds for; None for any other job."""
+        return self.comment.removeprefix(HOLD_COMMENT_PREFIX) if self.is_nodeledger_hold else None
+
+
+def hold_comment(holder_id: str) -> str:
+    """The comment that marks a hold job and names its holder."""
+    return HOLD_COMMENT_PREFIX + holder_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """A small slurmrestd client: the calls the service makes, typed results, one error tree.
 
-Every call has a timeout. Idempotent calls (reads, and node updates, which set absolute
-values) are retried a bounded number of times with jittered exponential backoff, and only
-when slurmrestd did not answer; an answer (even an error) is never retried. The API version
+Every call has a timeout. Idempotent calls (reads, node updates, which set absolute values,
+and cancels) are retried a bounded number of times with jittered exponential backoff, and
+only when slurmrestd did not answer; an answer (even an error) is never retried. A job
+allocation is never retried: the lost answer may have been a job. The API version
 is the newest one the server's OpenAPI document offers among ``SUPPORTED_VERSIONS``.
 """
 
@@ -38,6 +39,7 @@ from app.slurm.tokens import TokenSource
 log = logging.getLogger(__name__)
 
 INVALID_JOB_ID = 2017  # ESLURM_INVALID_JOB_ID
+ALREADY_DONE = 2021  # ESLURM_ALREADY_DONE: "Job/step already completing or completed"
 
 Shape = msgspec.json.Decoder[Any]
 
@@ -169,6 +171,25 @@ class SlurmClient:
         update = {k: v for k, v in (("gres", gres), ("extra", extra)) if v is not None}
         self._call("POST", f"node/{name}", json=update)
 
+    def allocate_job(self, job: dict[str, Any]) -> str:
+        """Allocate one job (``job``: a job description as this API version spells it) and
+        return its id. Not retried: after a lost answer the job may exist."""
+        body = self._call("POST", "job/allocate", json={"job": job}, retries=0) or {}
+        job_id = payloads.number(body.get("job_id"))
+        if not job_id:
+            raise SlurmRequestError("slurmrestd POST job/allocate: answer names no job")
+        return str(job_id)
+
+    def cancel_job(self, job_id: str) -> None:
+        """Cancel a job. One that already ended, or that Slurm does not know, is no error:
+        cancelling twice must be harmless (slurmrestd answers 200 for both anyway)."""
+        try:
+            self._call("DELETE", f"job/{job_id}")
+        except SlurmRequestError as exc:
+            gone = (INVALID_JOB_ID, ALREADY_DONE)
+            if not exc.errors or any(e.error_number not in gone for e in exc.errors):
+                raise
+
     # ------------------------------------------------------------------ plumbing
 
     def _negotiate(self) -> str:
@@ -184,7 +205,7 @@ class SlurmClient:
         return version
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any] | None:
-        """A call under /slurm/<version>/ (``params``, ``json``, ``shape`` as for _request)."""
+        """A call under /slurm/<version>/ (keywords as for _request)."""
         return self._request(method, f"/slurm/{self.version}/{path}", **kwargs)
 
     def _request(
@@ -195,10 +216,12 @@ class SlurmClient:
         params: dict[str, str] | None = None,
         json: dict[str, Any] | None = None,
         shape: Shape | None = None,
+        retries: int | None = None,
     ) -> dict[str, Any] | None:
-        """``shape``: a successful answer is decoded into just its fields (payloads)."""
+        """``shape``: a successful answer is decoded into just its fields (payloads);
+        ``retries``: instead of the client's (0 for a call that is not idempotent)."""
         retrying = Retrying(
-            stop=stop_after_attempt(self.retries + 1),
+            stop=stop_after_attempt((self.retries if retries is None else retries) + 1),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             retry=retry_if_exception_type(SlurmUnavailable),
             reraise=True,

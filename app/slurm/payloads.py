@@ -28,7 +28,7 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from app.core.gres import gres_count
+from app.core.gres import gres_count, gres_indices
 from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
 
 SUPPORTED_VERSIONS = tuple(f"v0.0.{n}" for n in range(40, 46))
@@ -97,6 +97,7 @@ class _Job(TypedDict, total=False):
     job_resources: _JobResources | None
     gres_detail: Any
     tres_alloc_str: Any
+    comment: Any
 
 
 class _NodesListing(TypedDict, total=False):
@@ -138,6 +139,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         user=str(raw.get("user_name") or ""),
         states=states(raw.get("job_state")),
         allocations=_allocations(raw),
+        comment=str(raw.get("comment") or ""),
     )
 
 
@@ -148,6 +150,9 @@ def _allocations(raw: Mapping[str, Any]) -> tuple[JobAllocation, ...]:
     def gpus(index: int) -> int:
         return gres_count(gres_detail[index], "gpu") if index < len(gres_detail) else 0
 
+    def devices(index: int) -> tuple[int, ...]:
+        return gres_indices(gres_detail[index], "gpu") if index < len(gres_detail) else ()
+
     nodes = resources.get("nodes")
     if isinstance(nodes, dict):  # v0.0.41+
         return tuple(
@@ -156,6 +161,7 @@ def _allocations(raw: Mapping[str, Any]) -> tuple[JobAllocation, ...]:
                 cpus=number((a.get("cpus") or {}).get("count")),
                 memory_mb=number((a.get("memory") or {}).get("allocated")),
                 gpus=gpus(i),
+                devices=devices(i),
             )
             for i, a in enumerate(nodes.get("allocation") or [])
         )
@@ -172,6 +178,7 @@ def _allocations(raw: Mapping[str, Any]) -> tuple[JobAllocation, ...]:
             cpus=per_node_cpus,
             memory_mb=number(a.get("memory_allocated")),
             gpus=gpus(i),
+            devices=devices(i),
         )
         for i, a in enumerate(allocated)
     )

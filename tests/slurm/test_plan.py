@@ -264,3 +264,26 @@ def test_unlisted_defaults_to_what_the_node_reports_beyond_its_jobs() -> None:
 
 def test_floored_minus_never_goes_below_zero() -> None:
     assert floored_minus(Resources(1000, 5, 1), Resources(2000, 3, 1)) == Resources(0, 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "comment", "recorded"),
+    [
+        pytest.param("nodeledger-hold", "nodeledger-hold:pod-a", False, id="hold-job"),
+        pytest.param("nodeledger-hold", "", True, id="name-only"),
+        pytest.param("train", "nodeledger-hold:pod-a", True, id="comment-only"),
+    ],
+)
+def test_a_hold_job_accounts_for_its_allocation_but_is_no_slurm_holding(
+    name: str, comment: str, recorded: bool
+) -> None:
+    # Issue 23: a GPU pod's hold job is the pod, already a holding of the ledger's.
+    hold = SlurmJob(
+        "8", name, "slurm", frozenset({"RUNNING"}),
+        (JobAllocation("n1", 2, 100, 1, (1,)),), comment,
+    )  # fmt: skip
+    busy = node(alloc_cpus=4, alloc_memory_mb=1100, gres="gpu:g0:1,gpu:g1:1", gres_used="gpu:g1:1")
+    snapshot = slurm_snapshot(busy, [job(), hold])
+    assert ("8" in snapshot) is recorded
+    assert "node:n1" not in snapshot  # its allocation is not taken for an unlisted one
+    assert hold.is_nodeledger_hold is not recorded

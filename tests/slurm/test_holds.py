@@ -1,0 +1,185 @@
+"""Hold jobs (issue 23) against scripted slurmrestd answers (httpx.MockTransport): what a
+hold asks Slurm for, which refusals reject the admission, cancel and listing. The answers
+are the ones the test clusters gave (docs/gpu-identity.md "Hold jobs, measured")."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from app.core.ledger_errors import AdmissionRejected
+from app.slurm.client import SlurmClient
+from app.slurm.errors import SlurmRequestError, SlurmUnavailable
+from app.slurm.holds import HoldJob, HoldJobs, hold_tres
+from app.slurm.tokens import StaticToken
+
+BUSY = {"error_number": 2016, "error": "Requested nodes are busy"}
+PRIORITY = {"error_number": 2013, "error": "Immediate execution impossible, insufficient priority"}
+NO_CONFIG = {"error_number": 2014, "error": "Requested node configuration is not available"}
+NO_NODE = {"error_number": 2018, "error": "Invalid node name specified"}
+DONE = {"error_number": 2021, "error": "Job/step already completing or completed"}
+NO_JOB = {"error_number": 2017, "error": "Invalid job id specified"}
+
+
+def slurm(version: int, answers: dict[str, Any]) -> tuple[HoldJobs, list[httpx.Request]]:
+    """HoldJobs on a slurmrestd offering API v0.0.<version>; ``answers``: "METHOD path"."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/openapi/v3":
+            return httpx.Response(200, json={"paths": {f"/slurm/v0.0.{version}/jobs/": {}}})
+        seen.append(request)
+        answer = answers[f"{request.method} {request.url.path.split('/', 3)[-1]}"]
+        response: httpx.Response = answer(request) if callable(answer) else answer
+        return response
+
+    client = SlurmClient(
+        "http://slurm", StaticToken("t"), transport=httpx.MockTransport(handler), retries=2
+    )
+    return HoldJobs(client), seen
+
+
+def hold(holds: HoldJobs) -> str:
+    return holds.hold("n3", "pod-a", devices=[2, 1], cpus=1, memory_mb=100)
+
+
+def test_devices_are_named_one_type_each() -> None:
+    assert hold_tres([2, 1, 2]) == "gres/gpu:g1:1,gres/gpu:g2:1"
+
+
+@pytest.mark.parametrize(("version", "flags"), [(42, None), (45, ["EXTERNAL_JOB"])])
+def test_a_hold_asks_for_exactly_the_devices_now_at_top_priority(
+    version: int, flags: list[str] | None
+) -> None:
+    holds, seen = slurm(version, {"POST job/allocate": httpx.Response(200, json={"job_id": 12})})
+    assert hold(holds) == "12"
+    (request,) = seen
+    assert request.url.path == f"/slurm/v0.0.{version}/job/allocate"
+    job = json.loads(request.content)["job"]
+    assert job["name"] == "nodeledger-hold"
+    assert job["comment"] == "nodeledger-hold:pod-a"
+    assert job["required_nodes"] == ["n3"]
+    assert job["tres_per_node"] == "gres/gpu:g1:1,gres/gpu:g2:1"
+    assert job["immediate"] is True
+    assert job["minimum_cpus"] == 1
+    assert job["memory_per_node"] == {"set": True, "number": 100}
+    assert job["priority"] == {"set": True, "number": 4294967293}
+    assert job["time_limit"]["infinite"] is True
+    assert job.get("flags") == flags  # EXTERNAL_JOB from v0.0.43 (Slurm 25.05) on
+
+
+@pytest.mark.parametrize("error", [BUSY, PRIORITY, NO_CONFIG], ids=lambda e: e["error"])
+@pytest.mark.parametrize("status", [422, 500])  # 26.05 answers 422, 24.11 500
+def test_a_refusal_rejects_the_admission_naming_node_and_devices(
+    error: dict[str, Any], status: int
+) -> None:
+    answer = httpx.Response(status, json={"errors": [error]})
+    holds, seen = slurm(45, {"POST job/allocate": answer})
+    with pytest.raises(AdmissionRejected) as caught:
+        hold(holds)
+    assert "n3" in str(caught.value)
+    assert "gpu1, gpu2" in str(caught.value)
+    assert error["error"] in str(caught.value)
+    assert len(seen) == 1
+
+
+def test_other_refusals_are_slurm_errors() -> None:
+    answer = httpx.Response(422, json={"errors": [NO_NODE]})
+    holds, _ = slurm(45, {"POST job/allocate": answer})
+    with pytest.raises(SlurmRequestError, match="Invalid node name"):
+        hold(holds)
+
+
+def test_a_lost_answer_is_not_retried() -> None:
+    # The allocation may have happened: a second one would hold the devices twice.
+    def lost(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("lost", request=request)
+
+    holds, seen = slurm(45, {"POST job/allocate": lost})
+    with pytest.raises(SlurmUnavailable):
+        hold(holds)
+    assert len(seen) == 1
+
+
+def test_a_hold_names_a_device() -> None:
+    holds, seen = slurm(45, {})
+    with pytest.raises(ValueError, match="device"):
+        holds.hold("n3", "pod-a", devices=[], cpus=1, memory_mb=1)
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        httpx.Response(200, json={"errors": []}),  # a job Slurm does not know, 24.11 and 26.05
+        httpx.Response(200, json={"errors": [], "status": [{"error": {"code": 2021}}]}),  # ended
+        httpx.Response(500, json={"errors": [DONE]}),
+        httpx.Response(500, json={"errors": [NO_JOB]}),
+    ],
+    ids=["unknown", "ended", "done-error", "invalid-id"],
+)
+def test_cancel_is_idempotent_and_wakes_the_scheduler(answer: httpx.Response) -> None:
+    holds, seen = slurm(
+        42, {"DELETE job/12": answer, "POST node/n3": httpx.Response(200, json={"errors": []})}
+    )
+    holds.cancel("12", slurm_node="n3")
+    assert [(r.method, r.url.path.rsplit("/", 2)[-2:]) for r in seen] == [
+        ("DELETE", ["job", "12"]),
+        ("POST", ["node", "n3"]),
+    ]
+    assert json.loads(seen[1].content) == {}  # a no-op update
+
+
+def test_cancel_of_a_job_slurm_forgot_does_nothing() -> None:
+    holds, seen = slurm(42, {"GET job/12": httpx.Response(500, json={"errors": [NO_JOB]})})
+    holds.cancel("12")
+    assert len(seen) == 1
+
+
+def test_cancel_finds_the_node_when_not_told() -> None:
+    job = {
+        "job_id": 12, "name": "nodeledger-hold", "job_state": ["RUNNING"],
+        "job_resources": {"nodes": {"allocation": [{"name": "n3", "cpus": {"count": 2}}]}},
+    }  # fmt: skip
+    ok = httpx.Response(200, json={"errors": []})
+    holds, seen = slurm(
+        42,
+        {
+            "GET job/12": httpx.Response(200, json={"jobs": [job]}),
+            "DELETE job/12": ok,
+            "POST node/n3": ok,
+        },
+    )
+    holds.cancel("12")
+    assert [r.method for r in seen] == ["GET", "DELETE", "POST"]
+
+
+def test_cancel_fails_on_other_errors() -> None:
+    answer = httpx.Response(500, json={"errors": [{"error_number": 1, "error": "x"}]})
+    holds, _ = slurm(42, {"DELETE job/12": answer})
+    with pytest.raises(SlurmRequestError):
+        holds.cancel("12", slurm_node="n3")
+
+
+def listed(job_id: int, name: str, comment: str, state: str, detail: str) -> dict[str, Any]:
+    allocation = {"name": "n3", "cpus": {"count": 2}, "memory": {"allocated": 100}}
+    return {
+        "job_id": job_id, "name": name, "comment": comment, "user_name": "slurm",
+        "job_state": [state], "gres_detail": [detail],
+        "job_resources": {"nodes": {"allocation": [allocation]}},
+    }  # fmt: skip
+
+
+def test_running_lists_the_hold_jobs_holding_now() -> None:
+    jobs = [
+        listed(12, "nodeledger-hold", "nodeledger-hold:pod-a", "RUNNING",
+               "gpu:g1:1(IDX:1),gpu:g2:1(IDX:2),k8scpu(CNT:2),k8smemory(CNT:100),k8sgpu(CNT:2)"),
+        listed(13, "wrap", "", "RUNNING",
+               "gpu:g0:1(IDX:0),gpu:g1:0(IDX:),gpu:g2:0(IDX:),gpu:g3:0(IDX:),k8sgpu(CNT:1)"),
+        listed(14, "nodeledger-hold", "nodeledger-hold:pod-b", "CANCELLED", ""),
+    ]  # fmt: skip
+    holds, _ = slurm(42, {"GET jobs/": httpx.Response(200, json={"jobs": jobs})})
+    assert holds.running() == {"12": HoldJob("12", "pod-a", "n3", (1, 2))}
