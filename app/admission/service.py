@@ -7,8 +7,9 @@
    lowered k8scpu counts and reads the node back).
 3. On refusal, undo the hold and tell the gate to restore what it pushed; on success,
    mark the holding HELD.
-A release removes the holding, then tells the gate (off the caller's path with a headroom
-configured) unless what it freed stayed withheld as its node's headroom; recording a pod
+A release removes the holding, ends its hold job if it has one (GPU devices, issue 23),
+then tells the gate (off the caller's path with a headroom configured) unless what it
+freed stayed withheld as its node's headroom; recording a pod
 that another scheduler already bound tells the gate too (the ledger takes the truth,
 Slurm must follow).
 """
@@ -31,6 +32,7 @@ from app.core.records import (
     HoldingState,
     Recorded,
     Recording,
+    Release,
 )
 from app.core.resources import Resources
 from app.ledger.service import Admission, Ledger
@@ -60,6 +62,10 @@ class AdmissionGate(Protocol):
         """Whether an admission inside the headroom the external system already withholds
         (app.core.headroom) may be HELD without ``confirm``."""
 
+    def released(self, holding: Holding) -> None:
+        """``holding`` left the ledger: end what the external system holds for it alone
+        (a GPU pod's hold job, issue 23)."""
+
     def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:
         """As ``changed``, off the caller's path: a headroom that ran low, or a release on
         a node with a headroom (Slurm withholds more than needed until then, never less);
@@ -87,11 +93,6 @@ class Admissions:
         """Whether admit/release may wait on another host (slurmrestd, PostgreSQL). If not
         (an SQLite ledger, no gate), each is a sub-millisecond local transaction."""
         return self.gate is not None or not self.holds_locally
-
-    @property
-    def _release_waits_on_network(self) -> bool:
-        """As ``waits_on_network``, for a release: one pushed later waits on nothing."""
-        return not self.holds_locally or (self.gate is not None and not self._defer_releases)
 
     def admit(
         self,
@@ -210,13 +211,8 @@ class Admissions:
         what a confirmed holding frees may stay withheld as its node's headroom: then Slurm
         is not told at all (app.core.headroom.released_target)."""
         with log_context(holder=holder_id):
-            release = self.ledger.release(
-                holder_id, kind, reason=reason, into_headroom=self.gate is not None
-            )
-            self.metrics.released(path)
-            if release.withheld_fell:
-                later = "released" if self._defer_releases else None
-                self._gate_changed(release.holding.node, later=later, settle=RELEASE_SETTLE)
+            release = self._release(holder_id, kind, reason, path)
+            self._released(release)
         return release.holding
 
     async def release_async(
@@ -227,12 +223,45 @@ class Admissions:
         reason: str = "released",
         path: ReleasePath = "rest",
     ) -> Holding:
-        """``release`` for the event loop: in a worker thread only when it may wait on
-        another host (the worker-thread hop costs ~0.5 ms of GIL hand-offs)."""
-        call = partial(self.release, holder_id, kind, reason=reason, path=path)
-        if self._release_waits_on_network:
+        """``release`` for the event loop: in a worker thread only what may wait on another
+        host (the worker-thread hop costs ~0.5 ms of GIL hand-offs)."""
+        if not self.holds_locally:
+            call = partial(self.release, holder_id, kind, reason=reason, path=path)
             return await to_thread.run_sync(call)
-        return call()
+        with log_context(holder=holder_id):
+            release = self._release(holder_id, kind, reason, path)
+            if self._release_waits_on_network(release):
+                await to_thread.run_sync(self._released, release)
+            else:
+                self._released(release)
+        return release.holding
+
+    def _release(
+        self, holder_id: str, kind: HolderKind | None, reason: str, path: ReleasePath
+    ) -> Release:
+        release = self.ledger.release(
+            holder_id, kind, reason=reason, into_headroom=self.gate is not None
+        )
+        self.metrics.released(path)
+        return release
+
+    def _release_waits_on_network(self, release: Release) -> bool:
+        """Whether telling the gate of ``release`` waits on slurmrestd: a hold job to end,
+        or counts to push now (a release pushed later waits on nothing)."""
+        if self.gate is None:
+            return False
+        return release.holding.slurm_hold is not None or (
+            release.withheld_fell and not self._defer_releases
+        )
+
+    def _released(self, release: Release) -> None:
+        """Tell the gate: end the holding's hold job, push what the counts no longer
+        withhold (now, or later with a headroom configured)."""
+        if release.holding.slurm_hold is not None:
+            self._gate_released(release.holding)
+        if release.withheld_fell:
+            later = "released" if self._defer_releases else None
+            self._gate_changed(release.holding.node, later=later, settle=RELEASE_SETTLE)
 
     def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
         """A pod that is already on ``node`` (bound by another scheduler, or found by a
@@ -249,6 +278,15 @@ class Admissions:
         for node in sorted(recorded.changed):
             self._gate_changed(node)
         return recorded
+
+    def _gate_released(self, holding: Holding) -> None:
+        if self.gate is None:
+            return
+        try:
+            self.gate.released(holding)
+        except Exception:
+            # Released in the ledger either way; the sync ends a hold job no holding names.
+            log.exception("ending the Slurm hold of %s failed", holding.holder.id)
 
     def _gate_changed(self, node: str, *, later: str | None = None, settle: float = 0.0) -> None:
         """Tell the gate, now or (``later``: the reason) off the caller's path."""

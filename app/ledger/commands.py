@@ -386,6 +386,8 @@ class LedgerCommands:
                 raise HoldingNotFound(holder_id)
             holding = holding_record(deleted, found.node_name)
             repo.insert_event(events.released(self.clock(), holding, reason))
+            if holding.devices:  # its hold job withheld it, not the counts (issue 23)
+                return Release(holding, withheld_fell=False)
             # A pending hold's counts may not be Slurm's yet; a holding that moved meanwhile
             # is on a node not locked here: either is told to Slurm as before.
             if (

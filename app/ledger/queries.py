@@ -67,6 +67,13 @@ class LedgerQueries:
                 raise NodeNotFound(node)
             return [holding_record(h, n) for h, n in repo.list_holdings(node, kind)]
 
+    def holdings_of(self, kind: HolderKind, holder_ids: Collection[str]) -> list[Holding]:
+        """``kind``'s holdings of these holders, in one read."""
+        with self.store.read() as repo:
+            return [
+                holding_record(h, h.node_name) for h in repo.holdings_of(kind, list(holder_ids))
+            ]
+
     def placements(
         self,
         kind: HolderKind,

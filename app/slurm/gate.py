@@ -27,6 +27,14 @@ only when it lists every node, so a single-node read shows them seconds stale ei
 Slurm unreachable or refusing the token: reject with that reason (fail closed) unless
 ``fail_open``, in which case the sync pushes the counts when Slurm is back.
 
+A holding that names GPU devices (issue 23) is not confirmed by counts: a lower ``k8sgpu``
+says how many GPUs, never which. Its one Slurm call is a hold job on exactly those devices,
+with the pod's CPUs and memory (app.slurm.holds): slurmctld allocates it under its node lock,
+so of the hold and a job that want one device at the same instant exactly one gets it, and
+a device a job has is refused at once. The counts leave such a holding out (its hold job
+asks for k8scpu/k8smemory/k8sgpu as any job does, app.core.headroom.held). It fails closed
+even with ``fail_open``: without the hold nothing keeps a job off the pod's device.
+
 The headroom (app.core.headroom): an admission inside what Slurm was confirmed to withhold
 is HELD by the ledger without ``confirm``; the gate only opens that path (``headroom_open``:
 not while Slurm is set up so that it would drain the node), and pushes off the caller's
@@ -41,13 +49,14 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from app.core.caps import KubeCaps
-from app.core.counts import gres_usage, slurm_overlap
-from app.core.ledger_errors import AdmissionRejected
+from app.core.counts import SlurmUnits, gres_usage, slurm_overlap
+from app.core.ledger_errors import AdmissionRejected, NodeNotFound
 from app.core.records import Holding, NodeView
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmJob
 from app.core.verdict import verdict
 from app.slurm.errors import SlurmError, SlurmUnavailable
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 
 log = logging.getLogger(__name__)
@@ -81,9 +90,12 @@ class SlurmGate:
         jobs_on: JobsOn = _no_jobs,
         refusal: Refusal = _no_refusal,
         later: Later | None = None,
+        holds: HoldJobs | None = None,
     ) -> None:
         """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
-        ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None."""
+        ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None.
+        ``holds``: hold jobs for holdings that name GPU devices (none: such are refused)."""
+        self.holds = holds
         self.pusher = pusher
         self.caps = caps
         self.fail_open = fail_open
@@ -96,11 +108,12 @@ class SlurmGate:
         return self.refusal() is None
 
     def confirm(self, holding: Holding) -> str | None:
-        """AdmissionGate.confirm: the hold job's id for a device holding (issue 23, to
-        come), else None."""
+        """AdmissionGate.confirm: the hold job's id for a device holding, else None."""
         # Slurm set up so that it would drain the node: fail closed, even with fail_open.
         if (refused := self.refusal()) is not None:
             raise AdmissionRejected(f"Slurm cannot share nodes safely: {refused}")
+        if holding.devices:
+            return self._hold_devices(holding)
         reason = f"admitting {holding.holder.display_name}"
         try:
             # The cap is checked on the ledger's node as the push reads it (the hold
@@ -121,6 +134,38 @@ class SlurmGate:
                 f"{_jobs(self.jobs_on(result.node.name))}"
             )
         return None
+
+    def _hold_devices(self, holding: Holding) -> str:
+        """The hold job's id, once Slurm holds the holding's devices (module docstring)."""
+        if self.holds is None:
+            raise AdmissionRejected("GPU devices named, but this service holds none in Slurm")
+        view = self.pusher.ledger.get_node(holding.node)
+        self._within_cap(view)
+        units = SlurmUnits.of(holding.resources)
+        try:
+            return self.holds.hold(
+                view.slurm_name,
+                holding.holder.id,
+                devices=holding.devices,
+                cpus=units.cpus,
+                memory_mb=units.memory_mb,
+            )
+        except SlurmError as exc:
+            raise AdmissionRejected(
+                f"Slurm cannot hold GPU devices {list(holding.devices)} on node "
+                f"{view.slurm_name}: {exc.message}"
+            ) from exc
+
+    def released(self, holding: Holding) -> None:
+        """``holding`` left the ledger: end its hold job, if it has one (the sync ends one
+        this misses, app.slurm.sync)."""
+        if holding.slurm_hold is None or self.holds is None:
+            return
+        try:
+            slurm_name: str | None = self.pusher.ledger.get_node(holding.node).slurm_name
+        except NodeNotFound:
+            slurm_name = None  # the hold's node is read from Slurm instead
+        self.holds.cancel(holding.slurm_hold, slurm_node=slurm_name)
 
     def _within_cap(self, node: NodeView) -> None:
         if not (decided := verdict(node, Resources.ZERO, self.caps, held=True)).admitted:

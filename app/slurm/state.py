@@ -94,6 +94,10 @@ class SlurmState:
     def nodes(self) -> Collection[SlurmNode]:
         return self._nodes.values()
 
+    def jobs(self) -> Collection[SlurmJob]:
+        """Every job as last read."""
+        return self._jobs.values()
+
     def completing(self) -> set[str]:
         """The jobs seen COMPLETING: they hold their nodes until read otherwise."""
         return {i for i, job in self._jobs.items() if "COMPLETING" in job.states}

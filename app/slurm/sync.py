@@ -35,6 +35,8 @@ from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.hinted import HintedJobs
 from app.slurm.hints import JobHints
+from app.slurm.hold_sweep import HoldSweep
+from app.slurm.holds import HoldJobs
 from app.slurm.listings import ListingReader
 from app.slurm.push import Pusher
 from app.slurm.reconcile import NodeReconciler
@@ -65,9 +67,11 @@ class SlurmSync:
         monotonic: Callable[[], float] = time.monotonic,
         metrics: Metrics = NO_METRICS,
         views: NodeViews | None = None,
+        holds: HoldJobs | None = None,
     ) -> None:
         """``full_sync_interval``: seconds between full listings, read in the background,
-        when slurmctld sends hints; None: listings every ``interval``, read in the step."""
+        when slurmctld sends hints; None: listings every ``interval``, read in the step.
+        ``holds``: the GPU hold jobs (issue 23), whose orphans the leader ends."""
         self.client = client
         self.ledger = ledger
         self.pusher = pusher
@@ -89,6 +93,7 @@ class SlurmSync:
         self.abandoned = AbandonedHolds(
             ledger, pusher, timeout=pending_timeout, monotonic=monotonic
         )
+        self.hold_sweep = HoldSweep(holds, ledger) if holds is not None else None
         self.hinted: HintedJobs | None = None
         if hints is not None:
             self.hinted = HintedJobs(
@@ -212,6 +217,8 @@ class SlurmSync:
             renamed = self.reconciler.track(views)
         self._steps += 1
         failures: list[str] = []
+        if changed and self.hold_sweep is not None:
+            failures += self.hold_sweep.sweep(self.state.jobs())
         if changed or renamed or not self._steps % FULL_PASS_EVERY:
             failures += self._pass(views)
         if self.hinted is not None:

@@ -16,6 +16,7 @@ from app.slurm.client import SlurmClient
 from app.slurm.deferred import DeferredPushes
 from app.slurm.gate import SlurmGate
 from app.slurm.hints import JobHints
+from app.slurm.holds import HoldJobs
 from app.slurm.plugins import PluginCheck
 from app.slurm.push import Pusher
 from app.slurm.settings import SlurmSettings
@@ -63,6 +64,7 @@ def build_slurm(
     )
     pusher = Pusher(client, ledger, metrics=metrics)
     hints = JobHints(db)
+    holds = HoldJobs(client)
     sync = SlurmSync(
         client,
         ledger,
@@ -75,6 +77,7 @@ def build_slurm(
         leadership=Leadership(db, "slurm-sync"),
         metrics=metrics,
         views=views,
+        holds=holds,
     )
     plugins = (
         PluginCheck(
@@ -95,6 +98,7 @@ def build_slurm(
         jobs_on=lambda name: sync.state.snapshot().jobs_on(name),
         refusal=plugins.refusal if plugins is not None else lambda: None,
         later=deferred.request,
+        holds=holds,
     )
     components: tuple[Component, ...] = (
         (sync, deferred) if plugins is None else (sync, deferred, plugins)

@@ -12,9 +12,11 @@ choices together: both pick device 0.
 No kubelet runs the pod (the control plane has no nodes): the device is the scheduler's
 allocation in the claim's status, which is what a kubelet's DRA plugin would prepare.
 
-``test_a_pod_and_a_job_never_share_a_gpu`` is the broken variant the fix is proven against:
-it fails today (strict xfail, for that reason only). Once GPUs are identified it passes,
-and the strict marker turns that into a failure: remove the marker then.
+``test_a_pod_and_a_job_never_share_a_gpu[identified]`` is the fix: the admission names the
+pod's device, the ledger holds exactly that device in Slurm by a hold job (app.slurm.holds),
+and slurmd gives the job another. ``[counted]`` is the broken variant it is proven against,
+today's design for a pod that names no device: it must keep failing (strict xfail, for that
+reason only).
 """
 
 from __future__ import annotations
@@ -242,11 +244,21 @@ def job_gpus(slurm: SlurmCluster, job: str) -> tuple[str, set[int]]:
 # ---------------------------------------------------------------------------- the test
 
 
-@pytest.mark.xfail(
-    strict=True, raises=SharedGpu, reason="issue 23: GPUs are counted, not identified"
+@pytest.mark.parametrize(
+    "identified",
+    [
+        pytest.param(True, id="identified"),
+        pytest.param(
+            False,
+            id="counted",
+            marks=pytest.mark.xfail(
+                strict=True, raises=SharedGpu, reason="counted GPUs collide (the broken variant)"
+            ),
+        ),
+    ],
 )
 def test_a_pod_and_a_job_never_share_a_gpu(
-    dra_node: DraNode, slurm_api: TestClient, slurm: SlurmCluster
+    dra_node: DraNode, slurm_api: TestClient, slurm: SlurmCluster, identified: bool
 ) -> None:
     expected = {f"/dev/nvidia{i}": f"character special file c3:{i:x}" for i in range(GPUS)}
     assert character_devices(slurm) == expected  # major 195 = 0xc3, minor = index
@@ -263,9 +275,18 @@ def test_a_pod_and_a_job_never_share_a_gpu(
     assert scheduled is not None
     uid = scheduled["metadata"]["uid"]
 
-    # The ledger: the pod's GPU admitted, Slurm told that 3 of 4 remain. The counts are right.
-    assert admit(slurm_api, NODE, uid, "1", "1Gi", gpu=1).status_code == 201
-    assert gres(slurm, SLURM_NODE)["k8sgpu"] == GPUS - 1
+    # The ledger admits the pod's GPU. Identified: the device the scheduler allocated, held
+    # in Slurm by a hold job. Counted (the broken variant): Slurm told that 3 of 4 remain.
+    devices = [pod_index] if identified else None
+    admitted = admit(slurm_api, NODE, uid, "1", "1Gi", gpu=1, devices=devices)
+    assert admitted.status_code == 201, admitted.text
+    if identified:
+        hold = admitted.json()["slurm_hold"]
+        assert admitted.json()["devices"] == [pod_index]
+        assert hold
+        assert job_gpus(slurm, hold)[1] == {pod_index}
+    else:
+        assert gres(slurm, SLURM_NODE)["k8sgpu"] == GPUS - 1
 
     # Slurm: a job asking for one GPU on the same node; slurmd picks the device.
     out = f"/srv/run/gpu-job-{uuid.uuid4().hex[:8]}"
@@ -286,8 +307,9 @@ def test_a_pod_and_a_job_never_share_a_gpu(
         f"Slurm {slurm.release}, Kubernetes {dra_node.kube.version}: "
         f"pod default/{pod} got {result['device']} (index {pod_index}, "
         f"uuid {attributes['uuid']['string']}) from kube-scheduler, claim allocated "
-        f"{latency * 1000:.0f} ms after the pod was created; ledger pushed k8sgpu "
-        f"{GPUS - 1} of {GPUS} to {SLURM_NODE}; Slurm job {job} got gres_detail {detail!r} "
+        f"{latency * 1000:.0f} ms after the pod was created; ledger "
+        f"{'held it by a hold job' if identified else 'counted it'} on {SLURM_NODE}; "
+        f"Slurm job {job} got gres_detail {detail!r} "
         f"(SLURM_JOB_GPUS={seen_by_job})"
     )
     print(f"issue 23 observed: {observed}")

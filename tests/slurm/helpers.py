@@ -13,16 +13,23 @@ MIB = 1024 * 1024
 
 
 def admit(
-    api: TestClient, node: str, uid: str, cpu: str, memory: str = "1Gi", gpu: int = 0
+    api: TestClient,
+    node: str,
+    uid: str,
+    cpu: str,
+    memory: str = "1Gi",
+    gpu: int = 0,
+    devices: list[int] | None = None,
 ) -> httpx.Response:
-    return api.post(
-        "/v1/admissions",
-        json={
-            "node": node,
-            "holder": {"kind": "pod", "namespace": "default", "name": uid, "uid": uid},
-            "requests": {"cpu": cpu, "memory": memory, "gpu": gpu},
-        },
-    )
+    """``devices``: the GPU devices the pod was given (their indices on the node)."""
+    body: dict[str, Any] = {
+        "node": node,
+        "holder": {"kind": "pod", "namespace": "default", "name": uid, "uid": uid},
+        "requests": {"cpu": cpu, "memory": memory, "gpu": gpu},
+    }
+    if devices is not None:
+        body["devices"] = devices
+    return api.post("/v1/admissions", json=body)
 
 
 def slurm_holdings(api: TestClient, node: str) -> dict[str, dict[str, Any]]:
