@@ -43,6 +43,7 @@ class _Spec(TypedDict, total=False):
     initContainers: list[_Container]
     overhead: dict[str, Any]
     resources: _Resources
+    resourceClaims: list[dict[str, Any]]
 
 
 class _Meta(TypedDict, total=False):
@@ -126,6 +127,9 @@ class PodInfo:
     node: str | None
     phase: str
     requests: Resources
+    # DRA claims (spec.resourceClaims): GPUs the requests do not count may be the claims'
+    # devices, which the extender's bind admits (issue 23).
+    claims: bool = False
 
     @property
     def display_name(self) -> str:
@@ -148,4 +152,5 @@ def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInf
         node=sys.intern(str(node)) if node else None,
         phase=sys.intern(str((pod.get("status") or {}).get("phase") or "Pending")),
         requests=pod_requests(pod, gpu_resource),
+        claims=bool((pod.get("spec") or {}).get("resourceClaims")),
     )

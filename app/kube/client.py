@@ -16,7 +16,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -35,6 +35,8 @@ T = TypeVar("T")
 GROUP = "nodeledger.io"
 VERSION = "v1alpha1"
 GENERICNODES = f"/apis/{GROUP}/{VERSION}/genericnodes"
+# Dynamic Resource Allocation, GA in 1.34 (issue 23: a pod's GPU devices).
+RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 # 150,000 pods from kube-apiserver 1.34 on two cores: 19 s in pages of 500, 11 s in pages
 # of 2,000, 10 s of 5,000 (each page costs the API server a fixed ~40 ms); a page of 2,000
 # pods is ~3 MB of JSON.
@@ -211,6 +213,20 @@ class KubeClient:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body=body)
+
+    def resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """A ResourceClaim (resource.k8s.io/v1) as the API server has it."""
+        return self.request("GET", f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}")
+
+    def resource_slices(self, node: str, drivers: Collection[str]) -> builtins.list[dict[str, Any]]:
+        """The ResourceSlices of ``node`` (field selector ``spec.nodeName``) published by one
+        of ``drivers``."""
+        slices, _ = self.list(
+            f"{RESOURCE_V1}/resourceslices",
+            lambda item: item,
+            fieldSelector=f"spec.nodeName={node}",
+        )
+        return [s for s in slices if (s.get("spec") or {}).get("driver") in drivers]
 
     def patch_status(self, path: str, status: dict[str, Any]) -> dict[str, Any]:
         return self.request(

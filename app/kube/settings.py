@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -20,6 +20,18 @@ class KubeSettings(BaseSettings):
     )
     cluster_name: str = Field(default="default", description="GenericNode spec.clusterName")
     gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource of GPUs")
+    gpu_drivers: str = Field(
+        default="",
+        description="DRA drivers whose devices are co-managed GPUs, comma-separated (e.g. "
+        "gpu.nvidia.com): the extender's bind holds a pod's allocated devices in Slurm "
+        "before it binds (docs/gpu-identity.md); empty: off, no DRA reads",
+    )
+    gpu_index_attribute: str = Field(
+        default="index",
+        min_length=1,
+        description="ResourceSlice device attribute (an int) that is the device's index N "
+        "of /dev/nvidiaN and Slurm's gpu:gN (NVIDIA's driver: minor)",
+    )
     resync_period: float = Field(default=300.0, gt=0, description="Seconds between full resyncs")
     status_qps: float = Field(default=20.0, gt=0, description="GenericNode status writes per s")
     status_burst: int = Field(default=50, ge=1, description="GenericNode status write burst")
@@ -42,3 +54,13 @@ class KubeSettings(BaseSettings):
     list_page_size: int = Field(
         default=2000, ge=1, description="Objects per page of a LIST (limit + continue)"
     )
+
+    @field_validator("gpu_drivers")
+    @classmethod
+    def _drivers(cls, value: str) -> str:
+        return ",".join(d.strip() for d in value.split(",") if d.strip())
+
+    @property
+    def gpu_driver_names(self) -> frozenset[str]:
+        """The co-managed DRA drivers (``gpu_drivers``), empty when the feature is off."""
+        return frozenset(filter(None, self.gpu_drivers.split(",")))

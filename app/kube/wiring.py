@@ -8,6 +8,7 @@ from app.admission.service import Admissions
 from app.core.caps import KubeCaps
 from app.core.components import Health
 from app.core.resources import Resources
+from app.kube.claims import PodDevices
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
 from app.kube.extender.service import Extender
@@ -60,5 +61,8 @@ def build_kube(
         gpu_resource=settings.gpu_resource,
         snapshot=views,
         max_staleness=settings.extender_max_staleness,
+        devices=PodDevices(client, settings.gpu_driver_names, settings.gpu_index_attribute)
+        if settings.gpu_driver_names
+        else None,
     )
     return KubeParts(controllers, extender)

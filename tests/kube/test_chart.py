@@ -235,6 +235,9 @@ def test_rbac_is_least_privilege(helm: str) -> None:
         "tls.source=vault",
         "tls.generate.validityDays=0",
         "tls.certManager.issuerRef.kind=Vault",
+        "kube.gpuDrivers=gpu.nvidia.com",
+        "kube.gpuDrivers={Not_A_Driver}",
+        "kube.gpuIndexAttribute=",
     ],
 )
 def test_schema_rejects_bad_values(helm: str, value: str) -> None:
@@ -402,6 +405,33 @@ def test_list_page_size_and_status_rate(helm: str) -> None:
     env = env_of(find(docs, "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_KUBE_LIST_PAGE_SIZE"] == "200"
     assert (env["NODELEDGER_KUBE_STATUS_QPS"], env["NODELEDGER_KUBE_STATUS_BURST"]) == ("50", "100")
+
+
+def test_gpu_drivers_reach_the_service_and_only_then_may_it_read_dra_objects(
+    helm: str,
+) -> None:
+    docs = render(helm)
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert (env["NODELEDGER_KUBE_GPU_DRIVERS"], env["NODELEDGER_KUBE_GPU_INDEX_ATTRIBUTE"]) == (
+        "",
+        "index",
+    )
+    groups = {
+        g for r in find(docs, "ClusterRole", "nl-nodeledger")["rules"] for g in r["apiGroups"]
+    }
+    assert "resource.k8s.io" not in groups
+    docs = render(
+        helm, "kube.gpuDrivers={gpu.nvidia.com,gpu.example.com}", "kube.gpuIndexAttribute=minor"
+    )
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_KUBE_GPU_DRIVERS"] == "gpu.nvidia.com,gpu.example.com"
+    assert env["NODELEDGER_KUBE_GPU_INDEX_ATTRIBUTE"] == "minor"
+    dra = [
+        (r["resources"], r["verbs"])
+        for r in find(docs, "ClusterRole", "nl-nodeledger")["rules"]
+        if r["apiGroups"] == ["resource.k8s.io"]
+    ]
+    assert dra == [(["resourceclaims"], ["get"]), (["resourceslices"], ["list"])]
 
 
 def test_full_sync_interval_only_when_set(helm: str) -> None:

@@ -15,6 +15,10 @@ periodic sweep (every second) only at those that came of age since the previous 
 older holding was looked at then, and whatever happens to its pod later is an event.
 
 Only ``PodInfo`` records and the set of present uids are kept, never pod objects.
+
+A pod with DRA claims may hold GPUs its requests do not count: the devices the extender's
+bind admitted from its claims (issue 23). Its holding stands as it is when node, CPU and
+memory agree; recording the pod's requests over it would drop those devices.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -135,6 +140,10 @@ class PodAccounting:
     def _hold(self, pod: PodInfo) -> None:
         if not self._accountable(pod):
             return
+        if pod.claims and pod.requests.gpus == 0:
+            for held in self.admissions.ledger.holdings_of(HolderKind.POD, [pod.uid]):
+                if _recorded_as(Placement(held.node, held.resources, held.created_at), pod):
+                    return  # its claims' devices, held by the extender's bind
         entry = _recording(pod)
         try:
             self.admissions.record(entry.node, entry.holder, entry.resources, reason="bound pod")
@@ -161,7 +170,11 @@ def _recording(pod: PodInfo) -> Recording:
 
 
 def _recorded_as(placement: Placement | None, pod: PodInfo) -> bool:
-    """The ledger already holds exactly this pod's request on its node."""
-    return (
-        placement is not None and placement.node == pod.node and placement.resources == pod.requests
-    )
+    """The ledger already holds exactly this pod's request on its node, or for a pod with
+    claims and no counted GPUs, its CPU and memory and the GPUs of its claims' devices."""
+    if placement is None or placement.node != pod.node:
+        return False
+    if placement.resources == pod.requests:
+        return True
+    counted = replace(placement.resources, gpus=0)
+    return pod.claims and pod.requests.gpus == 0 and counted == pod.requests

@@ -1,19 +1,27 @@
 """The kube-scheduler extender: filter and prioritize over the node snapshot (in memory,
 app.ledger.snapshot), and bind through the one admission path (Slurm-confirmed), then
-create the Binding. The wire types are in app.kube.extender.wire."""
+create the Binding. The wire types are in app.kube.extender.wire.
+
+GPU devices (issue 23): with co-managed DRA drivers configured, a pod with ResourceClaims
+is admitted with the devices the scheduler allocated to them (app.kube.claims), which the
+gate holds in Slurm before the Binding is created. Any doubt about them refuses the bind:
+the scheduler then un-reserves the claims and tries again."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import replace
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
+from app.core.claims import ClaimDevicesError, device_indices
 from app.core.ledger_errors import HoldingNotFound, LedgerError
 from app.core.placement import filter_nodes, prioritize
 from app.core.pods import pod_requests
 from app.core.quantities import QuantityError
 from app.core.records import Holder, HolderKind
+from app.kube.claims import PodDevices
 from app.kube.client import KubeClient, KubeError
 from app.kube.extender.wire import (
     ExtenderArgs,
@@ -37,13 +45,17 @@ class Extender:
         gpu_resource: str,
         snapshot: NodeSnapshot,
         max_staleness: float = 0.0,
+        devices: PodDevices | None = None,
     ) -> None:
+        """``devices``: reads a pod's co-managed GPU devices from its claims (issue 23);
+        None: pods are admitted by their counted GPUs only."""
         self.admissions = admissions
         self.client = client
         self.caps = caps
         self.gpu_resource = gpu_resource
         self.snapshot = snapshot
         self.max_staleness = max_staleness
+        self.devices = devices
 
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         try:
@@ -71,8 +83,22 @@ class Extender:
                 replaced = f"pod {namespace}/{name} was replaced (uid changed)"
                 return ExtenderBindingResult(Error=replaced)
             requests = pod_requests(pod, self.gpu_resource)
-            admission = self.admissions.admit(node, holder, requests, path="extender")
-        except (LedgerError, QuantityError, KubeError) as exc:
+            devices: tuple[int, ...] = ()
+            if self.devices is not None:
+                allocated = self.devices.of(pod, node)
+                devices = device_indices(allocated)
+                if devices:
+                    if requests.gpus:
+                        reason = (
+                            f"the pod also asks for {requests.gpus} {self.gpu_resource}: GPUs "
+                            "through both an extended resource and DRA claims are not supported"
+                        )
+                        raise ClaimDevicesError(allocated[0].claim, reason, retryable=False)
+                    requests = replace(requests, gpus=len(devices))
+            admission = self.admissions.admit(
+                node, holder, requests, path="extender", devices=devices
+            )
+        except (LedgerError, QuantityError, KubeError, ClaimDevicesError) as exc:
             log.info("extender bind %s/%s on %s refused: %s", namespace, name, node, exc)
             return ExtenderBindingResult(Error=str(exc))
         try:

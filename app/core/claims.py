@@ -1,0 +1,185 @@
+"""A pod's GPU devices from its DRA claims (issue 23). Pure: claims and ResourceSlices are
+plain API dicts (resource.k8s.io/v1), as the Kubernetes API returns them.
+
+Kubernetes chooses a pod's GPU: the site's own DRA driver (e.g. NVIDIA's ``gpu.nvidia.com``)
+publishes each node's devices in ResourceSlices, and kube-scheduler allocates one to the
+pod's ResourceClaim (``status.allocation.devices.results[]``: request, driver, pool,
+device). The ledger holds devices by index, the N of ``/dev/nvidiaN`` and of Slurm's
+``gpu:gN``: each allocated device of a co-managed driver is looked up in the node's slices
+and its index read from a device attribute (``index`` by default; NVIDIA's driver
+publishes ``minor``). docs/gpu-identity.md has the design.
+
+Any doubt is an error naming the claim, never a guess: a bind without the device held in
+Slurm is exactly what issue 23 fixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.errors import NodeledgerError
+
+
+class ClaimDevicesError(NodeledgerError):
+    """A pod's claims do not say which devices it has (yet). ``claim``: the claim at
+    fault (namespace/name), or the pod's claim entry when no claim exists for it.
+    ``retryable``: whether it may say so later (not allocated yet, a slice late)."""
+
+    code = "claim_devices"
+    http_status = 409
+
+    def __init__(self, claim: str, reason: str, *, retryable: bool) -> None:
+        super().__init__(f"ResourceClaim {claim}: {reason}")
+        self.claim = claim
+        self.reason = reason
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """One of a pod's claims: its entry in ``spec.resourceClaims`` and the ResourceClaim's
+    name (None when it names a template the claim of which does not exist yet)."""
+
+    entry: str
+    claim: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """A co-managed GPU allocated to a claim, and its index on the node."""
+
+    claim: str  # namespace/name
+    request: str
+    driver: str
+    pool: str
+    device: str
+    index: int
+
+
+def pod_claims(pod: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
+    """The pod's ResourceClaims by name: ``spec.resourceClaims[].resourceClaimName``, or for
+    a ``resourceClaimTemplateName`` the claim generated for it, as the resourceclaim
+    controller records it in ``status.resourceClaimStatuses[]``. An entry the controller
+    marked as needing no claim (``resourceClaimName`` null in the status) is left out."""
+    spec = pod.get("spec") or {}
+    statuses = {
+        s.get("name"): s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    refs: list[ClaimRef] = []
+    for entry in spec.get("resourceClaims") or []:
+        name = str(entry.get("name") or "")
+        if entry.get("resourceClaimName"):
+            refs.append(ClaimRef(name, str(entry["resourceClaimName"])))
+            continue
+        status = statuses.get(name)
+        if status is None:
+            refs.append(ClaimRef(name, None))  # from a template, not generated yet
+        elif status.get("resourceClaimName"):
+            refs.append(ClaimRef(name, str(status["resourceClaimName"])))
+    return tuple(refs)
+
+
+def _claim_name(claim: Mapping[str, Any]) -> str:
+    meta = claim.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _attribute(attributes: Mapping[str, Any], name: str, driver: str) -> Mapping[str, Any] | None:
+    """The device attribute ``name``: qualified (``domain/name``) or not, an unqualified
+    attribute being in the driver's own domain (resource.k8s.io/v1 QualifiedName)."""
+    domain, _, short = name.rpartition("/")
+    candidates = [name]
+    if not domain:
+        candidates.append(f"{driver}/{name}")
+    elif domain == driver:
+        candidates.append(short)
+    for key in candidates:
+        value = attributes.get(key)
+        if isinstance(value, Mapping):
+            return value
+    return None
+
+
+def _current_devices(
+    slices: Iterable[Mapping[str, Any]], node: str, drivers: Collection[str]
+) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """(driver, pool, device name) -> device, over the node's slices of ``drivers``, each
+    pool at its newest generation (a pool being republished may list older slices too)."""
+    newest: dict[tuple[str, str], int] = {}
+    current: list[tuple[int, Mapping[str, Any]]] = []
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") not in drivers or spec.get("nodeName") != node:
+            continue
+        pool = spec.get("pool") or {}
+        generation = int(pool.get("generation") or 0)
+        key = (str(spec["driver"]), str(pool.get("name") or ""))
+        newest[key] = max(newest.get(key, generation), generation)
+        current.append((generation, spec))
+    devices: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for generation, spec in current:
+        driver, pool = str(spec["driver"]), str((spec.get("pool") or {}).get("name") or "")
+        if generation != newest[(driver, pool)]:
+            continue
+        for device in spec.get("devices") or []:
+            devices[(driver, pool, str(device.get("name") or ""))] = device
+    return devices
+
+
+def allocated_devices(
+    claims: Sequence[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+    *,
+    node: str,
+    drivers: Collection[str],
+    attribute: str = "index",
+) -> tuple[AllocatedDevice, ...]:
+    """The devices of ``drivers`` allocated to ``claims`` (a pod's), on ``node``, with their
+    indices read from ``attribute`` in the node's ``slices``, in claim and result order.
+    Raises ClaimDevicesError when a claim is not allocated, a device is not in the slices,
+    or its attribute is missing or not a non-negative int. Results of other drivers, and
+    admin-access results (which do not own the device), are left out."""
+    devices = _current_devices(slices, node, drivers)
+    found: list[AllocatedDevice] = []
+    for claim in claims:
+        name = _claim_name(claim)
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            raise ClaimDevicesError(name, "not allocated yet", retryable=True)
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            driver = str(result.get("driver") or "")
+            if driver not in drivers or result.get("adminAccess"):
+                continue
+            pool, device_name = str(result.get("pool") or ""), str(result.get("device") or "")
+            where = f"device {device_name!r} of driver {driver} (pool {pool!r})"
+            device = devices.get((driver, pool, device_name))
+            if device is None:
+                reason = f"{where} is not in node {node!r}'s ResourceSlices"
+                raise ClaimDevicesError(name, reason, retryable=True)
+            attributes = device.get("attributes") or {}
+            value = _attribute(attributes, attribute, driver)
+            if value is None:
+                reason = f"{where} has no attribute {attribute!r}"
+                raise ClaimDevicesError(name, reason, retryable=False)
+            index = value.get("int")
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                reason = f"{where}: attribute {attribute!r} is {dict(value)}, not an index"
+                raise ClaimDevicesError(name, reason, retryable=False)
+            request = str(result.get("request") or "")
+            found.append(AllocatedDevice(name, request, driver, pool, device_name, index))
+    return tuple(found)
+
+
+def device_indices(devices: Iterable[AllocatedDevice]) -> tuple[int, ...]:
+    """The indices of ``devices``, sorted; ClaimDevicesError if one is allocated twice
+    (two claims of the pod naming one device: a pod cannot hold it twice)."""
+    seen: dict[int, AllocatedDevice] = {}
+    for device in devices:
+        other = seen.get(device.index)
+        if other is not None:
+            reason = f"device index {device.index} is also allocated to {other.claim}"
+            raise ClaimDevicesError(device.claim, reason, retryable=False)
+        seen[device.index] = device
+    return tuple(sorted(seen))

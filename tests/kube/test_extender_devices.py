@@ -1,0 +1,275 @@
+"""The extender's bind with co-managed DRA drivers (issue 23): a pod with claims is admitted
+with the devices the scheduler allocated to them, read from its claims and the node's
+ResourceSlices; anything that keeps them from being known is a bind error naming the claim.
+The Kubernetes API is a fake here, the ledger real (no Slurm gate: the hold job is
+tests/gpu/test_gpu_bind.py's, on the real clusters)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.bootstrap import build_services
+from app.core.pods import pod_info
+from app.core.records import HolderKind
+from app.kube.claims import PodDevices
+from app.kube.client import KubeError
+from app.kube.controllers.accounting import PodAccounting
+from app.ledger.clock import utcnow
+from app.main import create_app
+from app.settings import Settings
+from tests.slurm.helpers import admit
+from tests.support.extender import offline_extender
+
+DRIVER = "gpu.example.com"
+NODE = "kn3"
+UID = "uid-train"
+
+
+def gpu_pod(*claims: str, gpu: int = 0, template: bool = False) -> dict[str, Any]:
+    requests: dict[str, Any] = {"cpu": "1", "memory": "1Gi"}
+    if gpu:
+        requests["nvidia.com/gpu"] = str(gpu)
+    entries: list[dict[str, Any]] = [
+        {"name": f"e{i}", "resourceClaimTemplateName": c}
+        if template
+        else {"name": f"e{i}", "resourceClaimName": c}
+        for i, c in enumerate(claims)
+    ]
+    spec: dict[str, Any] = {
+        "schedulerName": "nodeledger",
+        "containers": [{"name": "c", "resources": {"requests": requests}}],
+    }
+    if entries:
+        spec["resourceClaims"] = entries
+    return {
+        "metadata": {"name": "train", "namespace": "ml", "uid": UID},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+def allocated(name: str, *devices: str, driver: str = DRIVER) -> dict[str, Any]:
+    results = [{"request": "gpu", "driver": driver, "pool": NODE, "device": d} for d in devices]
+    return {
+        "metadata": {"name": name, "namespace": "ml"},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+
+
+SLICE = {
+    "spec": {
+        "driver": DRIVER,
+        "nodeName": NODE,
+        "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": f"gpu{i}", "attributes": {"index": {"int": i}}} for i in range(4)],
+    }
+}
+
+
+class FakeKube:
+    """What bind reads (the pod, its claims, the node's slices) and the Binding."""
+
+    def __init__(self) -> None:
+        self.pod = gpu_pod("train-gpu")
+        self.claims = {"train-gpu": allocated("train-gpu", "gpu1")}
+        self.slices = [SLICE]
+        self.calls: list[str] = []
+        self.bound: list[str] = []
+        self.claim_error: KubeError | None = None
+        self.slices_error: KubeError | None = None
+
+    def request(self, method: str, path: str) -> dict[str, Any]:
+        self.calls.append(f"{method} {path}")
+        return copy.deepcopy(self.pod)
+
+    def resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append(f"claim {namespace}/{name}")
+        if self.claim_error is not None:
+            raise self.claim_error
+        if name not in self.claims:
+            raise KubeError(f"resourceclaims {name!r} not found", status=404)
+        return copy.deepcopy(self.claims[name])
+
+    def resource_slices(self, node: str, drivers: Any) -> list[dict[str, Any]]:
+        self.calls.append(f"slices {node} {sorted(drivers)}")
+        if self.slices_error is not None:
+            raise self.slices_error
+        return copy.deepcopy(self.slices)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.bound.append(f"{namespace}/{name} {node}")
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+def serve(sqlite_url: str, kube: FakeKube, drivers: set[str]) -> Iterator[TestClient]:
+    settings = Settings(database_url=sqlite_url, migrate_on_start=False)
+    devices = PodDevices(kube, drivers, "index") if drivers else None  # type: ignore[arg-type]
+    services = offline_extender(build_services(settings), kube=kube, devices=devices)
+    with TestClient(create_app(settings, services)) as api:
+        capacity = {"cpu": "16", "memory": "32Gi", "gpu": 4}
+        api.put(f"/v1/nodes/{NODE}", json={"capacity": capacity}).raise_for_status()
+        api.app.state.test_services = services  # type: ignore[attr-defined]
+        yield api
+
+
+@pytest.fixture
+def client(sqlite_url: str, kube: FakeKube) -> Iterator[TestClient]:
+    yield from serve(sqlite_url, kube, {DRIVER, "other.example.com"})
+
+
+def bind(client: TestClient) -> str | None:
+    args = {"PodName": "train", "PodNamespace": "ml", "PodUID": UID, "Node": NODE}
+    answer = client.post("/v1/extender/bind", json=args)
+    assert answer.status_code == 200, answer.text
+    error: str | None = answer.json().get("Error") or None
+    return error
+
+
+def holding(client: TestClient) -> dict[str, Any] | None:
+    rows = client.get("/v1/holdings", params={"node": NODE, "holder_kind": "pod"}).json()
+    return next((row for row in rows if row["holder"]["id"] == UID), None)
+
+
+def test_a_pod_is_admitted_with_its_claims_devices_then_bound(
+    client: TestClient, kube: FakeKube
+) -> None:
+    assert bind(client) is None
+    held = holding(client)
+    assert held is not None
+    assert held["devices"] == [1]
+    assert held["requests"]["gpu"] == 1
+    assert kube.bound == [f"ml/train {NODE}"]
+    assert kube.calls[1:] == [
+        "claim ml/train-gpu",
+        f"slices {NODE} ['gpu.example.com', 'other.example.com']",
+    ]
+
+
+def test_devices_of_several_claims_and_other_drivers(client: TestClient, kube: FakeKube) -> None:
+    kube.pod = gpu_pod("a", "b", "nic")
+    kube.claims = {
+        "a": allocated("a", "gpu3"),
+        "b": allocated("b", "gpu0", "gpu2"),
+        "nic": allocated("nic", "eth0", driver="net.example.com"),
+    }
+    assert bind(client) is None
+    held = holding(client)
+    assert held is not None
+    assert (held["devices"], held["requests"]["gpu"]) == ([0, 2, 3], 3)
+
+
+def test_a_device_another_holder_has_refuses_the_bind(client: TestClient, kube: FakeKube) -> None:
+    other = admit(client, NODE, "uid-other", "1", gpu=1, devices=[1])
+    assert other.status_code == 201, other.text
+    error = bind(client)
+    assert error is not None
+    assert "GPU device 1 is held by pod default/uid-other" in error
+    assert holding(client) is None
+    assert kube.bound == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param(
+            lambda k: k.claims.update({"train-gpu": {"metadata": {"name": "train-gpu",
+                                                                  "namespace": "ml"}}}),
+            "ResourceClaim ml/train-gpu: not allocated yet", id="not-allocated",
+        ),
+        pytest.param(
+            lambda k: k.claims.clear(),
+            "ResourceClaim ml/train-gpu: not read: resourceclaims 'train-gpu' not found",
+            id="claim-missing",
+        ),
+        pytest.param(
+            lambda k: setattr(k, "claim_error", KubeError("GET ...: timed out")),
+            "ResourceClaim ml/train-gpu: not read: GET ...: timed out", id="claim-read-fails",
+        ),
+        pytest.param(
+            lambda k: setattr(k, "slices_error", KubeError("GET ...: 503 unavailable", 503)),
+            "ResourceClaim ml/train-gpu: node 'kn3''s ResourceSlices not read", id="slices-fail",
+        ),
+        pytest.param(
+            lambda k: setattr(k, "slices", []),
+            "ResourceClaim ml/train-gpu: device 'gpu1' of driver gpu.example.com (pool 'kn3') "
+            "is not in node 'kn3''s ResourceSlices", id="device-not-published",
+        ),
+        pytest.param(
+            lambda k: setattr(k, "pod", gpu_pod("t", template=True)),
+            "ResourceClaim ml/<e0>: generated from a template, not created yet",
+            id="template-claim-not-generated",
+        ),
+        pytest.param(
+            lambda k: setattr(k, "pod", gpu_pod("train-gpu", gpu=1)),
+            "ResourceClaim ml/train-gpu: the pod also asks for 1 nvidia.com/gpu",
+            id="counted-and-claimed",
+        ),
+    ],
+)  # fmt: skip
+def test_what_keeps_the_devices_unknown_is_a_bind_error_naming_the_claim(
+    client: TestClient, kube: FakeKube, change: Any, message: str
+) -> None:
+    change(kube)
+    error = bind(client)
+    assert error is not None
+    assert message in error
+    assert holding(client) is None
+    assert kube.bound == []
+
+
+def test_a_pod_without_claims_is_bound_as_before(client: TestClient, kube: FakeKube) -> None:
+    kube.pod = gpu_pod(gpu=2)
+    assert bind(client) is None
+    held = holding(client)
+    assert held is not None
+    assert (held["devices"], held["requests"]["gpu"]) == ([], 2)
+    assert kube.calls == ["GET /api/v1/namespaces/ml/pods/train"]  # no DRA read
+
+
+def test_claims_of_other_drivers_only_need_no_slice(client: TestClient, kube: FakeKube) -> None:
+    kube.claims = {"train-gpu": allocated("train-gpu", "eth0", driver="net.example.com")}
+    assert bind(client) is None
+    held = holding(client)
+    assert held is not None
+    assert held["devices"] == []
+    assert not any(c.startswith("slices") for c in kube.calls)
+
+
+def test_without_drivers_claims_are_not_read(sqlite_url: str, kube: FakeKube) -> None:
+    for api in serve(sqlite_url, kube, set()):
+        assert bind(api) is None
+        held = holding(api)
+        assert held is not None
+        assert (held["devices"], held["requests"]["gpu"]) == ([], 0)
+        assert kube.calls == ["GET /api/v1/namespaces/ml/pods/train"]
+
+
+def test_the_bound_pods_accounting_keeps_its_devices(client: TestClient, kube: FakeKube) -> None:
+    """Once bound, the pod's watch event and a resync see requests without GPUs (its GPUs
+    are its claims'): the holding the bind made, devices and all, stays."""
+    assert bind(client) is None
+    services = client.app.state.test_services  # type: ignore[attr-defined]
+    accounting = PodAccounting(
+        services.admissions, {NODE}.__contains__, gpu_resource="nvidia.com/gpu",
+        binding_grace=30, clock=utcnow,
+    )  # fmt: skip
+    bound = copy.deepcopy(kube.pod)
+    bound["spec"]["nodeName"] = NODE
+    info = pod_info(bound)
+    assert info.claims
+    assert info.requests.gpus == 0
+    mark = services.ledger.last_event_id()
+    accounting.on_event("MODIFIED", info)
+    accounting.resync([info])
+    assert services.ledger.events(after_id=mark, limit=10) == []
+    [kept] = services.ledger.holdings_of(HolderKind.POD, [UID])
+    assert (kept.devices, kept.resources.gpus) == ((1,), 1)
