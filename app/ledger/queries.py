@@ -74,6 +74,11 @@ class LedgerQueries:
                 holding_record(h, h.node_name) for h in repo.holdings_of(kind, list(holder_ids))
             ]
 
+    def held_in_slurm(self) -> list[Holding]:
+        """Every holding whose GPU devices a Slurm hold job holds (app.slurm.holds)."""
+        with self.store.read() as repo:
+            return [holding_record(h, h.node_name) for h in repo.held_in_slurm()]
+
     def placements(
         self,
         kind: HolderKind,

@@ -99,6 +99,11 @@ _HOLDINGS_OF = (
         HOLDINGS.c.holder_id.in_(bindparam("holder_ids", expanding=True)),
     )
 )
+_HELD_IN_SLURM = (
+    select(HOLDINGS, NODES.c.name.label("node_name"))
+    .join(NODES, HOLDINGS.c.node_id == NODES.c.id)
+    .where(HOLDINGS.c.slurm_hold.is_not(None))
+)
 _HELD_BY_KIND = select(
     HOLDINGS.c.node_id,
     HOLDINGS.c.holder_kind,
@@ -426,6 +431,10 @@ class LedgerStatements:
         """``kind``'s holding rows of these holders, with their node's name."""
         params = {"kind": kind.value, "holder_ids": list(holder_ids)}
         return list(self.session.execute(_HOLDINGS_OF, params))
+
+    def held_in_slurm(self) -> list[Row[Any]]:
+        """The holding rows a Slurm hold job holds (GPU devices), with their node's name."""
+        return list(self.session.execute(_HELD_IN_SLURM))
 
     def insert_holding(self, values: dict[str, Any]) -> None:
         self.session.execute(_INSERT_HOLDING, values)

@@ -10,14 +10,24 @@ hold whose holder has no holding that names it.
 A holder whose holding is still PENDING with no hold recorded is mid-admission (between the
 hold and the commit) and keeps its hold; if that admission was abandoned, its holding is
 released after the pending timeout (app.slurm.abandoned), and the next sweep ends the hold.
+
+The other way round, a holding whose hold job Slurm no longer has (an operator's scancel,
+slurmd down long enough for Slurm to end its jobs) leaves the pod's device to any job:
+less often (every full pass), the leader holds such devices again, and records the new
+hold. If a job took a device meanwhile the hold is refused; that conflict is recorded as
+drift, logged and reported in the sync's health until the pod or the job goes: only a
+person can say which of the two should give way.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 
-from app.core.records import HolderKind, Holding, HoldingState
+from app.core.counts import SlurmUnits
+from app.core.ledger_errors import AdmissionRejected, HoldingNotFound, LedgerError
+from app.core.records import EventKind, HolderKind, Holding, HoldingState
 from app.core.slurm_models import SlurmJob
 from app.ledger.service import Ledger
 from app.slurm.errors import SlurmError
@@ -39,6 +49,13 @@ def orphans(holds: Iterable[HoldJob], holdings: Iterable[Holding]) -> list[HoldJ
         ):
             found.append(hold)
     return found
+
+
+def lost(holdings: Iterable[Holding], holds: Iterable[HoldJob], before: datetime) -> list[Holding]:
+    """The holdings whose hold job is not among ``holds`` (pure); only those confirmed
+    before ``before``, which the listing ``holds`` came from is sure to show."""
+    running = {h.job_id for h in holds}
+    return [h for h in holdings if h.slurm_hold not in running and h.updated_at < before]
 
 
 class HoldSweep:
@@ -70,3 +87,44 @@ class HoldSweep:
             except SlurmError as exc:
                 failures.append(f"hold job {hold.job_id}: {exc}")
         return failures
+
+    def hold_lost(self, jobs: Iterable[SlurmJob], listed_at: datetime) -> list[str]:
+        """Hold again the devices of holdings whose hold job is gone (``jobs``: a listing
+        read from ``listed_at`` on); failures and conflicts, by holder."""
+        failures = []
+        for holding in lost(self.ledger.held_in_slurm(), holds_in(jobs).values(), listed_at):
+            try:
+                self._hold_again(holding)
+            except (SlurmError, LedgerError) as exc:
+                failures.append(f"{holding.holder.id}: {exc}")
+        return failures
+
+    def _hold_again(self, holding: Holding) -> None:
+        node = self.ledger.get_node(holding.node)
+        units = SlurmUnits.of(holding.resources)
+        holder = holding.holder.display_name or holding.holder.id
+        what = f"Slurm hold job {holding.slurm_hold} of {holder}"
+        details = {"holder_id": holding.holder.id, "devices": list(holding.devices)}
+        try:
+            job = self.holds.hold(
+                node.slurm_name,
+                holding.holder.id,
+                devices=holding.devices,
+                cpus=units.cpus,
+                memory_mb=units.memory_mb,
+            )
+        except AdmissionRejected as exc:
+            message = f"{what} is gone and its GPU devices cannot be held again: {exc.message}"
+            log.error("%s", message)
+            self.ledger.record_event(EventKind.SLURM_DRIFT, holding.node, message, details)
+            raise
+        try:
+            self.ledger.confirm(holding.holder.kind, holding.holder.id, slurm_hold=job)
+        except HoldingNotFound:
+            self.holds.cancel(job, slurm_node=node.slurm_name)  # released meanwhile
+            return
+        message = f"{what} is gone: GPU devices {list(holding.devices)} held again by job {job}"
+        log.warning("%s", message)
+        self.ledger.record_event(
+            EventKind.SLURM_DRIFT, holding.node, message, {**details, "slurm_hold": job}
+        )

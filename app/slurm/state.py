@@ -68,6 +68,7 @@ class SlurmState:
         self._hinted_at: dict[str, float] = {}  # job id -> when a hint's read of it began
         self._published = SlurmSnapshot(MappingProxyType({}), MappingProxyType({}))
         self._dirty = False
+        self.jobs_listed_at: float | None = None  # when the last full job listing's read began
 
     # ------------------------------------------------------------------ other threads
 
@@ -128,6 +129,7 @@ class SlurmState:
         if nodes is not None:
             self._nodes = {n.name: n for n in nodes.items}
         if jobs is not None:
+            self.jobs_listed_at = began
             listed = {
                 j.job_id: j for j in jobs.items if j.holds_resources and j.job_id not in newer
             }

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 
 from app.core.components import Health
 from app.core.ledger_errors import LedgerError
@@ -221,6 +222,8 @@ class SlurmSync:
             failures += self.hold_sweep.sweep(self.state.jobs())
         if changed or renamed or not self._steps % FULL_PASS_EVERY:
             failures += self._pass(views)
+        if not self._steps % FULL_PASS_EVERY:
+            failures += self._hold_lost()
         if self.hinted is not None:
             failures += self.hinted.apply()
         self._report(owed + failures)
@@ -243,6 +246,14 @@ class SlurmSync:
                 hinted = self.monotonic()
         self.metrics.slurm_drifted_nodes(drifted)
         return failures
+
+    def _hold_lost(self) -> list[str]:
+        """Hold again what lost its hold job (app.slurm.hold_sweep); failures, by holder."""
+        listed = self.state.jobs_listed_at
+        if self.hold_sweep is None or listed is None:
+            return []
+        listed_at = self.ledger.clock() - timedelta(seconds=self.monotonic() - listed)
+        return self.hold_sweep.hold_lost(self.state.jobs(), listed_at)
 
     def _push_owed(self) -> list[str]:
         """Push the nodes whose last push failed (admitted while Slurm was unreachable, with

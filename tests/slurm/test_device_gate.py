@@ -4,7 +4,7 @@ release ends the hold, and the sync ends holds that no holding names."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -17,7 +17,7 @@ from app.core.resources import Resources
 from app.ledger.service import Ledger
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
-from app.slurm.hold_sweep import orphans
+from app.slurm.hold_sweep import lost, orphans
 from app.slurm.holds import HoldJob
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
@@ -128,3 +128,18 @@ def _holding(holder: str, state: HoldingState, hold: str | None) -> Holding:
 def test_orphaned_holds(holdings: list[Holding], orphaned: list[str]) -> None:
     hold = HoldJob("1", "a", "n1", (0,))
     assert [h.job_id for h in orphans([hold], holdings)] == orphaned
+
+
+@pytest.mark.parametrize(
+    ("hold", "confirmed_before_listing", "is_lost"),
+    [
+        pytest.param("1", True, False, id="listed"),
+        pytest.param("9", True, True, id="not listed: lost"),
+        pytest.param("9", False, False, id="confirmed after the listing began"),
+    ],
+)
+def test_lost_holds(hold: str, confirmed_before_listing: bool, is_lost: bool) -> None:
+    holding = _holding("a", HoldingState.HELD, hold)
+    listed_at = holding.updated_at + timedelta(seconds=1 if confirmed_before_listing else -1)
+    found = lost([holding], [HoldJob("1", "a", "n1", (0,))], listed_at)
+    assert found == ([holding] if is_lost else [])
