@@ -12,7 +12,7 @@ from app.core.ledger_errors import LedgerError
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.kube.client import GENERICNODES
-from app.kube.controllers.discovery import NodeDiscovery
+from app.kube.controllers.discovery import NodeDiscovery, NodeInfo
 from app.ledger.service import Ledger
 
 GIB = 2**30
@@ -85,3 +85,32 @@ def test_a_ledger_refusal_is_logged_and_the_genericnode_still_goes(
         "cannot delete n1: the ledger says no"
     ]
     assert client.calls == [("DELETE", f"{GENERICNODES}/n1")]
+
+
+@pytest.mark.parametrize(
+    ("gpus_from_slurm", "allocatable_gpus", "slurm", "expected"),
+    [
+        pytest.param(False, 0, Resources(8000, GIB, 4), 0, id="counted-none-advertised"),
+        pytest.param(False, 2, Resources(8000, GIB, 4), 2, id="counted-smaller"),
+        pytest.param(True, 0, Resources(8000, GIB, 4), 4, id="dra-gpus-are-slurms"),
+        pytest.param(True, 8, Resources(8000, GIB, 4), 4, id="dra-slurm-not-more"),
+        pytest.param(True, 2, None, 2, id="dra-slurm-unknown"),
+    ],
+)
+def test_with_dra_drivers_a_nodes_gpus_are_slurms(
+    ledger: Ledger,
+    gpus_from_slurm: bool,
+    allocatable_gpus: int,
+    slurm: Resources | None,
+    expected: int,
+) -> None:
+    """Co-managed GPUs are in ResourceSlices, not the Node's allocatable (issue 23)."""
+    found = NodeDiscovery(
+        ledger, RecordingClient(), lambda _name: slurm,  # type: ignore[arg-type]
+        slurm_node_label="slurm-node", cluster_name="test", gpu_resource="nvidia.com/gpu",
+        gpus_from_slurm=gpus_from_slurm,
+    )  # fmt: skip
+    node = NodeInfo("kn3", "n3", Resources(16000, 32 * GIB, allocatable_gpus))
+    capacity = found._spec(node).capacity
+    assert capacity.gpus == expected
+    assert capacity.cpu_millis == (8000 if slurm else 16000)

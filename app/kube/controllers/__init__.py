@@ -57,6 +57,7 @@ class KubeControllers:
             slurm_node_label=settings.slurm_node_label,
             cluster_name=settings.cluster_name,
             gpu_resource=settings.gpu_resource,
+            gpus_from_slurm=bool(settings.gpu_driver_names),
         )
         self.accounting = accounting = PodAccounting(
             admissions,

@@ -1,7 +1,9 @@
 """Kubernetes Nodes (matching the selector) become ledger nodes with a GenericNode each.
 
 Capacity is the smaller of the Node's allocatable and Slurm's size of its Slurm node (the
-node's `slurm_node_label`, else the same name), because both schedulers must fit. Nodes
+node's `slurm_node_label`, else the same name), because both schedulers must fit; with
+co-managed DRA drivers (NODELEDGER_KUBE_GPU_DRIVERS) GPUs are published in ResourceSlices,
+not as the extended resource, and a node's GPUs are Slurm's (issue 23). Nodes
 that disappear leave the ledger (or are cordoned while something still holds on them),
 and their GenericNodes are garbage-collected.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 from app.core.genericnode import MANAGED_BY, new_object
@@ -87,8 +89,10 @@ class NodeDiscovery:
         slurm_node_label: str,
         cluster_name: str,
         gpu_resource: str,
+        gpus_from_slurm: bool = False,
     ) -> None:
         self.ledger = ledger
+        self.gpus_from_slurm = gpus_from_slurm
         self.client = client
         self.slurm_sizes = slurm_sizes
         self.slurm_node_label = slurm_node_label
@@ -145,7 +149,11 @@ class NodeDiscovery:
             self._ensure(node)
 
     def _spec(self, node: NodeInfo) -> NodeSpec:
-        capacity = smaller(node.allocatable, self.slurm_sizes(node.alias or node.name))
+        size = self.slurm_sizes(node.alias or node.name)
+        allocatable = node.allocatable
+        if self.gpus_from_slurm and size is not None:
+            allocatable = replace(allocatable, gpus=size.gpus)  # DRA: not in allocatable
+        capacity = smaller(allocatable, size)
         return NodeSpec(
             capacity=capacity,
             slurm_name=node.alias if node.alias != node.name else None,
