@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import TypeAdapter
 
+from app.admission.service import Admissions
 from app.api import links
 from app.api.deps import AdmissionsDep
 from app.api.schemas import HOLDER_ID_PATTERN, AdmissionIn, ErrorOut, HoldingOut
@@ -11,11 +13,14 @@ from app.auth.guard import body, path, require
 from app.core.records import HolderKind
 
 router = APIRouter(prefix="/v1", tags=["admissions"])
+# What FastAPI serializes the admission's answer with (its response_model).
+_HOLDING_JSON = TypeAdapter(HoldingOut)
 
 
 @router.post(
     "/admissions",
     status_code=201,
+    response_model=HoldingOut,
     responses={
         200: {
             "model": HoldingOut,
@@ -32,9 +37,11 @@ router = APIRouter(prefix="/v1", tags=["admissions"])
     # Named by the node, so a role may restrict callers to some nodes (resourceNames).
     dependencies=[require("create", "admissions", name=body("node"))],
 )
-async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response) -> HoldingOut:
-    # async, with at most one worker-thread hop (in admit_async): a sync endpoint would
-    # also hop for response validation.
+async def admit(body: AdmissionIn, request: Request) -> Response:
+    # The hot route, kept lean: async, with at most one worker-thread hop (in admit_async);
+    # the service taken from the request, not from a dependency to solve; the answer
+    # serialized here as FastAPI would (response_model documents it), not validated again.
+    admissions: Admissions = request.app.state.services.admissions
     admission = await admissions.admit_async(
         body.node,
         body.holder.holder(),
@@ -42,9 +49,11 @@ async def admit(body: AdmissionIn, admissions: AdmissionsDep, response: Response
         path="rest",
         devices=tuple(body.devices),
     )
-    if not admission.created:
-        response.status_code = 200
-    return HoldingOut.of(admission.holding)
+    return Response(
+        _HOLDING_JSON.dump_json(HoldingOut.of(admission.holding), by_alias=True),
+        status_code=201 if admission.created else 200,
+        media_type="application/json",
+    )
 
 
 @router.delete(
