@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from enum import Enum
+from functools import lru_cache
 
 from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
 
@@ -73,19 +74,54 @@ def _integral(number: Decimal, rounding: Rounding, limit: int, what: str) -> int
     return int(number.to_integral_value(rounding=rounding.value))
 
 
-def cpu_millis(value: Quantity, rounding: Rounding = Rounding.UP) -> int:
-    """CPU cores as a quantity ("1500m", "2", 0.5) -> millicores."""
+def _cpu_millis(value: Quantity, rounding: Rounding) -> int:
     return _integral(to_decimal(value) * 1000, rounding, MAX_CPU_MILLIS, "cpu millicores")
 
 
-def memory_bytes(value: Quantity, rounding: Rounding = Rounding.UP) -> int:
-    """Memory as a quantity ("4Gi", "2G", 1024) -> bytes."""
+def _memory_bytes(value: Quantity, rounding: Rounding) -> int:
     return _integral(to_decimal(value), rounding, MAX_MEMORY_BYTES, "memory bytes")
 
 
-def gpu_count(value: Quantity) -> int:
-    """GPUs are whole devices: a fraction is an error, not something to round."""
+def _gpu_count(value: Quantity) -> int:
     number = to_decimal(value)
     if number != number.to_integral_value():
         raise QuantityError(f"gpu count must be a whole number, got {number}")
     return _integral(number, Rounding.UP, MAX_GPUS, "gpu count")
+
+
+# Every admission carries the same few amounts ("250m", "256Mi"): a parse is remembered
+# (a fifth of the admission's body validation). Only short plain values: a cached long one
+# would keep its text; an error is not remembered and costs what it did.
+_CACHE_SIZE = 512
+_CACHED_TEXT = 32
+_cpu_millis_cached = lru_cache(_CACHE_SIZE, typed=True)(_cpu_millis)
+_memory_bytes_cached = lru_cache(_CACHE_SIZE, typed=True)(_memory_bytes)
+_gpu_count_cached = lru_cache(_CACHE_SIZE, typed=True)(_gpu_count)
+
+
+def _cacheable(value: object) -> bool:
+    # Exact types: a bool, or any subclass, takes the uncached path.
+    if type(value) is str:
+        return len(value) <= _CACHED_TEXT
+    return type(value) is int or type(value) is float
+
+
+def cpu_millis(value: Quantity, rounding: Rounding = Rounding.UP) -> int:
+    """CPU cores as a quantity ("1500m", "2", 0.5) -> millicores."""
+    if _cacheable(value):
+        return _cpu_millis_cached(value, rounding)
+    return _cpu_millis(value, rounding)
+
+
+def memory_bytes(value: Quantity, rounding: Rounding = Rounding.UP) -> int:
+    """Memory as a quantity ("4Gi", "2G", 1024) -> bytes."""
+    if _cacheable(value):
+        return _memory_bytes_cached(value, rounding)
+    return _memory_bytes(value, rounding)
+
+
+def gpu_count(value: Quantity) -> int:
+    """GPUs are whole devices: a fraction is an error, not something to round."""
+    if _cacheable(value):
+        return _gpu_count_cached(value)
+    return _gpu_count(value)

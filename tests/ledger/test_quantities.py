@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.core import quantities as q
 from app.core.presentation import format_cpu, format_memory
 from app.core.quantities import QuantityError, Rounding, cpu_millis, gpu_count, memory_bytes
 
@@ -112,3 +113,46 @@ def test_cpu_format_parse_round_trip(millis: int) -> None:
 @given(st.integers(min_value=0, max_value=2**60))
 def test_memory_format_parse_round_trip(num: int) -> None:
     assert memory_bytes(format_memory(num)) == num
+
+
+QUANTITIES = st.one_of(
+    st.from_regex(r"\A[+ ]?[0-9]{0,4}\.?[0-9]{0,3}([eE][+-]?[0-9]|[KMGT]i|[numkMGT])?\Z"),
+    st.integers(min_value=-5, max_value=2**64),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=40),
+)
+
+
+def _outcome(convert: object, value: object) -> object:
+    try:
+        return convert(value)  # type: ignore[operator]
+    except QuantityError as exc:
+        return ("refused", str(exc))
+
+
+@given(QUANTITIES, st.sampled_from(Rounding))
+def test_remembered_parses_answer_as_fresh_ones(value: object, rounding: Rounding) -> None:
+    """The cache of parses (app.core.quantities) answers a value as an uncached parse
+    does, a second time as the first, errors included; a bool is still refused."""
+    fresh = (
+        _outcome(lambda v: q._cpu_millis(v, rounding), value),
+        _outcome(lambda v: q._memory_bytes(v, rounding), value),
+        _outcome(q._gpu_count, value),
+    )
+    for _ in range(2):
+        assert (
+            _outcome(lambda v: cpu_millis(v, rounding), value),
+            _outcome(lambda v: memory_bytes(v, rounding), value),
+            _outcome(gpu_count, value),
+        ) == fresh
+
+
+def test_only_short_plain_values_are_remembered() -> None:
+    long = "0" * 100 + "1"
+    assert cpu_millis(long) == 1000
+    assert not q._cacheable(long)
+    assert not q._cacheable(True)
+    assert q._cacheable("250m")
+    with pytest.raises(QuantityError, match="boolean"):
+        cpu_millis(True)
