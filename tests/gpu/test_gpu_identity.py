@@ -1,16 +1,15 @@
-"""Issue 23, step 1: with today's design a pod and a Slurm job on one node run on the same
-physical GPU, shown on real parts.
+"""Issue 23: a pod and a Slurm job on one node, each given a GPU by its own scheduler, on
+real parts.
 
-GPUs are counted (``k8sgpu``), not identified. Here the pod's device comes from
-Kubernetes' own allocation path, Dynamic Resource Allocation (resource.k8s.io/v1): a
-ResourceSlice publishes the node's four devices, and the real kube-scheduler allocates one
-to the pod's ResourceClaim. The ledger admits the pod's GPU, so Slurm is told 3 of 4
-remain: the counts are right. slurmd then hands a ``--gres=gpu:1`` job a device by index,
-lowest first, as Slurm's own per-job GRES detail shows (slurmrestd). Nothing ties the two
+The pod's device comes from Kubernetes' own allocation path, Dynamic Resource Allocation
+(resource.k8s.io/v1): a ResourceSlice publishes the node's four devices, and the real
+kube-scheduler allocates one to the pod's ResourceClaim. slurmd hands a ``--gres=gpu:1``
+job a device by index, lowest first, as Slurm's own per-job GRES detail shows
+(slurmrestd). Counted (``k8sgpu`` lowered, the counts right), nothing ties the two
 choices together: both pick device 0.
 
 No kubelet runs the pod (the control plane has no nodes): the device is the scheduler's
-allocation in the claim's status, which is what a kubelet's DRA plugin would prepare.
+allocation in the claim's status, which is what the driver's kubelet plugin would prepare.
 
 ``test_a_pod_and_a_job_never_share_a_gpu[identified]`` is the fix: the admission names the
 pod's device, the ledger holds exactly that device in Slurm by a hold job (app.slurm.holds),
