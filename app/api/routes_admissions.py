@@ -48,6 +48,7 @@ async def admit(body: AdmissionIn, request: Request) -> Response:
         body.requests.resources(),
         path="rest",
         devices=tuple(body.devices),
+        device_uuids=tuple(body.device_uuids),
     )
     return Response(
         _HOLDING_JSON.dump_json(HoldingOut.of(admission.holding), by_alias=True),

@@ -21,12 +21,14 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    ValidationInfo,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
 from app.core.arithmetic import Shortfall
-from app.core.devices import MAX_DEVICES
+from app.core.devices import MAX_DEVICES, MAX_UUID_LENGTH
 from app.core.headroom import free as headroom_free
 from app.core.presentation import format_amount, format_cpu, format_memory
 from app.core.quantities import (
@@ -216,6 +218,8 @@ def _unique(devices: list[int]) -> list[int]:
 
 # A GPU's index on its node (issue 23): a JSON integer, not a quantity string.
 DeviceIndex = Annotated[int, Strict(), Field(ge=0, lt=MAX_GPUS)]
+# A GPU's UUID (informational): printable ASCII, "" when not known.
+DeviceUuid = Annotated[str, Strict(), Field(max_length=MAX_UUID_LENGTH, pattern=r"^[ -~]*$")]
 
 
 class AdmissionIn(StrictModel):
@@ -232,6 +236,23 @@ class AdmissionIn(StrictModel):
         ),
         examples=[[0, 1]],
     )
+    device_uuids: list[DeviceUuid] = Field(
+        default=[],
+        max_length=MAX_DEVICES,
+        description=(
+            "The UUIDs of those devices, in the same order, one per device ('' for one not "
+            "known); shown with the holding, never checked. Empty: not known"
+        ),
+        examples=[["GPU-5ad9f3ab-1c4f-4e52-9b1e-0f3c1b2d4e6a", ""]],
+    )
+
+    @field_validator("device_uuids")
+    @classmethod
+    def _one_per_device(cls, uuids: list[str], info: ValidationInfo) -> list[str]:
+        devices = info.data.get("devices")
+        if uuids and devices is not None and len(uuids) != len(devices):
+            raise ValueError(f"give one UUID per device: {len(devices)} device(s) named")
+        return uuids
 
 
 class Amounts(BaseModel):
@@ -267,6 +288,9 @@ class HoldingOut(BaseModel):
     updated_at: datetime
     devices: list[int] = Field(description="GPU devices held by identity; []: counted only")
     slurm_hold: str | None = Field(description="The Slurm job holding those devices, if any")
+    device_uuids: list[str] = Field(
+        description="Those devices' UUIDs, in their order ('' for one not known); []: not known"
+    )
 
     @classmethod
     def of(cls, h: Holding) -> HoldingOut:
@@ -279,6 +303,7 @@ class HoldingOut(BaseModel):
             updated_at=h.updated_at,
             devices=list(h.devices),
             slurm_hold=h.slurm_hold,
+            device_uuids=list(h.device_uuids),
         )
 
 

@@ -7,7 +7,10 @@ pod's ResourceClaim (``status.allocation.devices.results[]``: request, driver, p
 device). The ledger holds devices by index, the N of ``/dev/nvidiaN`` and of Slurm's
 ``gpu:gN``: each allocated device of a co-managed driver is looked up in the node's slices
 and its index read from a device attribute (``index`` by default; NVIDIA's driver
-publishes ``minor``). docs/gpu-identity.md has the design.
+publishes ``minor``). Its UUID is read too, from the attribute ``uuid`` (NVIDIA's driver
+publishes it as a string), for the holding to show: informational, so a device without
+one (or with one the ledger cannot keep) is held all the same. docs/gpu-identity.md has the
+design.
 
 Any doubt is an error naming the claim, never a guess: a bind without the device held in
 Slurm is exactly what issue 23 fixes.
@@ -19,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.devices import valid_uuid
 from app.core.errors import NodeledgerError
 
 
@@ -48,7 +52,8 @@ class ClaimRef:
 
 @dataclass(frozen=True, slots=True)
 class AllocatedDevice:
-    """A co-managed GPU allocated to a claim, and its index on the node."""
+    """A co-managed GPU allocated to a claim, its index on the node and its UUID ("" when
+    the slice publishes none the ledger can keep)."""
 
     claim: str  # namespace/name
     request: str
@@ -56,6 +61,7 @@ class AllocatedDevice:
     pool: str
     device: str
     index: int
+    uuid: str = ""
 
 
 def pod_claims(pod: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
@@ -135,12 +141,15 @@ def allocated_devices(
     node: str,
     drivers: Collection[str],
     attribute: str = "index",
+    uuid_attribute: str = "uuid",
 ) -> tuple[AllocatedDevice, ...]:
     """The devices of ``drivers`` allocated to ``claims`` (a pod's), on ``node``, with their
-    indices read from ``attribute`` in the node's ``slices``, in claim and result order.
-    Raises ClaimDevicesError when a claim is not allocated, a device is not in the slices,
-    or its attribute is missing or not a non-negative int. Results of other drivers, and
-    admin-access results (which do not own the device), are left out."""
+    indices read from ``attribute`` in the node's ``slices``, in claim and result order,
+    and their UUIDs from ``uuid_attribute`` (a string; "" when missing or not one the
+    ledger keeps: never an error). Raises ClaimDevicesError when a claim is not allocated,
+    a device is not in the slices, or its index attribute is missing or not a non-negative
+    int. Results of other drivers, and admin-access results (which do not own the device),
+    are left out."""
     devices = _current_devices(slices, node, drivers)
     found: list[AllocatedDevice] = []
     for claim in claims:
@@ -168,8 +177,17 @@ def allocated_devices(
                 reason = f"{where}: attribute {attribute!r} is {dict(value)}, not an index"
                 raise ClaimDevicesError(name, reason, retryable=False)
             request = str(result.get("request") or "")
-            found.append(AllocatedDevice(name, request, driver, pool, device_name, index))
+            uuid = _uuid(attributes, uuid_attribute, driver)
+            found.append(AllocatedDevice(name, request, driver, pool, device_name, index, uuid))
     return tuple(found)
+
+
+def _uuid(attributes: Mapping[str, Any], name: str, driver: str) -> str:
+    """The device's UUID from its string attribute ``name``, "" when it has none the ledger
+    can keep (app.core.devices.valid_uuid)."""
+    value = _attribute(attributes, name, driver)
+    uuid = value.get("string") if value is not None else None
+    return uuid if isinstance(uuid, str) and valid_uuid(uuid) else ""
 
 
 def device_indices(devices: Iterable[AllocatedDevice]) -> tuple[int, ...]:
@@ -183,3 +201,10 @@ def device_indices(devices: Iterable[AllocatedDevice]) -> tuple[int, ...]:
             raise ClaimDevicesError(device.claim, reason, retryable=False)
         seen[device.index] = device
     return tuple(sorted(seen))
+
+
+def device_uuids(devices: Iterable[AllocatedDevice]) -> tuple[str, ...]:
+    """The UUIDs of ``devices`` in the order of device_indices' indices ("" for one without);
+    () when none has one."""
+    uuids = tuple(device.uuid for device in sorted(devices, key=lambda d: d.index))
+    return uuids if any(uuids) else ()

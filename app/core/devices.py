@@ -22,10 +22,37 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from app.core.ledger_errors import DeviceTaken, InvalidDevices, LedgerError
+from app.core.ledger_errors import DeviceTaken, InvalidDevices, InvalidDeviceUuids, LedgerError
 from app.core.records import Holder
 
 MAX_DEVICES = 64  # devices one holding may name: more GPUs than a node has
+MAX_UUID_LENGTH = 128  # a device UUID's characters (NVIDIA's: 40, "GPU-" and a UUID)
+
+
+def valid_uuid(value: object) -> bool:
+    """Whether ``value`` may be a device's UUID as the ledger keeps it: a string of at most
+    MAX_UUID_LENGTH printable ASCII characters (empty: not known)."""
+    return (
+        isinstance(value, str)
+        and len(value) <= MAX_UUID_LENGTH
+        and all(" " <= c <= "~" for c in value)
+    )
+
+
+def paired(
+    devices: Sequence[int], device_uuids: Sequence[str]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """``devices`` sorted, and ``device_uuids`` (informational: one per device, "" where not
+    known) in the same order; () when none is known. InvalidDeviceUuids when UUIDs are given
+    but not one per device."""
+    if not any(device_uuids):
+        return tuple(sorted(devices)), ()
+    if len(device_uuids) != len(devices):
+        raise InvalidDeviceUuids(
+            f"{len(device_uuids)} UUID(s) for {len(devices)} device(s); give one per device"
+        )
+    pairs = sorted(zip(devices, device_uuids, strict=True))
+    return tuple(d for d, _ in pairs), tuple(u for _, u in pairs)
 
 
 def describe_holder(holder: Holder) -> str:

@@ -126,17 +126,21 @@ def status_of(
 
 def gpus_of(holdings: tuple[Holding, ...]) -> list[dict[str, Any]]:
     """Which holder has which GPU device on the node (issue 23), by device: one entry per
-    device a holding names (GPUs held by count only are in allocatedResources alone)."""
+    device a holding names (GPUs held by count only are in allocatedResources alone), with
+    its UUID when the holding knows it."""
     held = [
         {
             "device": device,
+            **({"uuid": uuid} if uuid else {}),
             "holderKind": holding.holder.kind.value,
             "holderID": holding.holder.id,
             "holder": holding.holder.display_name or holding.holder.id,
             **({"slurmHold": holding.slurm_hold} if holding.slurm_hold is not None else {}),
         }
         for holding in holdings
-        for device in holding.devices
+        for device, uuid in zip(
+            holding.devices, holding.device_uuids or ("",) * len(holding.devices), strict=True
+        )
     ]
     return sorted(held, key=lambda entry: int(entry["device"]))
 

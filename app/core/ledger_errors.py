@@ -87,6 +87,13 @@ class InvalidDevices(InvalidRequest):
         self.reason = reason
 
 
+class InvalidDeviceUuids(InvalidDevices):
+    """GPU device UUIDs (issue 23) that cannot go with the holding's devices: given, but
+    not one per device named."""
+
+    field = "device_uuids"
+
+
 class DeviceTaken(AdmissionRejected):
     """A GPU device another holding on the node has (issue 23): it may be free once that
     holding goes, so, like any admission that does not fit now, retryable. ``taken``: each

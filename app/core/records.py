@@ -56,7 +56,9 @@ class Holder:
 class Holding:
     """What a holder keeps on a node. ``devices``: the GPU device indices on the node it
     holds by identity, sorted (issue 23; () = its GPUs are counted only, as ever);
-    ``slurm_hold``: the Slurm job that holds those devices for it, once confirmed."""
+    ``slurm_hold``: the Slurm job that holds those devices for it, once confirmed;
+    ``device_uuids``: those devices' UUIDs, in the same order ("" for one not known; () when
+    none is), informational only."""
 
     node: str
     holder: Holder
@@ -66,6 +68,7 @@ class Holding:
     updated_at: datetime
     devices: tuple[int, ...] = ()
     slurm_hold: str | None = None
+    device_uuids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

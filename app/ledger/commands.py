@@ -24,7 +24,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
 from app.core.arithmetic import SnapshotDiff, diff_snapshot
-from app.core.devices import device_refusal
+from app.core.devices import device_refusal, paired
 from app.core.headroom import (
     NO_POLICY,
     HeadroomPolicy,
@@ -190,6 +190,7 @@ class LedgerCommands:
         state: HoldingState = HoldingState.HELD,
         headroom: bool = False,
         devices: tuple[int, ...] = (),
+        device_uuids: tuple[str, ...] = (),
     ) -> Admission:
         """Atomic check-and-hold. Idempotent by holder: the same holder asking the same
         node for the same amounts (and devices) gets its existing holding (created=False).
@@ -203,12 +204,18 @@ class LedgerCommands:
         request's GPUs, DeviceTaken when another holding has one. Checked under the same
         row lock as the fit, so of two admissions of one device exactly one gets it. Such
         an admission never skips the gate through the headroom: Slurm must hold the
-        devices first. Without devices, nothing of this costs a statement."""
-        devices = tuple(sorted(devices))
-        admission = self._admit(node, holder, requests, state, headroom, devices)
+        devices first. Without devices, nothing of this costs a statement.
+
+        ``device_uuids``: those devices' UUIDs, in their order ("" for one not known), kept
+        with the holding and shown, never checked against anything (InvalidDeviceUuids only
+        when they are not one per device). A retry is the same admission whatever its
+        UUIDs: the existing holding, with the UUIDs it has, answers it."""
+        devices, device_uuids = paired(devices, device_uuids)
+        named = (devices, device_uuids)
+        admission = self._admit(node, holder, requests, state, headroom, named)
         if admission is None:
             # The holding the insert collided with was released meanwhile: once more.
-            admission = self._admit(node, holder, requests, state, headroom, devices)
+            admission = self._admit(node, holder, requests, state, headroom, named)
         if admission is None:
             raise HolderConflict(f"holder {holder.id!r} is being admitted and released at once")
         return admission
@@ -220,8 +227,9 @@ class LedgerCommands:
         requests: Resources,
         state: HoldingState,
         headroom: bool,
-        devices: tuple[int, ...],
+        named: tuple[tuple[int, ...], tuple[str, ...]],
     ) -> Admission | None:
+        devices, device_uuids = named
         now = self.clock()
         with self.store.write_hot() as repo:
             row = repo.lock_node_state(node)
@@ -242,6 +250,8 @@ class LedgerCommands:
                 values = _holding_values(row.id, holder, requests, held, now)
                 if devices:
                     values["devices"] = list(devices)
+                    if device_uuids:
+                        values["device_uuids"] = list(device_uuids)
                 if not repo.insert_new_holding(values):
                     return _existing(repo, holder, node, requests, devices)
                 if step is not None:
@@ -251,7 +261,9 @@ class LedgerCommands:
                         now, node, holder, requests, held, within_headroom=fast, devices=devices
                     )
                 )
-                holding = Holding(node, holder, requests, held, now, now, devices)
+                holding = Holding(
+                    node, holder, requests, held, now, now, devices, device_uuids=device_uuids
+                )
                 return Admission(holding, True, refill=step is not None and step.refill)
             # A retry of a holder whose own holding fills the node: that holding answers.
             if (existing := _holding_of(repo, holder.id, holder.kind)) is not None:

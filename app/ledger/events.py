@@ -218,11 +218,13 @@ def describe_devices(devices: tuple[int, ...]) -> str:
 
 
 def device_details(holding: Holding) -> dict[str, Any] | None:
-    """A holding's GPU devices and hold job, for an event's details; None when it has
-    neither (a counted holding's events stay as they were)."""
+    """A holding's GPU devices (their UUIDs when known) and hold job, for an event's
+    details; None when it has neither (a counted holding's events stay as they were)."""
     details: dict[str, Any] = {}
     if holding.devices:
         details["devices"] = list(holding.devices)
+    if holding.device_uuids:
+        details["device_uuids"] = list(holding.device_uuids)
     if holding.slurm_hold is not None:
         details["slurm_hold"] = holding.slurm_hold
     return details or None

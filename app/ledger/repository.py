@@ -158,6 +158,7 @@ _HOLDING_VALUES = select(
     HOLDINGS.c.updated_at,
     HOLDINGS.c.devices,
     HOLDINGS.c.slurm_hold,
+    HOLDINGS.c.device_uuids,
 )
 _HOLDINGS_OF_NODES = _HOLDING_VALUES.where(
     HOLDINGS.c.node_id.in_(bindparam("node_ids", expanding=True))
@@ -187,6 +188,7 @@ def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Sequence[Any]]) -> list
         updated,
         devices,
         hold,
+        uuids,
     ) in holdings:
         on_node = by_node.get(node_id)
         if on_node is not None:
@@ -202,6 +204,7 @@ def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Sequence[Any]]) -> list
                     updated,
                     tuple(devices) if devices else (),
                     hold,
+                    tuple(uuids) if uuids else (),
                 )
             )
     return [_node_view(n, by_node[n.id]) for n in nodes]
@@ -248,6 +251,7 @@ def holding_record(row: HoldingRow | Row[Any], node_name: str) -> Holding:
         updated_at=row.updated_at,
         devices=tuple(row.devices) if row.devices else (),
         slurm_hold=row.slurm_hold,
+        device_uuids=tuple(row.device_uuids) if row.device_uuids else (),
     )
 
 

@@ -102,6 +102,8 @@ class HoldingRow(Base):
     # leaves them to the server's default: the common admission's insert is unchanged.
     devices: Mapped[list[int]] = mapped_column(JSON, server_default=text("'[]'"))
     slurm_hold: Mapped[str | None] = mapped_column(String(64))
+    # Those devices' UUIDs, in the same order ("" where not known; [] when none is).
+    device_uuids: Mapped[list[str]] = mapped_column(JSON, server_default=text("'[]'"))
 
     node: Mapped[NodeRow] = relationship(back_populates="holdings", lazy="raise")
 

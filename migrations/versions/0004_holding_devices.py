@@ -1,8 +1,8 @@
-"""GPU devices held by identity (issue 23): a holding's device indices on its node and
-the Slurm job that holds them for it. Existing holdings name no device (their GPUs stay
-counted only) and have no hold job.
+"""GPU devices held by identity (issue 23): a holding's device indices on its node, their
+UUIDs (informational) and the Slurm job that holds them for it. Existing holdings name no
+device (their GPUs stay counted only) and have no hold job.
 
-Downgrading drops both: a device holding becomes a counted one (its GPUs stay held by
+Downgrading drops all three: a device holding becomes a counted one (its GPUs stay held by
 count); its hold job, if any, is then no longer known to the ledger.
 
 Revision ID: 0004
@@ -29,9 +29,13 @@ def upgrade() -> None:
             sa.Column("devices", sa.JSON(), nullable=False, server_default=sa.text("'[]'"))
         )
         batch.add_column(sa.Column("slurm_hold", sa.String(64), nullable=True))
+        batch.add_column(
+            sa.Column("device_uuids", sa.JSON(), nullable=False, server_default=sa.text("'[]'"))
+        )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("holdings") as batch:
+        batch.drop_column("device_uuids")
         batch.drop_column("slurm_hold")
         batch.drop_column("devices")

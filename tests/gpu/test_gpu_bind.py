@@ -96,6 +96,11 @@ class GpuBind:
         value: int = self.dra.device(device)["attributes"]["index"]["int"]
         return value
 
+    def uuid(self, device: str) -> str:
+        """The device's uuid attribute, as its ResourceSlice publishes it."""
+        value: str = self.dra.device(device)["attributes"]["uuid"]["string"]
+        return value
+
 
 @pytest.fixture
 def gpu_bind(
@@ -166,6 +171,8 @@ def test_a_gpu_pod_is_bound_only_once_its_device_is_held_in_slurm(gpu_bind: GpuB
     held = gpu_bind.holding(uid)
     assert held is not None, "bound without a holding"
     assert held["devices"] == [index]
+    gpu_uuid = gpu_bind.uuid(device)
+    assert held["device_uuids"] == [gpu_uuid]  # read from the slice by the bind
     assert held["state"] == "held"
     hold = held["slurm_hold"]
     assert hold, held
@@ -178,7 +185,8 @@ def test_a_gpu_pod_is_bound_only_once_its_device_is_held_in_slurm(gpu_bind: GpuB
     assert started_at(gpu_bind.slurm, hold) <= scheduled_at(pod)
     print(
         f"gpu bind: Slurm {gpu_bind.slurm.release}, Kubernetes {gpu_bind.dra.kube.version}: "
-        f"pod default/{name} got {device} (index {index}), hold job {hold} ({detail}), "
+        f"pod default/{name} got {device} (index {index}, {gpu_uuid}), hold job {hold} "
+        f"({detail}), "
         f"bound {bound_after * 1000:.0f} ms after its creation"
     )
 
@@ -220,6 +228,7 @@ def test_a_device_a_slurm_job_has_refuses_the_bind_until_the_job_ends(
     held = gpu_bind.holding(uid)
     assert held is not None
     assert held["devices"] == [0]
+    assert held["device_uuids"] == [gpu_bind.uuid("gpu0")]
     assert held["slurm_hold"]
     assert job_gpus(slurm, held["slurm_hold"])[1] == {0}
     assert gpu_bind.allocated(name) == ["gpu0"]

@@ -1,5 +1,5 @@
-"""app.core.claims: a pod's GPU device indices from its DRA claims' allocations and the
-node's ResourceSlices (issue 23), as tables over plain API dicts."""
+"""app.core.claims: a pod's GPU device indices (and UUIDs) from its DRA claims' allocations
+and the node's ResourceSlices (issue 23), as tables over plain API dicts."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from app.core.claims import (
     ClaimRef,
     allocated_devices,
     device_indices,
+    device_uuids,
     pod_claims,
 )
 
@@ -114,7 +115,42 @@ def test_an_allocated_device_names_its_claim_and_place() -> None:
     [found] = allocated_devices(
         [claim("train", result("gpu-1"))], [NVIDIA_SLICE], node=NODE, drivers={NVIDIA}
     )
-    assert found == AllocatedDevice("ml/train", "gpu", NVIDIA, NODE, "gpu-1", 1)
+    assert found == AllocatedDevice("ml/train", "gpu", NVIDIA, NODE, "gpu-1", 1, "GPU-b")
+
+
+UUID = "GPU-5ad9f3ab-1c4f-4e52-9b1e-0f3c1b2d4e6a"
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        pytest.param({"uuid": {"string": UUID}}, UUID, id="uuid"),
+        pytest.param({f"{NVIDIA}/uuid": {"string": UUID}}, UUID, id="qualified-in-slice"),
+        pytest.param({}, "", id="missing"),
+        pytest.param({"uuid": {"int": 7}}, "", id="not-a-string"),
+        pytest.param({"uuid": "GPU-x"}, "", id="not-an-attribute-value"),
+        pytest.param({"uuid": {"string": "x" * 129}}, "", id="too-long"),
+        pytest.param({"uuid": {"string": "GPU-\n"}}, "", id="not-printable"),
+        pytest.param({"other.example.com/uuid": {"string": UUID}}, "", id="other-domain"),
+    ],
+)  # fmt: skip
+def test_a_device_uuid_is_read_when_there_and_never_an_error(
+    attributes: dict[str, Any], expected: str
+) -> None:
+    slices = [slice_of(gpu("gpu-0", index={"int": 0}, **attributes))]
+    [found] = allocated_devices([claim("c", result("gpu-0"))], slices, node=NODE, drivers={NVIDIA})
+    assert (found.index, found.uuid) == (0, expected)
+
+
+def test_device_uuids_follow_the_sorted_indices() -> None:
+    claims = [claim("a", result("gpu-2")), claim("b", result("gpu-1"), result("gpu-0"))]
+    found = allocated_devices(claims, [NVIDIA_SLICE], node=NODE, drivers={NVIDIA})
+    assert device_indices(found) == (0, 1, 2)
+    assert device_uuids(found) == ("GPU-a", "GPU-b", "")  # gpu-2 publishes none
+    only_unknown = allocated_devices(
+        [claim("c", result("gpu-2"))], [NVIDIA_SLICE], node=NODE, drivers={NVIDIA}
+    )
+    assert device_uuids(only_unknown) == ()
 
 
 @pytest.mark.parametrize(

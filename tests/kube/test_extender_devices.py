@@ -1,6 +1,7 @@
 """The extender's bind with co-managed DRA drivers (issue 23): a pod with claims is admitted
 with the devices the scheduler allocated to them, read from its claims and the node's
-ResourceSlices; anything that keeps them from being known is a bind error naming the claim.
+ResourceSlices, with their UUIDs where the slices publish them; anything that keeps the
+devices from being known is a bind error naming the claim (a UUID never is).
 The Kubernetes API is a fake here, the ledger real (no Slurm gate: the hold job is
 tests/gpu/test_gpu_bind.py's, on the real clusters)."""
 
@@ -61,12 +62,22 @@ def allocated(name: str, *devices: str, driver: str = DRIVER) -> dict[str, Any]:
     }
 
 
+def gpu_attributes(i: int) -> dict[str, Any]:
+    """Index and UUID: gpu1's UUID qualified by the driver's domain, gpu3 without one."""
+    attributes: dict[str, Any] = {"index": {"int": i}}
+    if i == 1:
+        attributes[f"{DRIVER}/uuid"] = {"string": "GPU-1"}
+    elif i != 3:
+        attributes["uuid"] = {"string": f"GPU-{i}"}
+    return attributes
+
+
 SLICE = {
     "spec": {
         "driver": DRIVER,
         "nodeName": NODE,
         "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
-        "devices": [{"name": f"gpu{i}", "attributes": {"index": {"int": i}}} for i in range(4)],
+        "devices": [{"name": f"gpu{i}", "attributes": gpu_attributes(i)} for i in range(4)],
     }
 }
 
@@ -146,6 +157,7 @@ def test_a_pod_is_admitted_with_its_claims_devices_then_bound(
     held = holding(client)
     assert held is not None
     assert held["devices"] == [1]
+    assert held["device_uuids"] == ["GPU-1"]
     assert held["requests"]["gpu"] == 1
     assert kube.bound == [f"ml/train {NODE}"]
     assert kube.calls[1:] == [
@@ -165,6 +177,27 @@ def test_devices_of_several_claims_and_other_drivers(client: TestClient, kube: F
     held = holding(client)
     assert held is not None
     assert (held["devices"], held["requests"]["gpu"]) == ([0, 2, 3], 3)
+    assert held["device_uuids"] == ["GPU-0", "GPU-2", ""]  # gpu3 publishes none
+
+
+@pytest.mark.parametrize(
+    "uuid",
+    [None, {"int": 7}, {"string": "GPU-" + "x" * 200}, {"string": "GPU-\t"}],
+    ids=["missing", "not-a-string", "too-long", "not-printable"],
+)
+def test_a_device_without_a_usable_uuid_is_bound_all_the_same(
+    client: TestClient, kube: FakeKube, uuid: dict[str, Any] | None
+) -> None:
+    attributes: dict[str, Any] = {"index": {"int": 1}}
+    if uuid is not None:
+        attributes["uuid"] = uuid
+    kube.slices = [copy.deepcopy(SLICE)]
+    kube.slices[0]["spec"]["devices"][1]["attributes"] = attributes
+    assert bind(client) is None
+    held = holding(client)
+    assert held is not None
+    assert (held["devices"], held["device_uuids"]) == ([1], [])
+    assert kube.bound == [f"ml/train {NODE}"]
 
 
 def test_a_device_another_holder_has_refuses_the_bind(client: TestClient, kube: FakeKube) -> None:
@@ -272,4 +305,4 @@ def test_the_bound_pods_accounting_keeps_its_devices(client: TestClient, kube: F
     accounting.resync([info])
     assert services.ledger.events(after_id=mark, limit=10) == []
     [kept] = services.ledger.holdings_of(HolderKind.POD, [UID])
-    assert (kept.devices, kept.resources.gpus) == ((1,), 1)
+    assert (kept.devices, kept.device_uuids, kept.resources.gpus) == ((1,), ("GPU-1",), 1)

@@ -4,6 +4,7 @@ the chart installs the same one, its schema keeps every field the status has, an
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,9 @@ def test_the_schema_keeps_every_field_of_the_status() -> None:
 
 
 def test_the_status_says_which_holder_has_which_gpu_device() -> None:
-    """Issue 23: one entry per device held by identity, by device, with its holder and hold
-    job; in the schema's terms, and a change of holder is a change the mirror writes."""
+    """Issue 23: one entry per device held by identity, by device, with its UUID when known,
+    its holder and hold job; in the schema's terms, and a change of holder is a change the
+    mirror writes."""
     spec = NodeSpec(Resources(16000, 32 * GIB, 4))
     pod = Holding(
         "a",
@@ -77,6 +79,7 @@ def test_the_status_says_which_holder_has_which_gpu_device() -> None:
         T0,
         devices=(1, 3),
         slurm_hold="77",
+        device_uuids=("GPU-1", ""),
     )
     counted = Holding(
         "a", Holder(HolderKind.MANUAL, "ops"), Resources(0, 0, 1), HoldingState.HELD, T0, T0
@@ -84,13 +87,23 @@ def test_the_status_says_which_holder_has_which_gpu_device() -> None:
     node = NodeView("a", spec, None, None, (counted, pod), T0, T0)
     status = status_of(node, Health("ok"), {}, T0, "nvidia.com/gpu")
     entry = {"holderKind": "pod", "holderID": "uid-1", "holder": "ns/p", "slurmHold": "77"}
-    assert status["gpus"] == [{"device": 1, **entry}, {"device": 3, **entry}]
+    assert status["gpus"] == [{"device": 1, "uuid": "GPU-1", **entry}, {"device": 3, **entry}]
+    # No UUID known: no uuid field (optional in the schema).
+    unknown = NodeView("a", spec, None, None, (replace(pod, device_uuids=()),), T0, T0)
+    no_uuids = status_of(unknown, Health("ok"), {}, T0, "nvidia.com/gpu")["gpus"]
+    assert no_uuids == [{"device": 1, **entry}, {"device": 3, **entry}]
     gpus = version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["gpus"]
     item = gpus["items"]
     for listed in status["gpus"]:
         assert set(listed) <= set(item["properties"])
         assert set(item["required"]) <= set(listed)
     assert item["properties"]["holderKind"]["enum"] == [k.value for k in HolderKind]
+    assert item["properties"]["uuid"] == {
+        "type": "string",
+        "maxLength": 128,
+        "description": "The GPU's UUID, when known (e.g. GPU-...).",
+    }
+    assert "uuid" not in item["required"]
     # Always written, empty too: a merge patch that left it out would keep the old list.
     empty = NodeView("a", spec, None, None, (counted,), T0, T0)
     assert status_of(empty, Health("ok"), {}, T0, "nvidia.com/gpu")["gpus"] == []

@@ -2,7 +2,7 @@
 ledger applies them on a real database: a device goes to one holding at a time, even to
 admissions racing on several replicas; it is read back everywhere; its admission never
 skips the gate through the headroom; the common admission, without devices, costs the
-statements it did."""
+statements it did. Their UUIDs (informational) go with them, in their order."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from app.core.ledger_errors import (
     DeviceTaken,
     HolderConflict,
     InvalidDevices,
+    InvalidDeviceUuids,
     LedgerError,
 )
 from app.core.records import EventKind, Holder, HolderKind, HoldingState, NodeSpec
@@ -114,9 +115,10 @@ def gpu_ledger(ledger: Ledger) -> Ledger:
 
 def test_a_device_goes_to_one_holding_and_is_read_back_everywhere(gpu_ledger: Ledger) -> None:
     ledger = gpu_ledger
-    admission = ledger.admit("n1", A, gpus(2), devices=(3, 1))
+    admission = ledger.admit("n1", A, gpus(2), devices=(3, 1), device_uuids=("GPU-3", "GPU-1"))
     assert admission.created
     assert admission.holding.devices == (1, 3)  # sorted
+    assert admission.holding.device_uuids == ("GPU-1", "GPU-3")  # with their devices
     with pytest.raises(DeviceTaken, match=r"GPU device 3 is held by pod ns/a \(uid-a\)"):
         ledger.admit("n1", B, gpus(1), devices=(3,))
     assert ledger.admit("n1", B, gpus(1), devices=(0,)).holding.devices == (0,)
@@ -133,8 +135,10 @@ def test_a_device_goes_to_one_holding_and_is_read_back_everywhere(gpu_ledger: Le
         "node_page": ledger.node_page(10).items[0].holdings,
         "snapshot": NodeSnapshot(ledger).views()["n1"].holdings,
     }
+    uuids = {A.id: ("GPU-1", "GPU-3"), B.id: (), OPS.id: ()}
     for name, holdings in reads.items():
         assert {h.holder.id: h.devices for h in holdings} == expected, name
+        assert {h.holder.id: h.device_uuids for h in holdings} == uuids, name
     rejected = ledger.events(node="n1", kind=EventKind.REJECTED)
     assert rejected[0].details == {"devices": [3], "taken": [3]}
     assert "GPU device 3 is held by pod ns/a" in rejected[0].message
@@ -146,8 +150,26 @@ def test_invalid_devices_write_nothing(gpu_ledger: Ledger) -> None:
         gpu_ledger.admit("n1", A, gpus(1), devices=(7,))
     with pytest.raises(InvalidDevices, match="devices: 2 device"):
         gpu_ledger.admit("n1", A, gpus(1), devices=(0, 1))
+    with pytest.raises(InvalidDeviceUuids, match="device_uuids: 1 UUID") as caught:
+        gpu_ledger.admit("n1", A, gpus(2), devices=(0, 1), device_uuids=("GPU-0",))
+    assert (caught.value.field, caught.value.http_status) == ("device_uuids", 422)
+    with pytest.raises(InvalidDeviceUuids):
+        gpu_ledger.admit("n1", A, gpus(0), device_uuids=("GPU-0",))
     assert gpu_ledger.list_holdings() == []
     assert gpu_ledger.last_event_id() == before
+
+
+def test_uuids_are_informational(gpu_ledger: Ledger) -> None:
+    ledger = gpu_ledger
+    # One not known is "", none known is (); a retry is the same admission whatever its
+    # UUIDs say, answered with the holding's.
+    some = ledger.admit("n1", A, gpus(2), devices=(2, 0), device_uuids=("GPU-2", ""))
+    assert some.holding.device_uuids == ("", "GPU-2")
+    retry = ledger.admit("n1", A, gpus(2), devices=(0, 2), device_uuids=("GPU-x", "GPU-y"))
+    assert (retry.created, retry.holding.device_uuids) == (False, ("", "GPU-2"))
+    none = ledger.admit("n1", B, gpus(1), devices=(1,), device_uuids=("",))
+    assert none.holding.device_uuids == ()
+    assert ledger.get_node("n1").holdings[1].device_uuids == ()
 
 
 def test_a_retry_gets_its_holding_and_other_devices_are_a_conflict(gpu_ledger: Ledger) -> None:
@@ -167,23 +189,33 @@ def test_a_retry_gets_its_holding_and_other_devices_are_a_conflict(gpu_ledger: L
 
 def test_confirm_stores_the_hold_job_and_events_name_the_devices(gpu_ledger: Ledger) -> None:
     ledger = gpu_ledger
-    ledger.admit("n1", A, gpus(2), devices=(0, 1), state=HoldingState.PENDING)
+    ledger.admit(
+        "n1",
+        A,
+        gpus(2),
+        devices=(0, 1),
+        device_uuids=("GPU-a", "GPU-b"),
+        state=HoldingState.PENDING,
+    )
     held = ledger.confirm(HolderKind.POD, A.id, slurm_hold="4242")
     assert (held.state, held.devices, held.slurm_hold) == (HoldingState.HELD, (0, 1), "4242")
+    assert held.device_uuids == ("GPU-a", "GPU-b")
     # A second confirmation without a job keeps the one stored.
     assert ledger.confirm(HolderKind.POD, A.id).slurm_hold == "4242"
     assert ledger.get_node("n1").holdings[0].slurm_hold == "4242"
     assert NodeSnapshot(ledger).views()["n1"].holdings[0].slurm_hold == "4242"
     released = ledger.release(A.id, HolderKind.POD).holding
     assert (released.devices, released.slurm_hold) == ((0, 1), "4242")
+    assert released.device_uuids == ("GPU-a", "GPU-b")
     by_kind = {e.kind: e for e in ledger.events(node="n1")}
     admitted = by_kind[EventKind.ADMITTED]
     assert admitted.message == "admitted ns/a on GPU devices 0, 1"
     assert admitted.details == {"state": "pending", "devices": [0, 1]}
     confirmed = by_kind[EventKind.CONFIRMED]
     assert confirmed.message == "confirmed ns/a on GPU devices 0, 1, held by Slurm job 4242"
-    assert confirmed.details == {"devices": [0, 1], "slurm_hold": "4242"}
-    assert by_kind[EventKind.RELEASED].details == {"devices": [0, 1], "slurm_hold": "4242"}
+    details = {"devices": [0, 1], "device_uuids": ["GPU-a", "GPU-b"], "slurm_hold": "4242"}
+    assert confirmed.details == details
+    assert by_kind[EventKind.RELEASED].details == details
     # The device is free again.
     assert ledger.admit("n1", B, gpus(1), devices=(1,)).created
 
@@ -235,10 +267,15 @@ def test_the_common_admission_costs_no_statement_more(database: Database) -> Non
         ledger.admit("n1", A, gpus(1))
     with statements(database) as named:
         ledger.admit("n1", B, gpus(1), devices=(0,))
+    with statements(database) as with_uuids:
+        ledger.admit(
+            "n1", Holder(HolderKind.POD, "uid-c"), gpus(1), devices=(1,), device_uuids=("GPU-1",)
+        )
     # lock, sums, insert, event: the devices are read only when named.
     assert len(counted) == 4, counted
     assert not any("devices" in s and "SELECT" in s for s in counted)
     assert len(named) == len(counted) + 1
+    assert len(with_uuids) == len(named)  # the UUIDs go in the same insert
 
 
 # ---------------------------------------------------------------- racing

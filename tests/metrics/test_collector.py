@@ -89,11 +89,19 @@ def test_the_snapshot_and_the_database_give_the_same_headroom_gauges(ledger: Led
 
 
 def test_which_holder_has_which_gpu_device_is_a_series_per_device(ledger: Ledger) -> None:
-    """Issue 23: 1 per device held by identity, labelled with its holder; none for GPUs held
-    by count, and none from the database's totals, which carry no holdings."""
+    """Issue 23: 1 per device held by identity, labelled with its holder (not its UUID: the
+    labels stay as they were); none for GPUs held by count, and none from the database's
+    totals, which carry no holdings."""
     ledger.upsert_node("g1", NodeSpec(capacity=Resources(16000, 32 * GIB, 4)))
     pod = Holder(HolderKind.POD, "uid-1", "ml/trainer-0")
-    ledger.admit("g1", pod, Resources(1000, GIB, 2), devices=(0, 2), state=HoldingState.PENDING)
+    ledger.admit(
+        "g1",
+        pod,
+        Resources(1000, GIB, 2),
+        devices=(0, 2),
+        device_uuids=("GPU-0", "GPU-2"),
+        state=HoldingState.PENDING,
+    )
     ledger.confirm(HolderKind.POD, pod.id, slurm_hold="77")
     ledger.admit("g1", Holder(HolderKind.MANUAL, "ops"), Resources(0, 0, 1))  # counted only
     registry = CollectorRegistry()

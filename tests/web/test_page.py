@@ -208,10 +208,17 @@ def test_page_draws_the_nodes_and_shows_an_admission_live(
     expect(devices).to_have_count(0)
     gpu_pod = {"kind": "pod", "namespace": "ml", "name": "trainer-1", "uid": "9e1a"}
     one_gpu = {"cpu": "500m", "memory": "1Gi", "gpu": 1}
-    body = {"node": "n1", "holder": gpu_pod, "requests": one_gpu, "devices": [3]}
+    uuid = "GPU-5ad9f3ab-1c4f-4e52-9b1e-0f3c1b2d4e6a"
+    body = {
+        "node": "n1",
+        "holder": gpu_pod,
+        "requests": one_gpu,
+        "devices": [3],
+        "device_uuids": [uuid],
+    }
     assert api.post("/v1/admissions", json=body).status_code == 201
     expect(devices).to_have_text("GPU 3: ml/trainer-1", timeout=LIVE_TIMEOUT_MS)
-    expect(devices).to_have_attribute("title", "GPU device 3 on n1: pod ml/trainer-1")
+    expect(devices).to_have_attribute("title", f"GPU device 3 ({uuid}) on n1: pod ml/trainer-1")
     expect(page.locator('tr[data-node="n2"] th .gpu-devices')).to_have_count(0)
 
 

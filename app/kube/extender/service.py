@@ -3,8 +3,9 @@ app.ledger.snapshot), and bind through the one admission path (Slurm-confirmed),
 create the Binding. The wire types are in app.kube.extender.wire.
 
 GPU devices (issue 23): with co-managed DRA drivers configured, a pod with ResourceClaims
-is admitted with the devices the scheduler allocated to them (app.kube.claims), which the
-gate holds in Slurm before the Binding is created. Any doubt about them refuses the bind:
+is admitted with the devices the scheduler allocated to them (app.kube.claims), and their
+UUIDs where the slices publish them, which the gate holds in Slurm before the Binding is
+created. Any doubt about them refuses the bind:
 the scheduler then un-reserves the claims and tries again."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import replace
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
-from app.core.claims import ClaimDevicesError, device_indices
+from app.core.claims import ClaimDevicesError, device_indices, device_uuids
 from app.core.ledger_errors import HoldingNotFound, LedgerError
 from app.core.placement import filter_nodes, prioritize
 from app.core.pods import pod_requests
@@ -84,9 +85,10 @@ class Extender:
                 return ExtenderBindingResult(Error=replaced)
             requests = pod_requests(pod, self.gpu_resource)
             devices: tuple[int, ...] = ()
+            uuids: tuple[str, ...] = ()
             if self.devices is not None:
                 allocated = self.devices.of(pod, node)
-                devices = device_indices(allocated)
+                devices, uuids = device_indices(allocated), device_uuids(allocated)
                 if devices:
                     if requests.gpus:
                         reason = (
@@ -96,7 +98,7 @@ class Extender:
                         raise ClaimDevicesError(allocated[0].claim, reason, retryable=False)
                     requests = replace(requests, gpus=len(devices))
             admission = self.admissions.admit(
-                node, holder, requests, path="extender", devices=devices
+                node, holder, requests, path="extender", devices=devices, device_uuids=uuids
             )
         except (LedgerError, QuantityError, KubeError, ClaimDevicesError) as exc:
             log.info("extender bind %s/%s on %s refused: %s", namespace, name, node, exc)

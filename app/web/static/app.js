@@ -174,22 +174,24 @@ function headroomCell(node) {
   return cell;
 }
 
-// Which holder has which GPU device (issue 23): holdings that name their devices. GPUs held
-// by count only are in the GPU bar alone.
+// Which holder has which GPU device (issue 23): holdings that name their devices, with each
+// device's UUID in the tooltip when known. GPUs held by count only are in the GPU bar alone.
 function gpuDevices(node) {
   const held = [];
   for (const holding of node.holdings) {
     const holder = holding.holder.name || holding.holder.id;
-    for (const device of holding.devices) held.push([device, holder, holding]);
+    const uuids = holding.device_uuids || [];
+    holding.devices.forEach((device, i) => held.push([device, holder, holding, uuids[i]]));
   }
   if (held.length === 0) return null;
   held.sort((a, b) => a[0] - b[0]);
   const span = element("span", "sub gpu-devices");
   span.textContent = held.map(([device, holder]) => `GPU ${device}: ${holder}`).join(" · ");
   span.title = held
-    .map(([device, holder, holding]) => {
+    .map(([device, holder, holding, uuid]) => {
+      const gpu = uuid ? `GPU device ${device} (${uuid})` : `GPU device ${device}`;
       const hold = holding.slurm_hold ? `, Slurm hold job ${holding.slurm_hold}` : "";
-      return `GPU device ${device} on ${node.name}: ${holding.holder.kind} ${holder}${hold}`;
+      return `${gpu} on ${node.name}: ${holding.holder.kind} ${holder}${hold}`;
     })
     .join("; ");
   return span;
@@ -224,7 +226,7 @@ function signature(node) {
   const { used_at, ...figures } = headroom;
   const devices = holdings
     .filter((h) => h.devices.length > 0)
-    .map((h) => [h.holder.id, h.holder.name, h.devices, h.slurm_hold]);
+    .map((h) => [h.holder.id, h.holder.name, h.devices, h.device_uuids, h.slurm_hold]);
   return JSON.stringify([rest, figures, holdings.length, devices]);
 }
 
