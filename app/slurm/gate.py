@@ -49,14 +49,14 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from app.core.caps import KubeCaps
-from app.core.counts import SlurmUnits, gres_usage, slurm_overlap
+from app.core.counts import gres_usage, slurm_overlap
 from app.core.ledger_errors import AdmissionRejected, NodeNotFound
 from app.core.records import Holding, NodeView
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmJob
 from app.core.verdict import verdict
 from app.slurm.errors import SlurmError, SlurmUnavailable
-from app.slurm.holds import HoldJobs
+from app.slurm.holds import HoldJobs, hold_for
 from app.slurm.push import Pusher
 
 log = logging.getLogger(__name__)
@@ -141,15 +141,8 @@ class SlurmGate:
             raise AdmissionRejected("GPU devices named, but this service holds none in Slurm")
         view = self.pusher.ledger.get_node(holding.node)
         self._within_cap(view)
-        units = SlurmUnits.of(holding.resources)
         try:
-            return self.holds.hold(
-                view.slurm_name,
-                holding.holder.id,
-                devices=holding.devices,
-                cpus=units.cpus,
-                memory_mb=units.memory_mb,
-            )
+            return hold_for(self.holds, view.slurm_name, holding)
         except SlurmError as exc:
             raise AdmissionRejected(
                 f"Slurm cannot hold GPU devices {list(holding.devices)} on node "

@@ -25,13 +25,12 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
-from app.core.counts import SlurmUnits
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound, LedgerError
 from app.core.records import EventKind, HolderKind, Holding, HoldingState
 from app.core.slurm_models import SlurmJob
 from app.ledger.service import Ledger
 from app.slurm.errors import SlurmError
-from app.slurm.holds import HoldJob, HoldJobs, holds_in
+from app.slurm.holds import HoldJob, HoldJobs, hold_for, holds_in
 
 log = logging.getLogger(__name__)
 
@@ -101,18 +100,11 @@ class HoldSweep:
 
     def _hold_again(self, holding: Holding) -> None:
         node = self.ledger.get_node(holding.node)
-        units = SlurmUnits.of(holding.resources)
         holder = holding.holder.display_name or holding.holder.id
         what = f"Slurm hold job {holding.slurm_hold} of {holder}"
         details = {"holder_id": holding.holder.id, "devices": list(holding.devices)}
         try:
-            job = self.holds.hold(
-                node.slurm_name,
-                holding.holder.id,
-                devices=holding.devices,
-                cpus=units.cpus,
-                memory_mb=units.memory_mb,
-            )
+            job = hold_for(self.holds, node.slurm_name, holding)
         except AdmissionRejected as exc:
             message = f"{what} is gone and its GPU devices cannot be held again: {exc.message}"
             log.error("%s", message)

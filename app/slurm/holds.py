@@ -26,7 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.counts import SlurmUnits
 from app.core.ledger_errors import AdmissionRejected
+from app.core.records import Holding
 from app.core.slurm_models import HOLD_JOB_NAME, SlurmJob, hold_comment
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmRequestError
@@ -74,6 +76,19 @@ class HoldJob:
 def holds_in(jobs: Iterable[SlurmJob]) -> dict[str, HoldJob]:
     """The hold jobs among ``jobs`` (a listing the sync already has), by job id."""
     return {h.job_id: h for j in jobs if (h := HoldJob.of(j)) is not None}
+
+
+def hold_for(holds: HoldJobs, slurm_node: str, holding: Holding) -> str:
+    """``holds.hold`` for a ledger holding: its devices, its CPUs and memory rounded up to
+    whole CPUs and MiB as the counts round them (app.core.counts.SlurmUnits)."""
+    units = SlurmUnits.of(holding.resources)
+    return holds.hold(
+        slurm_node,
+        holding.holder.id,
+        devices=holding.devices,
+        cpus=units.cpus,
+        memory_mb=units.memory_mb,
+    )
 
 
 class HoldJobs:

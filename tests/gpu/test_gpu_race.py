@@ -30,7 +30,14 @@ from fastapi.testclient import TestClient
 
 from app.core.slurm_models import HOLD_COMMENT_PREFIX
 from app.main import create_app
-from tests.gpu.test_gpu_identity import GPUS, NODE, SLURM_NODE, SharedGpu, gpu_indices
+from tests.gpu.test_gpu_identity import (
+    GPUS,
+    IDENTIFIED_OR_COUNTED,
+    NODE,
+    SLURM_NODE,
+    SharedGpu,
+    gpu_indices,
+)
 from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
@@ -145,19 +152,7 @@ def sample(race: Race, slurm: SlurmCluster, deadline: float) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize(
-    "identified",
-    [
-        pytest.param(True, id="identified"),
-        pytest.param(
-            False,
-            id="counted",
-            marks=pytest.mark.xfail(
-                strict=True, raises=SharedGpu, reason="counted GPUs collide (the broken variant)"
-            ),
-        ),
-    ],
-)
+@IDENTIFIED_OR_COUNTED
 def test_gpu_pods_and_jobs_racing_never_share_a_device(
     replicas: list[TestClient], slurm: SlurmCluster, identified: bool
 ) -> None:
