@@ -235,9 +235,7 @@ def services(slurm: SlurmCluster) -> Iterator[tuple[str, str]]:
     """The Slurm-confirmed service and the ledger-only one, n1 (16 CPUs, 32000 MiB, Slurm's
     sizes) the only node of each, so nothing else the bench touches is theirs to push."""
     slurm_env = {
-        "NODELEDGER_SLURM_ENABLED": "true",
-        "NODELEDGER_SLURM_URL": slurm.url,
-        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        **slurm.service_env,
     }
     with tempfile.TemporaryDirectory() as tmp:
         confirmed_db = migrated(f"sqlite:///{tmp}/confirmed.db")

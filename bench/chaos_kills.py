@@ -343,9 +343,7 @@ def make_pool(
     args: argparse.Namespace, database: str, slurm: SlurmCluster, logs: Path
 ) -> ReplicaPool:
     env = {
-        "NODELEDGER_SLURM_ENABLED": "true",
-        "NODELEDGER_SLURM_URL": slurm.url,
-        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        **slurm.service_env,
         "NODELEDGER_SLURM_REGISTER_NODES": "true",
         "NODELEDGER_SLURM_SYNC_INTERVAL": str(args.sync_interval),
     }

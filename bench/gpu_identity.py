@@ -324,9 +324,7 @@ def cluster(version: str, own: Path | None) -> Iterator[tuple[SlurmCluster, Path
 @contextmanager
 def service(slurm: SlurmCluster) -> Iterator[httpx.Client]:
     env = {
-        "NODELEDGER_SLURM_ENABLED": "true",
-        "NODELEDGER_SLURM_URL": slurm.url,
-        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        **slurm.service_env,
     }
     with tempfile.TemporaryDirectory() as tmp:
         database = migrated(f"sqlite:///{tmp}/gpu.db")

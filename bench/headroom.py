@@ -195,9 +195,7 @@ def services(slurm: SlurmCluster, args: argparse.Namespace) -> Iterator[dict[str
     """The two services, each with its own SQLite ledger, and a third with the Slurm
     integration off ("ledger": one ledger transaction per admission, the reference)."""
     common = {
-        "NODELEDGER_SLURM_ENABLED": "true",
-        "NODELEDGER_SLURM_URL": slurm.url,
-        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        **slurm.service_env,
     }
     headroom = {
         "NODELEDGER_SLURM_HEADROOM_CPU": args.headroom_cpu,

@@ -134,9 +134,7 @@ def main() -> None:
     raw = raw_updates(slurm, args.samples)
     slurm.reset()
     env = {
-        "NODELEDGER_SLURM_ENABLED": "true",
-        "NODELEDGER_SLURM_URL": slurm.url,
-        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        **slurm.service_env,
         "NODELEDGER_SLURM_REGISTER_NODES": "true",
     }
     with tempfile.TemporaryDirectory() as tmp:

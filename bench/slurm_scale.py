@@ -236,9 +236,7 @@ def main() -> None:
             ]
         result["node_read_ms"] = summary(reads)
         env = {
-            "NODELEDGER_SLURM_ENABLED": "true",
-            "NODELEDGER_SLURM_URL": slurm.url,
-            "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+            **slurm.service_env,
             "NODELEDGER_SLURM_REGISTER_NODES": "true",  # every Slurm node into the ledger
             "NODELEDGER_SLURM_TIMEOUT": "120",  # a full listing at this size takes long
         }

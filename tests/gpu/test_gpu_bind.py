@@ -121,9 +121,7 @@ def gpu_bind(
         "NODELEDGER_KUBE_NODE_SELECTOR": selector,
         "NODELEDGER_KUBE_CLUSTER_NAME": "lab",
         "NODELEDGER_KUBE_GPU_DRIVERS": DRIVER,
-        "NODELEDGER_SLURM_ENABLED": "true",
-        "NODELEDGER_SLURM_URL": slurm.url,
-        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        **slurm.service_env,
     }
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -132,9 +132,7 @@ def coloc_env(
         "NODELEDGER_KUBE_NODE_SELECTOR": f"{SELECTOR}=true",
         "NODELEDGER_KUBE_CLUSTER_NAME": "lab",
         "NODELEDGER_KUBE_BINDING_GRACE": "5",
-        "NODELEDGER_SLURM_ENABLED": "true",
-        "NODELEDGER_SLURM_URL": slurm.url,
-        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        **slurm.service_env,
     }
     coloc = Coloc(kube, slurm, database_url, env, free_port(), tmp)
     config = scheduler_config(tmp / "scheduler.yaml", kube, coloc.url)

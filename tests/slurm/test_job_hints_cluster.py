@@ -96,9 +96,7 @@ def service_env(slurm: SlurmCluster, tmp_path: Path) -> dict[str, str]:
         )
     )
     return {
-        "NODELEDGER_SLURM_ENABLED": "true",
-        "NODELEDGER_SLURM_URL": slurm.url,
-        "NODELEDGER_SLURM_TOKEN_FILE": str(slurm.token_file),
+        **slurm.service_env,
         "NODELEDGER_SLURM_FULL_SYNC_INTERVAL": "300",
         "NODELEDGER_AUTH_MODE": "static",
         "NODELEDGER_AUTH_TOKEN_FILE": str(tokens),

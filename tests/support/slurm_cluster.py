@@ -142,6 +142,15 @@ class SlurmCluster:
         )
 
     @property
+    def service_env(self) -> dict[str, str]:
+        """The environment that points a `nodeledger serve` at this cluster, Slurm on."""
+        return {
+            "NODELEDGER_SLURM_ENABLED": "true",
+            "NODELEDGER_SLURM_URL": self.url,
+            "NODELEDGER_SLURM_TOKEN_FILE": str(self.token_file),
+        }
+
+    @property
     def token(self) -> str:
         return self.token_file.read_text().strip()
 
