@@ -31,7 +31,8 @@ from app.slurm.tokens import StaticToken
 from tests.kube.test_controllers_unit import FakeWatchClient, Recorder
 from tests.metrics.scrape import Scrape, parse
 from tests.slurm.test_client import NODE, OPENAPI
-from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.slurm.test_push_coalescing import LIMIT, FakeSlurm, HeldSlurm, queued, slurm_node
+from tests.support.realenv import wait_until
 
 GIB = 2**30
 
@@ -217,15 +218,22 @@ def test_a_drift_correction_is_counted_when_slurm_lost_what_was_pushed(ledger: L
 def test_coalesced_pushes_are_counted(ledger: Ledger) -> None:
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     m = metrics()
-    slurm = FakeSlurm(slurm_node(), latency=0.02)
+    slurm = HeldSlurm(slurm_node())
     pusher = Pusher(slurm, ledger, metrics=m)  # type: ignore[arg-type]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda _: pusher.push("n1", reason="admitting x"), range(8)))
+        done = [pool.submit(pusher.push, "n1", reason="admitting x")]
+        assert slurm.entered.wait(LIMIT), "the first push never reached Slurm"
+        # Seven more line up behind the push in flight, overlapping by construction.
+        done += [pool.submit(pusher.push, "n1", reason="admitting x") for _ in range(7)]
+        wait_until(lambda: queued(pusher, "n1") == 8, LIMIT, what="8 pushes asked for")
+        slurm.release.set()
+        for future in done:
+            future.result()
     s = scraped(m)
-    ran = s.value("nodeledger_slurm_pushes_total", reason="admission")
-    coalesced = s.value("nodeledger_slurm_pushes_coalesced_total")
-    assert ran + coalesced == 8
-    assert coalesced > 0
+    # The first push read the ledger before the others asked; the next one read it after
+    # all of them, so it answers the six still waiting.
+    assert s.value("nodeledger_slurm_pushes_total", reason="admission") == 2
+    assert s.value("nodeledger_slurm_pushes_coalesced_total") == 6
 
 
 # ---------------------------------------------------------------------- Kubernetes

@@ -20,8 +20,10 @@ from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
 from app.slurm.push import Pusher
+from tests.support.realenv import wait_until
 
 GIB = 1024**3
+LIMIT = 60.0  # seconds: generous, for a loaded machine; a pass never waits this long
 
 
 class FakeSlurm:
@@ -47,6 +49,37 @@ class FakeSlurm:
                 self.node = replace(self.node, extra=extra)
 
 
+class HeldSlurm(FakeSlurm):
+    """A FakeSlurm whose first call waits for ``release``: the push making it holds the
+    node's slot, so the test can line every other push up behind it and they overlap
+    whatever the scheduler does (a busy machine may otherwise run them one by one)."""
+
+    def __init__(self, node: SlurmNode) -> None:
+        super().__init__(node, latency=0)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def get_node(self, name: str) -> SlurmNode:
+        self._hold()
+        return super().get_node(name)
+
+    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+        self._hold()
+        super().update_node(name, gres=gres, extra=extra)
+
+    def _hold(self) -> None:
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(LIMIT), "the test never released the first push"
+
+
+def queued(pusher: Pusher, node: str) -> int:
+    """How many pushes to ``node`` have been asked for: a peek at the pusher's private
+    slot, the one place that says a thread has reached ``push`` and is waiting."""
+    slot = pusher._slots.get(node)
+    return 0 if slot is None else slot.requested
+
+
 def slurm_node(**changes: object) -> SlurmNode:
     node = SlurmNode(
         "n1", 16, 32000, 0, 0, 0, "k8scpu:16,k8smemory:32000", "", frozenset({"IDLE"}), "", ""
@@ -56,18 +89,26 @@ def slurm_node(**changes: object) -> SlurmNode:
 
 def test_a_burst_of_admissions_costs_few_pushes_and_ends_exact(ledger: Ledger) -> None:
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
-    fake = FakeSlurm(slurm_node())
-    admissions = Admissions(ledger, SlurmGate(Pusher(fake, ledger), KubeCaps()))  # type: ignore[arg-type]
+    fake = HeldSlurm(slurm_node())
+    pusher = Pusher(fake, ledger)  # type: ignore[arg-type]
+    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps()))
 
     def admit(i: int) -> None:
         holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
         admissions.admit("n1", holder, Resources(500, GIB))
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(admit, range(16)))
+        done = [pool.submit(admit, 0)]
+        assert fake.entered.wait(LIMIT), "the first admission never reached Slurm"
+        # The burst: every other admission holds in the ledger and waits behind that push.
+        done += [pool.submit(admit, i) for i in range(1, 16)]
+        wait_until(lambda: queued(pusher, "n1") == 16, LIMIT, what="16 pushes asked for")
+        fake.release.set()
+        for future in done:
+            future.result()
     assert fake.node.gres == "k8scpu:8,k8smemory:15616"  # 16 x 500m = 8 CPUs, 16 GiB
-    assert len(fake.updates) < 16
-    print(f"16 admissions -> {len(fake.updates)} node updates")
+    # The push in flight, then one that read all 16 holds; the other 14 rode on it.
+    assert len(fake.updates) == 2, fake.updates
 
 
 def test_overlap_with_a_job_that_started_meanwhile_is_rejected_and_undone(
