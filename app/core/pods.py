@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from app.core.claims import ClaimRef, pod_claims
 from app.core.quantities import cpu_millis, gpu_count, memory_bytes
 from app.core.resources import Resources
 
@@ -128,8 +129,9 @@ class PodInfo:
     phase: str
     requests: Resources
     # DRA claims (spec.resourceClaims): GPUs the requests do not count may be the claims'
-    # devices, which the extender's bind admits (issue 23).
+    # devices, which the extender's bind admits (issue 23), or pod accounting counts.
     claims: bool = False
+    claim_refs: tuple[ClaimRef, ...] = ()
 
     @property
     def display_name(self) -> str:
@@ -153,4 +155,5 @@ def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInf
         phase=sys.intern(str((pod.get("status") or {}).get("phase") or "Pending")),
         requests=pod_requests(pod, gpu_resource),
         claims=bool((pod.get("spec") or {}).get("resourceClaims")),
+        claim_refs=pod_claims(pod),
     )

@@ -1,13 +1,21 @@
 """A pod's co-managed GPU devices, read from the Kubernetes API (issue 23): its
 ResourceClaims' allocations and the node's ResourceSlices (resource.k8s.io/v1), decided by
-app.core.claims. Used by the extender's bind, before the pod is bound."""
+app.core.claims. Used by the extender's bind, before the pod is bound, and by pod
+accounting for a claim pod another scheduler bound."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from app.core.claims import AllocatedDevice, ClaimDevicesError, allocated_devices, pod_claims
+from app.core.claims import (
+    AllocatedDevice,
+    ClaimDevicesError,
+    ClaimRef,
+    allocated_devices,
+    pod_claims,
+)
+from app.core.pods import PodInfo
 from app.kube.client import KubeClient, KubeError
 
 
@@ -28,12 +36,21 @@ class PodDevices:
         """The pod's allocated co-managed devices on ``node``: () when the feature is off or
         the pod has no claims (no API call then). ClaimDevicesError, naming the claim, for
         anything that keeps them from being known, a failed API read included."""
-        if not self.enabled:
-            return ()
-        refs = pod_claims(pod)
-        if not refs:
-            return ()
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        return self.of_claims(namespace, pod_claims(pod), node)
+
+    def count(self, pod: PodInfo) -> int:
+        """How many co-managed GPUs a bound pod's claims hold on its node (pod accounting, for
+        a pod another scheduler bound: its requests count none). ClaimDevicesError as ``of``."""
+        if pod.node is None:
+            return 0
+        return len(self.of_claims(pod.namespace, pod.claim_refs, pod.node))
+
+    def of_claims(
+        self, namespace: str, refs: Sequence[ClaimRef], node: str
+    ) -> tuple[AllocatedDevice, ...]:
+        if not self.enabled or not refs:
+            return ()
         claims: list[dict[str, Any]] = []
         for ref in refs:
             if ref.claim is None:

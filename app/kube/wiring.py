@@ -51,8 +51,21 @@ def build_kube(
     def slurm_health() -> Health | None:
         return slurm.health() if slurm is not None else None
 
+    devices = (
+        PodDevices(client, settings.gpu_driver_names, settings.gpu_index_attribute)
+        if settings.gpu_driver_names
+        else None
+    )
     controllers = KubeControllers(
-        settings, client, admissions, slurm_sizes, slurm_health, clock, views, metrics=metrics
+        settings,
+        client,
+        admissions,
+        slurm_sizes,
+        slurm_health,
+        clock,
+        views,
+        metrics=metrics,
+        devices=devices,
     )
     extender = Extender(
         admissions,
@@ -61,8 +74,6 @@ def build_kube(
         gpu_resource=settings.gpu_resource,
         snapshot=views,
         max_staleness=settings.extender_max_staleness,
-        devices=PodDevices(client, settings.gpu_driver_names, settings.gpu_index_attribute)
-        if settings.gpu_driver_names
-        else None,
+        devices=devices,
     )
     return KubeParts(controllers, extender)

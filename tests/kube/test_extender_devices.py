@@ -306,3 +306,63 @@ def test_the_bound_pods_accounting_keeps_its_devices(client: TestClient, kube: F
     assert services.ledger.events(after_id=mark, limit=10) == []
     [kept] = services.ledger.holdings_of(HolderKind.POD, [UID])
     assert (kept.devices, kept.device_uuids, kept.resources.gpus) == ((1,), ("GPU-1",), 1)
+
+
+@pytest.mark.parametrize("path", ["event", "resync"])
+def test_a_claim_pod_another_scheduler_bound_counts_its_claims_gpus(
+    client: TestClient, kube: FakeKube, path: str
+) -> None:
+    """No bind of ours, so no holding: pod accounting records the pod with the co-managed
+    GPUs its claims hold (here 2 of driver DRIVER, 1 of another driver left out), so they
+    lower ``k8sgpu``; its requests alone count none (the finding of issue 30)."""
+    kube.pod = gpu_pod("train-gpu", "nic")
+    kube.claims = {
+        "train-gpu": allocated("train-gpu", "gpu0", "gpu2"),
+        "nic": allocated("nic", "eth0", driver="nic.example.com"),
+    }
+    services = client.app.state.test_services  # type: ignore[attr-defined]
+    accounting = PodAccounting(
+        services.admissions, {NODE}.__contains__, gpu_resource="nvidia.com/gpu",
+        binding_grace=30, clock=utcnow, claim_gpus=PodDevices(kube, {DRIVER}, "index").count,  # type: ignore[arg-type]
+    )  # fmt: skip
+    bound = copy.deepcopy(kube.pod)
+    bound["spec"]["nodeName"] = NODE
+    info = pod_info(bound)
+    if path == "event":
+        accounting.on_event("ADDED", info)
+    else:
+        accounting.resync([info])
+    [held] = services.ledger.holdings_of(HolderKind.POD, [UID])
+    assert (held.resources.cpu_millis, held.resources.gpus) == (1000, 2)
+    # Recorded as it is: a later event or resync reads no claim again and writes nothing.
+    kube.calls.clear()
+    mark = services.ledger.last_event_id()
+    accounting.on_event("MODIFIED", info)
+    accounting.resync([info])
+    assert services.ledger.events(after_id=mark, limit=10) == []
+    assert not [c for c in kube.calls if c.startswith("claim")]
+
+
+def test_a_claim_pod_whose_claims_cannot_be_read_is_counted_once_they_can(
+    client: TestClient, kube: FakeKube
+) -> None:
+    services = client.app.state.test_services  # type: ignore[attr-defined]
+    accounting = PodAccounting(
+        services.admissions, {NODE}.__contains__, gpu_resource="nvidia.com/gpu",
+        binding_grace=30, clock=utcnow, claim_gpus=PodDevices(kube, {DRIVER}, "index").count,  # type: ignore[arg-type]
+    )  # fmt: skip
+    bound = copy.deepcopy(kube.pod)
+    bound["spec"]["nodeName"] = NODE
+    info = pod_info(bound)
+    accounting.resync([])
+    kube.claim_error = KubeError("the API server is away", status=503)
+    accounting.on_event("ADDED", info)
+    [held] = services.ledger.holdings_of(HolderKind.POD, [UID])
+    assert held.resources.gpus == 0  # CPU and memory now; the GPUs once they can be read
+    accounting.sweep()
+    [held] = services.ledger.holdings_of(HolderKind.POD, [UID])
+    assert held.resources.gpus == 0
+    kube.claim_error = None
+    accounting.sweep()
+    [held] = services.ledger.holdings_of(HolderKind.POD, [UID])
+    assert held.resources.gpus == 1

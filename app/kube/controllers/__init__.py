@@ -13,6 +13,7 @@ from typing import Any
 from app.admission.service import Admissions
 from app.core.components import Health
 from app.core.genericnode import MANAGED_BY
+from app.kube.claims import PodDevices
 from app.kube.client import GENERICNODES, KubeClient
 from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.controllers.admission_requests import AdmissionRequests
@@ -46,7 +47,10 @@ class KubeControllers:
         snapshot: NodeSnapshot,
         *,
         metrics: Metrics = NO_METRICS,
+        devices: PodDevices | None = None,
     ) -> None:
+        """``devices``: reads a pod's co-managed GPU devices from its claims (none: the
+        feature is off)."""
         ledger = admissions.ledger
         self.metrics = metrics
         metrics.leader("kube-controllers", False)
@@ -65,6 +69,7 @@ class KubeControllers:
             gpu_resource=settings.gpu_resource,
             binding_grace=settings.binding_grace,
             clock=clock,
+            claim_gpus=devices.count if devices is not None else None,
         )
         protocol = AdmissionRequests(
             admissions, client, gpu_resource=settings.gpu_resource, clock=clock

@@ -18,7 +18,10 @@ Only ``PodInfo`` records and the set of present uids are kept, never pod objects
 
 A pod with DRA claims may hold GPUs its requests do not count: the devices the extender's
 bind admitted from its claims (issue 23). Its holding stands as it is when node, CPU and
-memory agree; recording the pod's requests over it would drop those devices.
+memory agree; recording the pod's requests over it would drop those devices. A claim pod
+the ledger does not hold (another scheduler bound it) is recorded with the co-managed GPUs
+its claims were allocated (``claim_gpus``), so that they lower ``k8sgpu``; when they
+cannot be read, it is recorded without them and read again every sweep until they are.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from app.admission.service import Admissions
+from app.core.claims import ClaimDevicesError
 from app.core.ledger_errors import HoldingNotFound, LedgerError
 from app.core.pods import PodInfo, PodShape, pod_info
 from app.core.records import Holder, HolderKind, Placement, Recording
@@ -54,8 +58,13 @@ class PodAccounting:
         gpu_resource: str,
         binding_grace: float,
         clock: Clock,
+        claim_gpus: Callable[[PodInfo], int] | None = None,
     ) -> None:
+        """``claim_gpus``: the co-managed GPUs a bound pod's claims hold (app.kube.claims);
+        None: GPU identity is off, claims count no GPU."""
         self.admissions = admissions
+        self.claim_gpus = claim_gpus
+        self._unread: dict[str, PodInfo] = {}  # claim pods recorded without their GPUs
         self.managed = managed
         self.gpu_resource = gpu_resource
         self.binding_grace = timedelta(seconds=binding_grace)
@@ -93,7 +102,7 @@ class PodAccounting:
                 elif pod is None and placement.created_at < cutoff:
                     unbound.append(uid)
             missing = [
-                _recording(pod)
+                self._recording(pod)
                 for uid, pod in pods.items()
                 if uid not in done and self._accountable(pod)
             ]
@@ -107,6 +116,7 @@ class PodAccounting:
         if kind == "DELETED" or not pod.holds:
             with self._lock:
                 self._present.discard(pod.uid)
+                self._unread.pop(pod.uid, None)
             self._release(pod.uid, "pod finished or deleted")
         else:
             with self._lock:
@@ -127,6 +137,10 @@ class PodAccounting:
             )
             self._release_unbound(aged)
             self._swept_until = cutoff
+            with self._lock:
+                unread = list(self._unread.values())
+            for pod in unread:
+                self._hold(pod)
 
     def _release_unbound(self, uids: Iterable[str]) -> None:
         with self._lock:
@@ -140,11 +154,13 @@ class PodAccounting:
     def _hold(self, pod: PodInfo) -> None:
         if not self._accountable(pod):
             return
-        if pod.claims and pod.requests.gpus == 0:
+        with self._lock:
+            unread = pod.uid in self._unread
+        if pod.claims and pod.requests.gpus == 0 and not unread:
             for held in self.admissions.ledger.holdings_of(HolderKind.POD, [pod.uid]):
                 if _recorded_as(Placement(held.node, held.resources, held.created_at), pod):
-                    return  # its claims' devices, held by the extender's bind
-        entry = _recording(pod)
+                    return  # its claims' devices, held by the extender's bind, or counted
+        entry = self._recording(pod)
         try:
             self.admissions.record(entry.node, entry.holder, entry.resources, reason="bound pod")
         except LedgerError as exc:
@@ -163,10 +179,22 @@ class PodAccounting:
         with contextlib.suppress(HoldingNotFound):
             self.admissions.release(uid, HolderKind.POD, reason=reason, path="kubernetes")
 
-
-def _recording(pod: PodInfo) -> Recording:
-    holder = Holder(HolderKind.POD, pod.uid, pod.display_name)
-    return Recording(pod.node or "", holder, pod.requests)
+    def _recording(self, pod: PodInfo) -> Recording:
+        """The pod as the ledger records it: its requests, and for a claim pod whose requests
+        count no GPU, the co-managed GPUs its claims hold (one API read per claim)."""
+        holder = Holder(HolderKind.POD, pod.uid, pod.display_name)
+        resources = pod.requests
+        if self.claim_gpus is not None and pod.claims and pod.requests.gpus == 0:
+            try:
+                resources = replace(resources, gpus=self.claim_gpus(pod))
+            except ClaimDevicesError as exc:
+                log.warning("pod %s: its GPUs not counted yet: %s", pod.display_name, exc)
+                with self._lock:
+                    self._unread[pod.uid] = pod
+            else:
+                with self._lock:
+                    self._unread.pop(pod.uid, None)
+        return Recording(pod.node or "", holder, resources)
 
 
 def _recorded_as(placement: Placement | None, pod: PodInfo) -> bool:
