@@ -17,6 +17,7 @@ from app.ledger.repository import HOLDINGS, LedgerStatements
 from app.ledger.service import Ledger, SnapshotEntry
 from app.ledger.snapshot import COMPACT_AFTER, NodeSnapshot, Views
 from app.ledger.tables import NodeRow
+from tests.support.realenv import wait_until
 
 GIB = 2**30
 SPEC = NodeSpec(Resources(8000, 16 * GIB, 2))
@@ -245,11 +246,7 @@ def test_as_a_component_it_loads_at_start_and_follows_in_the_background(
     try:
         assert snapshot.health().status == "ok"
         counting.admit("a", pod("p1"), CPU)
-        for _ in range(500):
-            if snapshot.views(max_age=60)["a"].held == CPU:
-                break
-            threading.Event().wait(0.01)
-        assert snapshot.views(max_age=60)["a"].held == CPU
+        wait_until(lambda: snapshot.views(max_age=60)["a"].held == CPU, 30, 0.01, "followed")
     finally:
         snapshot.stop()
 
