@@ -28,7 +28,7 @@ from app.core.caps import KubeCaps
 from app.core.components import Component
 from app.core.headroom import NO_POLICY
 from app.db import migrate
-from app.db.engine import Database
+from app.db.engine import Database, Liveness
 from app.kube.client import KubeClient
 from app.kube.extender.service import Extender
 from app.kube.reviews import KubeReviews
@@ -75,7 +75,15 @@ def build_services(
     settings: Settings, *, clock: Clock = utcnow, gate: GateFactory | None = None
 ) -> Services:
     """``gate``: builds an admission gate of the caller's, in place of Slurm's (tests)."""
-    db = Database.from_url(settings.database_url, pool_size=settings.db_pool_size)
+    liveness = Liveness(
+        idle_seconds=settings.db_keepalives_idle_seconds,
+        interval_seconds=settings.db_keepalives_interval_seconds,
+        count=settings.db_keepalives_count,
+        user_timeout_seconds=settings.db_tcp_user_timeout_seconds,
+    )
+    db = Database.from_url(
+        settings.database_url, pool_size=settings.db_pool_size, liveness=liveness
+    )
     if settings.migrate_on_start:
         migrate.upgrade(db.engine)
     registry = CollectorRegistry()  # one per app: tests build many apps in one process

@@ -34,6 +34,30 @@ class Settings(BaseSettings):
     )
     log_format: LogFormat = Field(default="text", description="text, or json: one object per line")
     db_pool_size: int = Field(default=10, ge=1, le=200)
+    db_keepalives_idle_seconds: int = Field(
+        default=5,
+        ge=1,
+        le=7200,
+        description="PostgreSQL: seconds of silence on a connection before either end probes "
+        "its peer (TCP keepalive, set on both ends)",
+    )
+    db_keepalives_interval_seconds: int = Field(
+        default=2, ge=1, le=600, description="PostgreSQL: seconds between unanswered probes"
+    )
+    db_keepalives_count: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="PostgreSQL: unanswered probes after which a connection is dropped, and "
+        "with it a dead replica's locks (the Slurm sync's leadership, node locks)",
+    )
+    db_tcp_user_timeout_seconds: int = Field(
+        default=10,
+        ge=1,
+        le=7200,
+        description="PostgreSQL: seconds sent data may stay unacknowledged before either end "
+        "drops the connection (TCP_USER_TIMEOUT)",
+    )
     max_body_bytes: int = Field(
         default=1024 * 1024,
         ge=1024,

@@ -61,9 +61,17 @@ NOTES: dict[str, str] = {
 `NODELEDGER_DATABASE_URL` takes `sqlite:///PATH` or
 `postgresql://user:pass@host:5432/db` (psycopg 3); more than one replica needs PostgreSQL.
 `NODELEDGER_DB_POOL_SIZE` is the PostgreSQL connection pool per process, and the pool may
-overflow by as much again. Each request's head, then its body, must arrive within
-`NODELEDGER_REQUEST_TIMEOUT_SECONDS` (a slow body gets 408, a slow head has its connection
-closed): see [Limits on what a caller can cost](security.md#limits-on-what-a-caller-can-cost).
+overflow by as much again. The three `NODELEDGER_DB_KEEPALIVES_*` and
+`NODELEDGER_DB_TCP_USER_TIMEOUT_SECONDS` settings apply to both ends of every PostgreSQL
+connection (libpq's parameters, and the server's `tcp_keepalives_*` and `tcp_user_timeout`
+through the connection's `options`): a replica whose host dies keeps the Slurm sync's
+leadership and its node locks only until the server's probes go unanswered, about
+`IDLE + INTERVAL * COUNT` seconds (11 by default), after which another replica takes over. A
+connection pooler in between may not pass `options` on: then set the server's
+`tcp_keepalives_*` and `tcp_user_timeout` in its postgresql.conf. Each request's head,
+then its body, must arrive within `NODELEDGER_REQUEST_TIMEOUT_SECONDS` (a slow body gets 408,
+a slow head has its connection closed): see
+[Limits on what a caller can cost](security.md#limits-on-what-a-caller-can-cost).
 Logs: [operations.md](operations.md#logs).
 """,
     "slurm": """\

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -83,13 +84,64 @@ def is_outage(exc: BaseException) -> bool:
     )
 
 
-def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """How soon either end of a PostgreSQL connection gives up on a silent peer.
+
+    A replica whose host dies (power, kernel panic, partition) sends no FIN or RST: without
+    probes the server keeps its session, and with it the session's advisory locks (the
+    Slurm sync's leadership, node locks: app.db.locks), for as long as the kernel keeps the
+    connection, hours. TCP keepalives on the server's end of the connection end such a
+    session after ``idle + interval * count`` seconds of silence, which releases its locks
+    to another replica; the same on our end (libpq's) makes a replica cut off from the
+    server fail its next statement instead of hanging on it, so it stops acting as leader.
+    ``user_timeout`` bounds how long sent data may stay unacknowledged (keepalives only
+    probe an idle connection). A stopped but living process is not silent (its kernel
+    answers the probes): that is a hang, not a death, and keeps its locks.
+    """
+
+    idle_seconds: int = 5
+    interval_seconds: int = 2
+    count: int = 3
+    user_timeout_seconds: int = 10
+
+    def connect_args(self, options: str | None) -> dict[str, Any]:
+        """libpq parameters: our end's probes, and the server's end's (per session GUCs,
+        appended to the URL's own ``options``)."""
+        server = (
+            f"-c tcp_keepalives_idle={self.idle_seconds}"
+            f" -c tcp_keepalives_interval={self.interval_seconds}"
+            f" -c tcp_keepalives_count={self.count}"
+            f" -c tcp_user_timeout={self.user_timeout_seconds * 1000}"
+        )
+        return {
+            "keepalives": 1,
+            "keepalives_idle": self.idle_seconds,
+            "keepalives_interval": self.interval_seconds,
+            "keepalives_count": self.count,
+            "tcp_user_timeout": self.user_timeout_seconds * 1000,
+            "options": f"{options} {server}" if options else server,
+        }
+
+
+def create_db_engine(url: str, *, pool_size: int = 10, liveness: Liveness | None = None) -> Engine:
+    """``liveness``: PostgreSQL's keepalives (``Liveness``' defaults when not given)."""
     url = normalize_url(url)
     if is_sqlite(url):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         _configure_sqlite(engine)
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    options = make_url(url).query.get("options")
+    connect_args = (liveness or Liveness()).connect_args(
+        options if isinstance(options, str) else None
+    )
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args=connect_args,
+    )
 
 
 class Database:
@@ -103,8 +155,10 @@ class Database:
         self._committed: list[Callable[[], None]] = []
 
     @classmethod
-    def from_url(cls, url: str, *, pool_size: int = 10) -> Database:
-        return cls(create_db_engine(url, pool_size=pool_size))
+    def from_url(
+        cls, url: str, *, pool_size: int = 10, liveness: Liveness | None = None
+    ) -> Database:
+        return cls(create_db_engine(url, pool_size=pool_size, liveness=liveness))
 
     def on_commit(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each write transaction of this process commits (it must
