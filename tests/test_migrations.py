@@ -32,7 +32,7 @@ def test_downgrade_and_upgrade_again(database_url: str) -> None:
     migrate.upgrade(engine)
     tables = set(inspect(engine).get_table_names())
     assert {"nodes", "holdings", "events", "slurm_job_hints"} <= tables
-    assert migrate.current(engine) == "0004"
+    assert migrate.current(engine) == "0005"
     engine.dispose()
 
 
@@ -45,7 +45,7 @@ def test_cli_db_upgrade_and_env_settings(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert result.stdout.strip() == "0004"
+    assert result.stdout.strip() == "0005"
     env_url = f"sqlite:///{tmp_path / 'env.db'}"
     result = subprocess.run(
         [sys.executable, "-m", "app", "db", "current"],

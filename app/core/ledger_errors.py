@@ -75,6 +75,23 @@ class InvalidRequest(LedgerError):
     field: str | None = None  # the input at fault, when one is (the API's 422 names it)
 
 
+class SlurmNameTaken(InvalidRequest):
+    """Another ledger node already maps to the Slurm node (its ``slurm_name``, or its name
+    when it has none): two ledger nodes would push their counts over each other's on one
+    Slurm node, each undoing the other's. Permanent until one of them is changed."""
+
+    code = "slurm_name_taken"
+    field = "slurm_name"
+
+    def __init__(self, node: str, slurm_name: str, other: str) -> None:
+        super().__init__(
+            f"{self.field}: ledger node {other!r} already maps to Slurm node "
+            f"{slurm_name!r}; give node {node!r} another slurm_name"
+        )
+        self.slurm_name = slurm_name
+        self.other = other
+
+
 class InvalidDevices(InvalidRequest):
     """GPU devices (issue 23) that a holding cannot name on its node: one twice, one the
     node does not have, or not one device per GPU asked for. Permanent: the same call

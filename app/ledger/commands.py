@@ -41,6 +41,7 @@ from app.core.ledger_errors import (
     InvalidRequest,
     NodeInUse,
     NodeNotFound,
+    SlurmNameTaken,
 )
 from app.core.presentation import describe_resources
 from app.core.records import (
@@ -107,6 +108,10 @@ class LedgerCommands:
         now = self.clock()
         with self.store.write() as repo:
             row = repo.find_node(name, lock=True)
+            target = spec.slurm_name or name
+            other = repo.node_mapped_to(target)
+            if other is not None and other != name:
+                raise SlurmNameTaken(name, target, other)
             if row is None:
                 row = NodeRow(name=name, health_reason=health_reason, created_at=now)
                 _apply_spec(row, spec, cordon_reason, now)
@@ -398,8 +403,6 @@ class LedgerCommands:
                 raise HoldingNotFound(holder_id)
             holding = holding_record(deleted, found.node_name)
             repo.insert_event(events.released(self.clock(), holding, reason))
-            if holding.devices:  # its hold job withheld it, not the counts (issue 23)
-                return Release(holding, withheld_fell=False)
             # A pending hold's counts may not be Slurm's yet; a holding that moved meanwhile
             # is on a node not locked here: either is told to Slurm as before.
             if (

@@ -511,6 +511,11 @@ class LedgerRepository(LedgerStatements):
             query = query.with_for_update()
         return self.session.scalars(query).one_or_none()
 
+    def node_mapped_to(self, slurm_name: str) -> str | None:
+        """The ledger node that maps to Slurm node ``slurm_name``, if one does."""
+        target = func.coalesce(NodeRow.slurm_name, NodeRow.name)
+        return self.session.scalars(select(NodeRow.name).where(target == slurm_name)).one_or_none()
+
     def lock_node(self, name: str) -> NodeRow:
         """The node's row, locked until the transaction ends (see app.db.engine)."""
         row = self.find_node(name, lock=True)

@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    func,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -39,6 +40,14 @@ class Base(DeclarativeBase):
 
 class NodeRow(Base):
     __tablename__ = "nodes"
+    __table_args__ = (
+        # One ledger node per Slurm node: two would push over each other's counts.
+        Index(
+            "uq_nodes_slurm_target",
+            func.coalesce(text("slurm_name"), text("name")),
+            unique=True,
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     name: Mapped[str] = mapped_column(String(253), unique=True)
