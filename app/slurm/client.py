@@ -3,7 +3,9 @@
 Every call has a timeout. Idempotent calls (reads, node updates, which set absolute values,
 and cancels) are retried a bounded number of times with jittered exponential backoff, and
 only when slurmrestd did not answer; an answer (even an error) is never retried. A job
-allocation is never retried: the lost answer may have been a job. The API version
+allocation is never retried: the lost answer may have been a job. A node update is retried
+only when it never left (no connection): one whose answer was lost may still land after a
+newer one, so it is the pusher's to handle (``SlurmAnswerLost``, app.slurm.push). The API version
 is the newest one the server's OpenAPI document offers among ``SUPPORTED_VERSIONS``.
 """
 
@@ -18,7 +20,7 @@ import httpx
 import msgspec
 from tenacity import (
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     wait_random_exponential,
 )
@@ -28,6 +30,7 @@ from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import Dependency
 from app.slurm import payloads
 from app.slurm.errors import (
+    SlurmAnswerLost,
     SlurmAuthError,
     SlurmError,
     SlurmErrorDetail,
@@ -168,8 +171,9 @@ class SlurmClient:
         return str(slurm.get("release") or ""), plugins
 
     def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+        """Raises ``SlurmAnswerLost`` when the update may yet be applied (module docstring)."""
         update = {k: v for k, v in (("gres", gres), ("extra", extra)) if v is not None}
-        self._call("POST", f"node/{name}", json=update)
+        self._call("POST", f"node/{name}", json=update, retry_lost=False)
 
     def allocate_job(self, job: dict[str, Any]) -> str:
         """Allocate one job (``job``: a job description as this API version spells it) and
@@ -217,13 +221,21 @@ class SlurmClient:
         json: dict[str, Any] | None = None,
         shape: Shape | None = None,
         retries: int | None = None,
+        retry_lost: bool = True,
     ) -> dict[str, Any] | None:
         """``shape``: a successful answer is decoded into just its fields (payloads);
-        ``retries``: instead of the client's (0 for a call that is not idempotent)."""
+        ``retries``: instead of the client's (0 for a call that is not idempotent);
+        ``retry_lost``: False retries only a request that never left (no connection)."""
+
+        def retryable(exc: BaseException) -> bool:
+            return isinstance(exc, SlurmUnavailable) and (
+                retry_lost or not isinstance(exc, SlurmAnswerLost)
+            )
+
         retrying = Retrying(
             stop=stop_after_attempt((self.retries if retries is None else retries) + 1),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
-            retry=retry_if_exception_type(SlurmUnavailable),
+            retry=retry_if_exception(retryable),
             reraise=True,
         )
         for attempt in retrying:
@@ -257,10 +269,14 @@ class SlurmClient:
                 content = _read(response)
             finally:
                 response.close()
-        except httpx.TimeoutException as exc:
-            raise SlurmUnavailable(f"{what} timed out") from exc
-        except httpx.TransportError as exc:
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise SlurmUnavailable(f"{what} timed out connecting") from exc
+        except httpx.ConnectError as exc:
             raise SlurmUnavailable(f"{what}: slurmrestd unreachable at {self.url}: {exc}") from exc
+        except httpx.TimeoutException as exc:  # sent, maybe whole: slurmrestd may act on it
+            raise SlurmAnswerLost(f"{what} timed out") from exc
+        except httpx.TransportError as exc:
+            raise SlurmAnswerLost(f"{what}: no answer from {self.url}: {exc}") from exc
         if response.status_code == 304:
             return None
         if response.status_code == 401:

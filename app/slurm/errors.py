@@ -45,6 +45,13 @@ class SlurmUnavailable(SlurmError):
     unavailable = True
 
 
+class SlurmAnswerLost(SlurmUnavailable):
+    """The request went out but its answer never came (read timeout, connection cut): an
+    update may still be applied later, after anything sent since (issue 30)."""
+
+    code = "slurm_answer_lost"
+
+
 class SlurmAuthError(SlurmError):
     """slurmrestd refused the token (HTTP 401 missing, 511 invalid or expired)."""
 

@@ -20,12 +20,25 @@ updates, not one each.
 A push that fails (Slurm unreachable, an admission let through by ``fail_open``) leaves the
 node *owed*: the sync pushes owed nodes on its next step that reaches Slurm, so counts
 that changed only in the ledger are not left waiting for Slurm itself to change.
+
+An update whose answer was lost (the client's timeout shorter than slurmrestd's or
+slurmctld's; ``SlurmAnswerLost``) may still be applied later, after a newer push that read
+back the right counts: the node lock orders the pushes we send, not when slurmctld applies
+them, and Slurm has no conditional update. Every update is the node's full state, so a late
+one restores stale counts only when something newer was acknowledged meanwhile. So such a
+node stays owed for ``late_window`` seconds (longer than slurmrestd and slurmctld keep a
+request) even when later pushes succeed: the sync reads it back on each step meanwhile,
+and pushes again if a late update landed, whatever the listings say (with job hints they
+come only every full sync interval). A push that succeeds after the window clears it. The
+same late landing from a replica that lost its leadership is left to the new leader's
+listings.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,11 +60,14 @@ from app.ledger.repository import event_values
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
-from app.slurm.errors import SlurmError, SlurmRequestError
+from app.slurm.errors import SlurmAnswerLost, SlurmError, SlurmRequestError
 
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 3  # update + read back, again if the read shows other counts (a reset meanwhile)
+# How long an update whose answer was lost may still be applied: slurmrestd's and slurmctld's
+# timeouts (MessageTimeout, 10 s by default) with room to spare.
+LATE_WINDOW_SECONDS = 30.0
 
 
 Check = Callable[[NodeView], None]
@@ -76,6 +92,9 @@ class _Slot:
 
 
 class Pusher:
+    late_window: float = LATE_WINDOW_SECONDS
+    _now: Callable[[], float] = staticmethod(time.monotonic)
+
     def __init__(
         self, client: SlurmClient, ledger: Ledger, *, metrics: Metrics = NO_METRICS
     ) -> None:
@@ -85,6 +104,8 @@ class Pusher:
         self._slots: dict[str, _Slot] = {}
         self._counter_lock = threading.Lock()
         self._owed: set[str] = set()  # nodes whose last push failed
+        # Per node: until when an update whose answer was lost may still land (monotonic).
+        self._late_until: dict[str, float] = {}
 
     def owed(self) -> list[str]:
         """Nodes whose last push failed: Slurm may not withhold what the ledger does."""
@@ -118,12 +139,16 @@ class Pusher:
                 start = slot.requested  # this push reads the ledger after all these requests
             try:
                 result = self._push_now(node, reason, slot, check, observed)
-            except SlurmError:
+            except SlurmError as exc:
                 with self._counter_lock:
                     self._owed.add(node)
+                    if isinstance(exc, SlurmAnswerLost):
+                        self._late_until[node] = self._now() + self.late_window
                 raise
             with self._counter_lock:
-                self._owed.discard(node)
+                if self._late_until.get(node, 0.0) <= self._now():  # nothing late to come
+                    self._late_until.pop(node, None)
+                    self._owed.discard(node)
             slot.covered, slot.last = start, result
             return result
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,12 @@ import httpx
 import pytest
 
 from app.slurm.client import SlurmClient
-from app.slurm.errors import SlurmAuthError, SlurmRequestError, SlurmUnavailable
+from app.slurm.errors import (
+    SlurmAnswerLost,
+    SlurmAuthError,
+    SlurmRequestError,
+    SlurmUnavailable,
+)
 from app.slurm.payloads import newest_supported, parse_job, parse_node
 from app.slurm.tokens import FileToken, StaticToken
 
@@ -117,6 +123,47 @@ def test_timeouts_are_unavailable() -> None:
 
     with pytest.raises(SlurmUnavailable, match="timed out"):
         client(routes(**{"node/n1": slow}), retries=0).get_node("n1")
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        pytest.param(lambda r: httpx.ReadTimeout("slow", request=r), id="read-timeout"),
+        pytest.param(lambda r: httpx.RemoteProtocolError("cut", request=r), id="cut-off"),
+    ],
+)
+def test_an_update_whose_answer_was_lost_is_not_retried(
+    lost: Callable[[httpx.Request], Exception],
+) -> None:
+    """Issue 30: slurmrestd may still apply it, and a retry could land after a newer push."""
+    calls = 0
+
+    def answer_lost(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        raise lost(request)
+
+    with pytest.raises(SlurmAnswerLost):
+        client(routes(**{"node/n1": answer_lost}), retries=3).update_node("n1", gres="k8scpu:1")
+    assert calls == 1
+    calls = 0
+    with pytest.raises(SlurmAnswerLost):  # a read is retried: it changes nothing
+        client(routes(**{"node/n1": answer_lost}), retries=3).get_node("n1")
+    assert calls == 4
+
+
+def test_an_update_that_never_left_is_retried() -> None:
+    calls = 0
+
+    def refused_once(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json={"errors": []})
+
+    client(routes(**{"node/n1": refused_once}), retries=3).update_node("n1", gres="k8scpu:1")
+    assert calls == 2
 
 
 def test_update_sends_only_given_fields() -> None:
