@@ -127,6 +127,52 @@ def test_database_url_from_a_secret(helm: str) -> None:
     assert env["NODELEDGER_DATABASE_URL"] == {"secretKeyRef": {"name": "db", "key": "url"}}
 
 
+def test_the_sqlite_ledger_is_kept_on_a_claim_and_the_pod_recreated(helm: str) -> None:
+    """Issue 30: on an emptyDir every restart lost every manual holding."""
+    docs = render(helm)
+    deployment = find(docs, "Deployment", "nl-nodeledger")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"] == {
+        "name": "data",
+        "persistentVolumeClaim": {"claimName": "nl-nodeledger"},
+    }
+    claim = find(docs, "PersistentVolumeClaim", "nl-nodeledger")
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"] == {"requests": {"storage": "1Gi"}}
+    assert "storageClassName" not in claim["spec"]
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_the_claims_size_and_class(helm: str) -> None:
+    docs = render(helm, "persistence.size=5Gi", "persistence.storageClass=fast")
+    claim = find(docs, "PersistentVolumeClaim", "nl-nodeledger")["spec"]
+    assert claim["resources"] == {"requests": {"storage": "5Gi"}}
+    assert claim["storageClassName"] == "fast"
+
+
+def test_an_existing_claim_is_mounted_and_none_created(helm: str) -> None:
+    docs = render(helm, "persistence.existingClaim=ledger")
+    assert [d for d in docs if d["kind"] == "PersistentVolumeClaim"] == []
+    volumes = volumes_of(docs, "nl-nodeledger")
+    assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "ledger"}
+
+
+def test_persistence_off_puts_the_ledger_on_an_emptydir(helm: str) -> None:
+    docs = render(helm, "persistence.enabled=false")
+    assert [d for d in docs if d["kind"] == "PersistentVolumeClaim"] == []
+    assert volumes_of(docs, "nl-nodeledger")["data"] == {"name": "data", "emptyDir": {}}
+    # Still one process on the file at a time.
+    assert find(docs, "Deployment", "nl-nodeledger")["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_postgresql_needs_no_claim_and_rolls_replicas(helm: str) -> None:
+    docs = render(helm, "replicaCount=2", "database.url=postgresql://nl@db/nl")
+    assert [d for d in docs if d["kind"] == "PersistentVolumeClaim"] == []
+    assert "strategy" not in find(docs, "Deployment", "nl-nodeledger")["spec"]
+    assert volumes_of(docs, "nl-nodeledger")["data"] == {"name": "data", "emptyDir": {}}
+
+
 def test_slurm_can_be_turned_off(helm: str) -> None:
     deployment = find(render(helm, "slurm.enabled=false"), "Deployment", "nl-nodeledger")
     env = env_of(deployment)
@@ -238,6 +284,9 @@ def test_rbac_is_least_privilege(helm: str) -> None:
         "kube.gpuDrivers=gpu.nvidia.com",
         "kube.gpuDrivers={Not_A_Driver}",
         "kube.gpuIndexAttribute=",
+        "persistence.enabled=maybe",
+        "persistence.size=lots",
+        "persistence.claim=x",
     ],
 )
 def test_schema_rejects_bad_values(helm: str, value: str) -> None:
