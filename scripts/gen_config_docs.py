@@ -77,7 +77,9 @@ Logs: [operations.md](operations.md#logs).
     "slurm": """\
 What each setting does is in [slurm.md](slurm.md). Only root or SlurmUser may update
 nodes, hence `NODELEDGER_SLURM_USER_NAME`. Retries use a jittered backoff and apply
-only to idempotent calls that slurmrestd did not answer. `NODELEDGER_SLURM_API_VERSION`
+only to idempotent calls that slurmrestd did not answer, and to a node update only when it
+never reached slurmrestd: one whose answer was lost may still be applied later, so its
+node is read back and pushed again for 30 s instead. `NODELEDGER_SLURM_API_VERSION`
 pins e.g. `v0.0.42`; by default the client takes the newest of v0.0.40..v0.0.45 that the
 server's OpenAPI document offers. `NODELEDGER_SLURM_FULL_SYNC_INTERVAL` matters only with
 [job hints](slurm.md#job-hints-from-slurmctld) (chart: `slurm.fullSyncInterval`); the
