@@ -22,6 +22,7 @@ static const char *k8s_names[K8S_NAMES_CNT] = {
 static bool _set16(uint16_t v) { return (v != NO_VAL16) && (v != 0); }
 static bool _set32(uint32_t v) { return (v != NO_VAL) && (v != 0); }
 static uint64_t _max(uint64_t a, uint64_t b) { return (a > b) ? a : b; }
+static uint64_t _min(uint64_t a, uint64_t b) { return (a < b) ? a : b; }
 static uint64_t _ceil_div(uint64_t a, uint64_t b)
 {
 	return b ? (a + b - 1) / b : a;
@@ -254,6 +255,15 @@ static uint64_t _gpus_per_node(const k8s_request_t *req,
 		return g;
 	if ((g = k8s_tres_count(req->tres_per_task, "gpu")))
 		return g * tpn;
+	if ((g = k8s_tres_count(req->tres_per_socket, "gpu"))) {
+		/*
+		 * Slurm gives GPUs per socket the job's cores touch, and
+		 * which sockets is decided only at allocation (measured:
+		 * --sockets-per-node=1 may still get GPUs of both). Every
+		 * socket of the largest node, then.
+		 */
+		return g * (node->sockets ? node->sockets : 1);
+	}
 	if ((g = k8s_tres_count(req->tres_per_job, "gpu"))) {
 		/* Any split is possible: a node may get all of them it has. */
 		if (node->gpus && (g > node->gpus))
@@ -282,15 +292,57 @@ static uint64_t _default_memory(const k8s_request_t *req,
 	return node->memory_mb;	/* no default: Slurm gives the whole node */
 }
 
-/* Round up to what select/cons_tres allocates: whole cores (or sockets). */
+/*
+ * CPUs of a core the job may use (cons_tres' ncpus_per_core in job_test.c):
+ * --ntasks-per-core caps it at tasks x CPUs per task, --threads-per-core
+ * (and --hint=nomultithread, compute_bound, memory_bound) at its value.
+ * Slurm still allocates, and counts, the whole core.
+ */
+static uint64_t _usable_per_core(const k8s_request_t *req, uint64_t tpc,
+				 uint64_t cpt)
+{
+	uint64_t usable = tpc;
+
+	if (_set16(req->ntasks_per_core) && (req->ntasks_per_core != INFINITE16))
+		usable = _min(usable, (uint64_t) req->ntasks_per_core * cpt);
+	if (_set16(req->threads_per_core))
+		usable = _min(usable, req->threads_per_core);
+	return usable ? usable : 1;
+}
+
+/*
+ * Round up to what select/cons_tres allocates: whole cores (or sockets).
+ * cpus: what the job needs; tpn, cpt: its tasks here and CPUs per task.
+ */
 static uint64_t _allocated_cpus(const k8s_request_t *req,
-				const k8s_node_shape_t *node, uint64_t cpus)
+				const k8s_node_shape_t *node, uint64_t cpus,
+				uint64_t tpn, uint64_t cpt)
 {
 	uint64_t tpc = node->threads_per_core ? node->threads_per_core : 1;
+	uint64_t usable = _usable_per_core(req, tpc, cpt);
+	uint64_t cores = _ceil_div(cpus, usable), task_cores;
+	bool per_task = (usable < tpc) || (_set16(req->ntasks_per_core) &&
+					   (req->ntasks_per_core != INFINITE16));
 
-	if ((req->threads_per_core == 1) && (tpc > 1))
-		cpus *= tpc;	/* --hint=nomultithread: a core per CPU */
-	cpus = _ceil_div(cpus, tpc) * tpc;
+	if (per_task) {
+		/*
+		 * Tasks do not share a core beyond "usable" CPUs: one-CPU
+		 * tasks pack "usable" to a core, bigger ones take whole
+		 * cores each (-n 2 -c 3 --ntasks-per-core=1: 4 cores).
+		 */
+		task_cores = (cpt == 1) ? _ceil_div(tpn, usable) :
+			tpn * _ceil_div(cpt, usable);
+		cores = _max(cores, task_cores);
+	}
+	if (_set16(req->ntasks_per_socket) &&
+	    (req->ntasks_per_socket != INFINITE16) && (tpn > 1)) {
+		/*
+		 * Tasks split over sockets may each leave a core partly
+		 * used: at most one more core per extra socket.
+		 */
+		cores += _min(tpn, node->sockets ? node->sockets : 1) - 1;
+	}
+	cpus = cores * tpc;
 	if (node->socket_cpus)
 		cpus = _ceil_div(cpus, node->socket_cpus) * node->socket_cpus;
 	return cpus;
@@ -303,6 +355,18 @@ extern int k8s_compute(const k8s_request_t *req, const k8s_node_shape_t *node,
 	uint64_t tpn, cpt, gpus, cpg, cpus, mem = NO_VAL64, mem_per_cpu = 0;
 
 	out->ntasks_per_node = NO_VAL16;
+	if (_set16(req->ntasks_per_tres)) {
+		/*
+		 * Slurm applies --ntasks-per-gpu to every GRES of the job,
+		 * so k8smemory:2000 would ask for 2000 tasks' CPUs (gres.c
+		 * sets ntasks_per_gres on each): no job could ever run.
+		 */
+		snprintf(why, why_len,
+			 "--ntasks-per-gpu cannot be combined with the k8s "
+			 "GRES Slurm needs here: use -n with --gpus, "
+			 "--gpus-per-node or --gpus-per-task instead");
+		return -1;
+	}
 	tpn = _tasks_per_node(req, out);
 	gpus = _gpus_per_node(req, node, tpn);
 	cpt = _set16(req->cpus_per_task) ? req->cpus_per_task : 1;
@@ -341,8 +405,9 @@ extern int k8s_compute(const k8s_request_t *req, const k8s_node_shape_t *node,
 		 */
 		cpus = node->cpus;
 		gpus = _max(gpus, node->gpus_everywhere);
+	} else {
+		cpus = _allocated_cpus(req, node, cpus, tpn, cpt);
 	}
-	cpus = _allocated_cpus(req, node, cpus);
 
 	if (node->cpus && (cpus > node->cpus)) {
 		if (cpt > node->cpus)

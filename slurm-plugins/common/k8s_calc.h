@@ -17,6 +17,7 @@
 typedef struct {
 	uint32_t cpus;
 	uint16_t threads_per_core;
+	uint16_t sockets;	/* sockets per node */
 	uint32_t socket_cpus;	/* CPUs per socket with CR_Socket, else 0 */
 	uint64_t memory_mb;	/* RealMemory - MemSpecLimit */
 	uint64_t gpus;
@@ -39,12 +40,18 @@ typedef struct {
 	uint16_t ntasks_per_node;
 	uint16_t cpus_per_task;
 	uint16_t pn_min_cpus;		/* --mincpus */
-	uint16_t threads_per_core;	/* 1 with --hint=nomultithread */
+	uint16_t threads_per_core;	/* --threads-per-core; 1 with --hint=
+					 * nomultithread|compute_bound|
+					 * memory_bound */
+	uint16_t ntasks_per_core;	/* INFINITE16 = --hint=multithread */
+	uint16_t ntasks_per_socket;
+	uint16_t ntasks_per_tres;	/* --ntasks-per-gpu */
 	bool exclusive;			/* or OverSubscribe=EXCLUSIVE */
 	uint64_t pn_min_memory;		/* --mem, --mem-per-cpu | MEM_PER_CPU */
 	const char *tres_per_node;	/* "gres/gpu:2,gres/k8scpu:4" */
 	const char *tres_per_job;	/* --gpus */
 	const char *tres_per_task;	/* --gpus-per-task, "cpu=N" */
+	const char *tres_per_socket;	/* --gpus-per-socket */
 	const char *cpus_per_tres;	/* --cpus-per-gpu */
 	const char *mem_per_tres;	/* --mem-per-gpu */
 } k8s_request_t;

@@ -17,14 +17,15 @@
 #define REQ(...) ((k8s_request_t) { .min_nodes = NO_VAL, .num_tasks = NO_VAL, \
 	.ntasks_per_node = NO_VAL16, .cpus_per_task = NO_VAL16, \
 	.pn_min_cpus = NO_VAL16, .threads_per_core = NO_VAL16, \
-	.pn_min_memory = NO_VAL64, __VA_ARGS__ })
+	.ntasks_per_core = NO_VAL16, .ntasks_per_socket = NO_VAL16, \
+	.ntasks_per_tres = NO_VAL16, .pn_min_memory = NO_VAL64, __VA_ARGS__ })
 
 /* The test cluster's node: 16 CPUs (8 cores x 2 threads), 32000 MB, 4 GPUs. */
 static const k8s_node_shape_t node = { .cpus = 16, .threads_per_core = 2,
-	.memory_mb = 32000, .gpus = 4, .gpus_everywhere = 4 };
+	.sockets = 2, .memory_mb = 32000, .gpus = 4, .gpus_everywhere = 4 };
 /* A partition where some nodes have no GPU. */
 static const k8s_node_shape_t mixed = { .cpus = 16, .threads_per_core = 2,
-	.memory_mb = 32000, .gpus = 4 };
+	.sockets = 2, .memory_mb = 32000, .gpus = 4 };
 /* SelectTypeParameters=CR_Socket: whole sockets of 4 cores. */
 static const k8s_node_shape_t sockets = { .cpus = 16, .threads_per_core = 2,
 	.socket_cpus = 8, .memory_mb = 32000 };
@@ -75,6 +76,36 @@ static const calc_case_t cases[] = {
 	{ "CR_Socket: -c 1 gets a whole socket", REQ(.cpus_per_task = 1), &def_cpu,
 	  0, 8, 8000, 0, N16, &sockets },
 
+	/* Whole cores per task (cons_tres counts the core, not the threads used) */
+	{ "-n 8 --ntasks-per-core=1: a core per task", REQ(.num_tasks = 8,
+	  .ntasks_per_core = 1), &def_cpu, 0, 16, 16000, 0, N16 },
+	{ "-n 4 --ntasks-per-core=1 --mem-per-cpu=500: per allocated CPU",
+	  REQ(.num_tasks = 4, .ntasks_per_core = 1, .pn_min_memory = 500 | MEM_PER_CPU),
+	  &def_cpu, 0, 8, 4000, 0, N16 },
+	{ "-c 3 --ntasks-per-core=1: two cores", REQ(.cpus_per_task = 3,
+	  .ntasks_per_core = 1), &def_cpu, 0, 4, 4000, 0, N16 },
+	{ "-n 2 -c 3 --ntasks-per-core=1: two cores each", REQ(.num_tasks = 2,
+	  .cpus_per_task = 3, .ntasks_per_core = 1), &def_cpu, 0, 8, 8000, 0, N16 },
+	{ "-n 3 --ntasks-per-core=2: tasks share cores", REQ(.num_tasks = 3,
+	  .ntasks_per_core = 2), &def_cpu, 0, 4, 4000, 0, N16 },
+	{ "--mincpus=3 --ntasks-per-core=1: a core per CPU", REQ(.pn_min_cpus = 3,
+	  .ntasks_per_core = 1), &def_cpu, 0, 6, 6000, 0, N16 },
+	{ "--hint=multithread -n 3: no limit (INFINITE16)", REQ(.num_tasks = 3,
+	  .ntasks_per_core = INFINITE16), &def_cpu, 0, 4, 4000, 0, N16 },
+	{ "--threads-per-core=1 -c 3: three cores", REQ(.cpus_per_task = 3,
+	  .threads_per_core = 1), &def_cpu, 0, 6, 6000, 0, N16 },
+	{ "--exclusive --ntasks-per-core=1: the node, not twice it",
+	  REQ(.exclusive = true, .ntasks_per_core = 1), &def_cpu, 0, 16, 16000, 4, N16 },
+	{ "-N 2 -n 4 --ntasks-per-core=1: 2 tasks, 2 cores per node",
+	  REQ(.min_nodes = 2, .num_tasks = 4, .ntasks_per_core = 1), &def_cpu,
+	  0, 4, 4000, 0, 2 },
+	{ "-n 9 --ntasks-per-core=1: 18 CPUs fit no node", REQ(.num_tasks = 9,
+	  .ntasks_per_core = 1), &def_cpu, -1, 0, 0, 0, N16 },
+	{ "-n 2 --ntasks-per-socket=1: a core on each socket", REQ(.num_tasks = 2,
+	  .ntasks_per_socket = 1), &def_cpu, 0, 4, 4000, 0, N16 },
+	{ "--ntasks-per-socket=1, one task: nothing more", REQ(.ntasks_per_socket = 1),
+	  &def_cpu, 0, 2, 2000, 0, N16 },
+
 	/* Memory */
 	{ "-n 2 --mem-per-cpu=50", REQ(.num_tasks = 2, .pn_min_memory = 50 | MEM_PER_CPU),
 	  &def_cpu, 0, 2, 100, 0, N16 },
@@ -121,6 +152,15 @@ static const calc_case_t cases[] = {
 	  .cpus_per_task = 1), &gpu_defs, 0, 2, 9000, 1, N16 },
 	{ "--gres=gpu:0: no k8sgpu", REQ(.tres_per_node = "gres/gpu:0"), &def_cpu,
 	  0, 2, 2000, 0, N16 },
+
+	{ "--gpus-per-socket=1: every socket of the node", REQ(.tres_per_socket =
+	  "gres/gpu:1"), &def_cpu, 0, 2, 2000, 2, N16 },
+	{ "--gpus-per-socket=1 --cpus-per-gpu=3", REQ(.tres_per_socket = "gres/gpu:1",
+	  .cpus_per_tres = "gres/gpu:3"), &def_cpu, 0, 6, 6000, 2, N16 },
+	{ "--gpus-per-socket=1 --mem-per-gpu=1000", REQ(.tres_per_socket = "gres/gpu:1",
+	  .mem_per_tres = "gres/gpu:1000"), &def_cpu, 0, 2, 2000, 2, N16 },
+	{ "-n 4 --ntasks-per-gpu=2: refused (Slurm applies it to every GRES)",
+	  REQ(.num_tasks = 4, .ntasks_per_tres = 2), &def_cpu, -1, 0, 0, 0, N16 },
 
 	/* Explicit k8s GRES: normalized to at least the computed need */
 	{ "--gres=k8scpu:8 above the computed 2 is kept", REQ(.tres_per_node = "gres/k8scpu:8"),

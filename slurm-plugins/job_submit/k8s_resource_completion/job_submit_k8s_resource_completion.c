@@ -47,6 +47,7 @@ static void _node_shape(part_record_t *part, k8s_node_shape_t *shape)
 		shape->cpus = MAX(shape->cpus, node_ptr->cpus);
 		shape->threads_per_core = MAX(shape->threads_per_core,
 					      node_ptr->tpc);
+		shape->sockets = MAX(shape->sockets, node_ptr->tot_sockets);
 		if (by_socket)	/* CR_Socket allocates whole sockets */
 			shape->socket_cpus = MAX(shape->socket_cpus,
 						 node_ptr->cores *
@@ -204,11 +205,15 @@ extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 		.cpus_per_task = job_desc->cpus_per_task,
 		.pn_min_cpus = job_desc->pn_min_cpus,
 		.threads_per_core = job_desc->threads_per_core,
+		.ntasks_per_core = job_desc->ntasks_per_core,
+		.ntasks_per_socket = job_desc->ntasks_per_socket,
+		.ntasks_per_tres = job_desc->ntasks_per_tres,
 		.exclusive = (job_desc->shared == JOB_SHARED_NONE),
 		.pn_min_memory = job_desc->pn_min_memory,
 		.tres_per_node = job_desc->tres_per_node,
 		.tres_per_job = job_desc->tres_per_job,
 		.tres_per_task = job_desc->tres_per_task,
+		.tres_per_socket = job_desc->tres_per_socket,
 		.cpus_per_tres = job_desc->cpus_per_tres,
 		.mem_per_tres = job_desc->mem_per_tres,
 	};
@@ -224,9 +229,13 @@ static bool _request_changed(const job_desc_msg_t *d)
 		(d->ntasks_per_node != NO_VAL16) ||
 		(d->cpus_per_task != NO_VAL16) ||
 		(d->pn_min_cpus != NO_VAL16) || (d->shared != NO_VAL16) ||
+		(d->threads_per_core != NO_VAL16) ||
+		(d->ntasks_per_core != NO_VAL16) ||
+		(d->ntasks_per_socket != NO_VAL16) ||
+		(d->ntasks_per_tres != NO_VAL16) ||
 		(d->pn_min_memory != NO_VAL64) || d->tres_per_node ||
-		d->tres_per_job || d->tres_per_task || d->cpus_per_tres ||
-		d->mem_per_tres || d->partition;
+		d->tres_per_job || d->tres_per_task || d->tres_per_socket ||
+		d->cpus_per_tres || d->mem_per_tres || d->partition;
 }
 
 /*
@@ -237,6 +246,7 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 		      uint32_t submit_uid, char **err_msg)
 {
 	job_details_t *details = job_ptr->details;
+	multi_core_data_t *mc = details ? details->mc_ptr : NULL;
 	k8s_counts_t none = { 0, 0, 0, NO_VAL16 };
 	const char *current = job_desc->tres_per_node ?
 		job_desc->tres_per_node : job_ptr->tres_per_node;
@@ -264,8 +274,17 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 			job_desc->cpus_per_task : details->cpus_per_task,
 		.pn_min_cpus = (job_desc->pn_min_cpus != NO_VAL16) ?
 			job_desc->pn_min_cpus : details->pn_min_cpus,
-		.threads_per_core = details->mc_ptr ?
-			details->mc_ptr->threads_per_core : NO_VAL16,
+		.threads_per_core = (job_desc->threads_per_core != NO_VAL16) ?
+			job_desc->threads_per_core : mc ? mc->threads_per_core :
+			NO_VAL16,
+		.ntasks_per_core = (job_desc->ntasks_per_core != NO_VAL16) ?
+			job_desc->ntasks_per_core : mc ? mc->ntasks_per_core :
+			NO_VAL16,
+		.ntasks_per_socket = (job_desc->ntasks_per_socket != NO_VAL16) ?
+			job_desc->ntasks_per_socket :
+			mc ? mc->ntasks_per_socket : NO_VAL16,
+		.ntasks_per_tres = (job_desc->ntasks_per_tres != NO_VAL16) ?
+			job_desc->ntasks_per_tres : details->ntasks_per_tres,
 		.exclusive = (job_desc->shared != NO_VAL16) ?
 			(job_desc->shared == JOB_SHARED_NONE) :
 			(details->whole_node & WHOLE_NODE_REQUIRED),
@@ -277,6 +296,8 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 			job_desc->tres_per_job : job_ptr->tres_per_job,
 		.tres_per_task = job_desc->tres_per_task ?
 			job_desc->tres_per_task : job_ptr->tres_per_task,
+		.tres_per_socket = job_desc->tres_per_socket ?
+			job_desc->tres_per_socket : job_ptr->tres_per_socket,
 		.cpus_per_tres = job_desc->cpus_per_tres ?
 			job_desc->cpus_per_tres : job_ptr->cpus_per_tres,
 		.mem_per_tres = job_desc->mem_per_tres ?
