@@ -133,12 +133,12 @@ def gres_usage(node: SlurmNode) -> SlurmUnits:
     """What Slurm's jobs use on ``node``, from its GRES accounting: every job asks for
     k8scpu/k8smemory/k8sgpu equal to its allocation (job_submit/k8s_resource_completion), and
     slurmctld counts them when the job starts, under the same lock as a node update
-    (app.slurm.gate has the whole argument). GPUs: the larger of gpu and k8sgpu in use."""
+    (app.slurm.gate has the whole argument). GPUs: k8sgpu in use, not gpu: a GPU hold job
+    (app.slurm.holds) has its pod's devices but no k8s GRES, since the counts withhold that
+    pod already; counting its devices again would call every held pod an overlap."""
     used = node.gres_used
     return SlurmUnits(
-        gres_count(used, "k8scpu"),
-        gres_count(used, "k8smemory"),
-        max(gres_count(used, "gpu"), gres_count(used, "k8sgpu")),
+        gres_count(used, "k8scpu"), gres_count(used, "k8smemory"), gres_count(used, "k8sgpu")
     )
 
 

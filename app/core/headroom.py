@@ -35,7 +35,7 @@ from typing import Protocol
 
 from app.core.nodestate import NodeState
 from app.core.quantities import QuantityError, Rounding, cpu_millis, memory_bytes
-from app.core.records import NodeHeadroom, NodeView
+from app.core.records import NodeHeadroom
 from app.core.resources import Resources
 from app.core.verdict import Cap
 
@@ -144,19 +144,10 @@ def released_target(
 
 def held(node: HeadroomNode) -> Resources:
     """What the counts must make Slurm withhold on the node whatever the headroom: pods and
-    reservations, less the holdings whose GPU devices a Slurm hold job holds (issue 23): that
-    job withholds them, CPUs and memory included, in Slurm's own accounting. A node read as
-    sums (NodeTotals, the admission's fast path) cannot tell those apart and counts them
-    too: more than the counts withhold, so fewer admissions skip Slurm, never more."""
-    total = node.held_by_kubernetes + node.held_manually
-    if isinstance(node, NodeView):
-        return total - held_by_hold_jobs(node)
-    return total
-
-
-def held_by_hold_jobs(view: NodeView) -> Resources:
-    """What the node's device holdings hold: Slurm holds each by its own job."""
-    return Resources.total([h.resources for h in view.holdings if h.devices])
+    reservations, GPU device holdings included (issue 30): their hold jobs ask for no k8s
+    GRES, so that a hold that ends (a scancel, a time limit, a node set DOWN) exposes none
+    of the pod's CPUs, memory or GPU count to Slurm's jobs."""
+    return node.held_by_kubernetes + node.held_manually
 
 
 def free(node: HeadroomNode) -> Resources:

@@ -27,13 +27,14 @@ only when it lists every node, so a single-node read shows them seconds stale ei
 Slurm unreachable or refusing the token: reject with that reason (fail closed) unless
 ``fail_open``, in which case the sync pushes the counts when Slurm is back.
 
-A holding that names GPU devices (issue 23) is not confirmed by counts: a lower ``k8sgpu``
-says how many GPUs, never which. Its one Slurm call is a hold job on exactly those devices,
-with the pod's CPUs and memory (app.slurm.holds): slurmctld allocates it under its node lock,
-so of the hold and a job that want one device at the same instant exactly one gets it, and
-a device a job has is refused at once. The counts leave such a holding out (its hold job
-asks for k8scpu/k8smemory/k8sgpu as any job does, app.core.headroom.held). It fails closed
-even with ``fail_open``: without the hold nothing keeps a job off the pod's device.
+A holding that names GPU devices (issue 23) is not confirmed by counts alone: a lower
+``k8sgpu`` says how many GPUs, never which. First a hold job on exactly those devices
+(app.slurm.holds): slurmctld allocates it under its node lock, so of the hold and a job that
+want one device at the same instant exactly one gets it, and a device a job has is refused
+at once. Then the push, as above: the counts withhold the pod's CPUs, memory and GPU count
+too (issue 30; the hold job asks no k8s GRES), so that a hold that ends while the pod runs
+(a scancel, a node set DOWN) exposes none of them; an overlap there ends the hold again. It
+fails closed even with ``fail_open``: without the hold nothing keeps a job off the device.
 
 The headroom (app.core.headroom): an admission inside what Slurm was confirmed to withhold
 is HELD by the ledger without ``confirm``; the gate only opens that path (``headroom_open``:
@@ -104,8 +105,10 @@ class SlurmGate:
         self.later = later
 
     def headroom_open(self) -> bool:
-        """Whether an admission inside a node's headroom may skip ``confirm``."""
-        return self.refusal() is None
+        """Whether an admission inside a node's headroom may skip ``confirm``: not while
+        Slurm's counts may have changed unseen (app.slurm.witness)."""
+        witness = self.pusher.witness
+        return self.refusal() is None and (witness is None or witness.trusted())
 
     def confirm(self, holding: Holding) -> str | None:
         """AdmissionGate.confirm: the hold job's id for a device holding, else None."""
@@ -114,11 +117,8 @@ class SlurmGate:
             raise AdmissionRejected(f"Slurm cannot share nodes safely: {refused}")
         if holding.devices:
             return self._hold_devices(holding)
-        reason = f"admitting {holding.holder.display_name}"
         try:
-            # The cap is checked on the ledger's node as the push reads it (the hold
-            # included), before any count is sent.
-            result = self.pusher.push(holding.node, reason=reason, check=self._within_cap)
+            self._push_checked(holding)
         except SlurmError as exc:
             if self.fail_open:
                 # slurmrestd away: its client logs the outage once (app.outages).
@@ -128,26 +128,49 @@ class SlurmGate:
                 log.log(level, what, holding.node, exc)
                 return None
             raise AdmissionRejected(f"Slurm cannot confirm the admission: {exc.message}") from exc
+        return None
+
+    def _push_checked(self, holding: Holding) -> None:
+        """Push the node's counts (the holding included) and reject if Slurm's jobs already
+        use what they withhold; SlurmError when Slurm cannot answer."""
+        reason = f"admitting {holding.holder.display_name}"
+        # The cap is checked on the ledger's node as the push reads it (the hold included),
+        # before any count is sent.
+        result = self.pusher.push(holding.node, reason=reason, check=self._within_cap)
         if problems := slurm_overlap(result.node, gres_usage(result.node), result.held):
             raise AdmissionRejected(
                 f"Slurm already holds it on node {result.node.name}: {'; '.join(problems)}"
                 f"{_jobs(self.jobs_on(result.node.name))}"
             )
-        return None
 
     def _hold_devices(self, holding: Holding) -> str:
-        """The hold job's id, once Slurm holds the holding's devices (module docstring)."""
+        """The hold job's id, once Slurm holds the holding's devices and its counts withhold
+        the pod's CPUs, memory and GPU count (module docstring); the hold first, since a
+        device a job has is the usual refusal and costs no push then."""
         if self.holds is None:
             raise AdmissionRejected("GPU devices named, but this service holds none in Slurm")
         view = self.pusher.ledger.get_node(holding.node)
         self._within_cap(view)
+        what = f"GPU devices {list(holding.devices)} on node {view.slurm_name}"
         try:
-            return hold_for(self.holds, view.slurm_name, holding)
+            job = hold_for(self.holds, view.slurm_name, holding)
         except SlurmError as exc:
+            raise AdmissionRejected(f"Slurm cannot hold {what}: {exc.message}") from exc
+        try:
+            self._push_checked(holding)
+        except (SlurmError, AdmissionRejected) as exc:
+            # Fails closed even with fail_open; the hold goes with the admission (if this
+            # cancel fails, the sync's sweep ends the hold no holding names).
+            try:
+                self.holds.cancel(job, slurm_node=view.slurm_name)
+            except SlurmError:
+                log.warning("ending hold job %s of a rejected admission failed", job)
+            if isinstance(exc, AdmissionRejected):
+                raise
             raise AdmissionRejected(
-                f"Slurm cannot hold GPU devices {list(holding.devices)} on node "
-                f"{view.slurm_name}: {exc.message}"
+                f"Slurm cannot confirm the counts for {what}: {exc.message}"
             ) from exc
+        return job
 
     def released(self, holding: Holding) -> None:
         """``holding`` left the ledger: end its hold job, if it has one (the sync ends one

@@ -22,11 +22,12 @@ person can say which of the two should give way.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound, LedgerError
-from app.core.records import EventKind, HolderKind, Holding, HoldingState
+from app.core.records import EventKind, HolderKind, Holding
 from app.core.slurm_models import SlurmJob
 from app.ledger.service import Ledger
 from app.slurm.errors import SlurmError
@@ -36,36 +37,55 @@ log = logging.getLogger(__name__)
 
 
 def orphans(holds: Iterable[HoldJob], holdings: Iterable[Holding]) -> list[HoldJob]:
-    """The holds no holding names (pure): a holder without a holding, or whose holding
-    names another hold; not one whose holding is PENDING with none recorded yet."""
-    by_holder = {h.holder.id: h for h in holdings}
+    """The holds no holding names (pure): a holder without a holding, or whose holdings all
+    name other holds. Holdings are matched per holder id, every kind at once (a pod and a
+    manual holding may share an id), and a holding that names no hold keeps its holder's:
+    one PENDING mid-admission (between the hold and the commit), or one replaced without its
+    devices while its pod runs on them (an in-place resize, a bind whose answer was lost, a
+    ledger rebuilt): that hold ends with the holding, not before."""
+    named: dict[str, set[str | None]] = defaultdict(set)
+    for holding in holdings:
+        named[holding.holder.id].add(holding.slurm_hold)
     found = []
     for hold in holds:
-        holding = by_holder.get(hold.holder_id)
-        if holding is None or (
-            holding.slurm_hold != hold.job_id
-            and not (holding.slurm_hold is None and holding.state is HoldingState.PENDING)
-        ):
+        names = named.get(hold.holder_id, set())
+        if hold.job_id not in names and None not in names:
             found.append(hold)
     return found
 
 
 def lost(holdings: Iterable[Holding], holds: Iterable[HoldJob], before: datetime) -> list[Holding]:
     """The holdings whose hold job is not among ``holds`` (pure); only those confirmed
-    before ``before``, which the listing ``holds`` came from is sure to show."""
+    before ``before``, which the listing ``holds`` came from is sure to show, and naming
+    devices (a hold names at least one)."""
     running = {h.job_id for h in holds}
-    return [h for h in holdings if h.slurm_hold not in running and h.updated_at < before]
+    return [
+        h for h in holdings if h.devices and h.slurm_hold not in running and h.updated_at < before
+    ]
+
+
+def ending(jobs: Iterable[SlurmJob]) -> set[str]:
+    """The hold jobs among ``jobs`` that are ending already (COMPLETING: cancelled, their
+    epilog under way on 24.11): nobody need cancel them again."""
+    return {j.job_id for j in jobs if j.hold_holder_id is not None and "COMPLETING" in j.states}
 
 
 class HoldSweep:
     def __init__(self, holds: HoldJobs, ledger: Ledger) -> None:
         self.holds = holds
         self.ledger = ledger
+        # Orphans seen by the last sweep: a hold is ended only when two listings in a row
+        # show it orphaned, so that a release's own cancel (its holding deleted a moment
+        # before) is not raced by a second one and a warning.
+        self._suspects: set[str] = set()
 
     def sweep(self, jobs: Iterable[SlurmJob]) -> list[str]:
         """End the orphaned holds among ``jobs`` (the sync's listing); failures, by job."""
-        running = holds_in(jobs)
+        jobs = list(jobs)
+        done = ending(jobs)
+        running = {k: h for k, h in holds_in(jobs).items() if k not in done}
         if not running:
+            self._suspects = set()
             return []
         holders = {h.holder_id for h in running.values()}
         holdings = [
@@ -73,8 +93,11 @@ class HoldSweep:
             for kind in (HolderKind.POD, HolderKind.MANUAL)
             for h in self.ledger.holdings_of(kind, holders)
         ]
+        found = orphans(running.values(), holdings)
+        confirmed = [h for h in found if h.job_id in self._suspects]
+        self._suspects = {h.job_id for h in found} - {h.job_id for h in confirmed}
         failures = []
-        for hold in orphans(running.values(), holdings):
+        for hold in confirmed:
             log.warning(
                 "ending Slurm hold job %s of %s on %s: no holding names it",
                 hold.job_id,

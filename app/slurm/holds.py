@@ -26,12 +26,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.counts import SlurmUnits
 from app.core.ledger_errors import AdmissionRejected
 from app.core.records import Holding
 from app.core.slurm_models import HOLD_JOB_NAME, SlurmJob, hold_comment
 from app.slurm.client import SlurmClient
-from app.slurm.errors import SlurmRequestError
+from app.slurm.errors import SlurmError, SlurmRequestError
 
 # Slurm's answers that mean "not these devices, not now" (slurm_errno.h).
 NOT_TOP_PRIORITY = 2013  # a job of higher priority pends
@@ -39,7 +38,13 @@ NODE_CONFIG_UNAVAILABLE = 2014  # the node has no such device type, or too few C
 NODES_BUSY = 2016  # a job holds the device (or the CPUs/memory) now
 REFUSALS = frozenset({NOT_TOP_PRIORITY, NODE_CONFIG_UNAVAILABLE, NODES_BUSY})
 
+# What a hold job asks beside its devices: a job has at least one CPU (Slurm gives a whole
+# core) and some memory (0 would mean all of the node's). The job_submit plugin adds no k8s
+# GRES to it (job_submit_k8s_resource_completion.c, name nodeledger-hold from SlurmUser).
+HOLD_CPUS = 1
+HOLD_MEMORY_MB = 1
 TOP_PRIORITY = 4294967293  # the highest a job can be given (NO_VAL - 2); SlurmUser may set it
+UNLIMITED: dict[str, Any] = {"set": True, "infinite": True, "number": 0}
 _EXTERNAL_FROM = 43  # API v0.0.43 (Slurm 25.05) knows the EXTERNAL_JOB flag
 
 
@@ -79,15 +84,16 @@ def holds_in(jobs: Iterable[SlurmJob]) -> dict[str, HoldJob]:
 
 
 def hold_for(holds: HoldJobs, slurm_node: str, holding: Holding) -> str:
-    """``holds.hold`` for a ledger holding: its devices, its CPUs and memory rounded up to
-    whole CPUs and MiB as the counts round them (app.core.counts.SlurmUnits)."""
-    units = SlurmUnits.of(holding.resources)
+    """``holds.hold`` for a ledger holding: exactly its devices, with the least CPUs and
+    memory a job can have (HOLD_CPUS, HOLD_MEMORY_MB). The pod's own CPUs, memory and GPU
+    count are withheld by the pushed counts (app.core.headroom.held), not by its hold job,
+    so that a hold that ends exposes none of them (issue 30)."""
     return holds.hold(
         slurm_node,
         holding.holder.id,
         devices=holding.devices,
-        cpus=units.cpus,
-        memory_mb=units.memory_mb,
+        cpus=HOLD_CPUS,
+        memory_mb=HOLD_MEMORY_MB,
     )
 
 
@@ -110,7 +116,7 @@ class HoldJobs:
             raise ValueError("a hold job names at least one device")
         wanted = ", ".join(f"gpu{d}" for d in sorted(set(devices)))
         try:
-            return self.client.allocate_job(
+            job_id = self.client.allocate_job(
                 self._job(slurm_node, holder_id, devices, max(1, cpus), max(1, memory_mb))
             )
         except SlurmRequestError as exc:
@@ -120,6 +126,20 @@ class HoldJobs:
             raise AdmissionRejected(
                 f"Slurm node {slurm_node} cannot hold GPU devices {wanted} now: {why}"
             ) from exc
+        self._unlimited(job_id, slurm_node)
+        return job_id
+
+    def _unlimited(self, job_id: str, slurm_node: str) -> None:
+        """Lift the hold's time limit past its partition's (and QOS's) MaxTime: an operator's
+        limit (SlurmUser's) is not checked against them. Asked at allocation instead, an
+        unlimited time under a finite MaxTime leaves the job PENDING (PartitionTimeLimit)
+        while ``immediate`` answers with its id (measured on 24.11). On failure the hold is
+        ended: a hold that would end at the partition's limit is not given out."""
+        try:
+            self.client.update_job(job_id, {"time_limit": UNLIMITED})
+        except SlurmError:
+            self.cancel(job_id, slurm_node=slurm_node)
+            raise
 
     def cancel(self, job_id: str, *, slurm_node: str | None = None) -> None:
         """End a hold job, then wake the scheduler for what it frees (a no-op update of its
@@ -150,7 +170,7 @@ class HoldJobs:
             "tres_per_node": hold_tres(devices),
             "minimum_cpus": cpus,
             "memory_per_node": {"set": True, "number": memory_mb},
-            "time_limit": {"set": False, "infinite": True, "number": 0},
+            # No time_limit: the partition's default, so that it starts now (_unlimited).
             "priority": {"set": True, "number": TOP_PRIORITY},
             "immediate": True,
             "current_working_directory": "/",  # a job without a script still needs one

@@ -94,12 +94,19 @@ def test_extra_token_is_ours_alone() -> None:
 
 
 def test_usage_is_slurms_gres_accounting_not_the_stale_node_figures() -> None:
-    used = "k8scpu:6,k8smemory:3000,gpu:1"
+    used = "k8scpu:6,k8smemory:3000,k8sgpu:1,gpu:1"
     stale = node(alloc_cpus=0, alloc_memory=0, gres="gpu:4", gres_used=used)
     assert gres_usage(stale) == SlurmUnits(6, 3000, 1)
     # Cancelled job: single-node reads keep alloc_cpus, gres_used is already 0.
     assert gres_usage(node(alloc_cpus=4, gres_used="k8scpu:0,k8smemory:0")) == SlurmUnits(0, 0, 0)
     assert gres_usage(node(gres="gpu:4", gres_used="k8sgpu:2,gpu:1")).gpus == 2
+
+
+def test_a_hold_jobs_devices_are_not_usage() -> None:
+    # A GPU hold job (issue 30) has its pod's device but no k8s GRES: the counts withhold the
+    # pod already, and its device again would make every held pod an overlap.
+    held = node(gres="gpu:4", gres_used="k8scpu:4,k8smemory:100,k8sgpu:1,gpu:2")
+    assert gres_usage(held) == SlurmUnits(4, 100, 1)
 
 
 def test_overlap_names_each_resource_slurm_already_uses() -> None:

@@ -1,5 +1,5 @@
 """GPU device holdings through the Slurm gate (issue 23), with a fake slurmrestd and fake hold
-jobs on a real ledger: the one Slurm call is the hold, the counts leave the holding out, a
+jobs on a real ledger: the hold, then the counts withholding the holding too (issue 30), a
 release ends the hold, and the sync ends holds that no holding names."""
 
 from __future__ import annotations
@@ -10,17 +10,19 @@ import pytest
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
-from app.core.counts import withheld
+from app.core.counts import SlurmUnits, withheld
 from app.core.ledger_errors import AdmissionRejected
 from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec
 from app.core.resources import Resources
+from app.core.slurm_models import JobAllocation, SlurmJob, hold_comment
 from app.ledger.service import Ledger
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
-from app.slurm.hold_sweep import lost, orphans
+from app.slurm.hold_sweep import HoldSweep, lost, orphans
 from app.slurm.holds import HoldJob
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
+from tests.support.slurm_cluster import k8s_counts
 
 POD = Holder(HolderKind.POD, "uid-1", "ns/p1")
 
@@ -61,23 +63,45 @@ def gpu_ledger(ledger: Ledger) -> Ledger:
     return ledger
 
 
-def admissions_with(ledger: Ledger, holds: FakeHolds, *, fail_open: bool = False) -> Admissions:
-    fake = FakeSlurm(slurm_node(gres="k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4"))
+def admissions_with(
+    ledger: Ledger, holds: FakeHolds, *, fail_open: bool = False, fake: FakeSlurm | None = None
+) -> Admissions:
+    fake = fake or FakeSlurm(slurm_node(gres="k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4"))
     gate = SlurmGate(Pusher(fake, ledger), KubeCaps(), holds=holds, fail_open=fail_open)  # type: ignore[arg-type]
     return Admissions(ledger, gate)
 
 
-def test_a_device_admission_is_held_by_one_hold_job_and_left_out_of_the_counts(
+def test_a_device_admission_is_held_by_one_hold_job_and_withheld_by_the_counts(
     gpu_ledger: Ledger,
 ) -> None:
     holds = FakeHolds()
-    admissions = admissions_with(gpu_ledger, holds)
+    fake = FakeSlurm(slurm_node(gres="k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4"))
+    admissions = admissions_with(gpu_ledger, holds, fake=fake)
     admitted = admissions.admit("n1", POD, Resources(1500, GIB, 1), devices=(2,))
     assert admitted.holding.state is HoldingState.HELD
     assert admitted.holding.slurm_hold == "100"
-    assert holds.held == {"100": ("uid-1", (2,), 2, 1024)}  # whole CPUs and MiB, rounded up
-    # The hold job asks Slurm for the pod's share; the counts must not withhold it again.
-    assert withheld(gpu_ledger.get_node("n1")).as_resources() == Resources.ZERO
+    assert holds.held == {"100": ("uid-1", (2,), 1, 1)}  # the least a job can have
+    # The counts withhold the pod's CPUs, memory and GPU count (issue 30): a hold that ends
+    # (scancel, a time limit, a node DOWN) exposes none of them; pushed before the answer.
+    assert withheld(gpu_ledger.get_node("n1")) == SlurmUnits(2, 1024, 1)
+    assert k8s_counts(fake.node.gres) == {"k8scpu": 14, "k8smemory": 30976, "k8sgpu": 3}
+    admissions.release("uid-1")
+    assert k8s_counts(fake.node.gres) == {"k8scpu": 16, "k8smemory": 32000, "k8sgpu": 4}
+
+
+def test_a_device_admission_slurm_already_uses_is_refused_and_its_hold_ended(
+    gpu_ledger: Ledger,
+) -> None:
+    holds = FakeHolds()
+    # Slurm's jobs use 15 CPUs already: the pod's 2 do not fit beside them.
+    used = "k8scpu:15,k8smemory:0,k8sgpu:0"
+    fake = FakeSlurm(slurm_node(gres="k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4", gres_used=used))
+    admissions = admissions_with(gpu_ledger, holds, fake=fake)
+    with pytest.raises(AdmissionRejected, match="cpu"):
+        admissions.admit("n1", POD, Resources(1500, GIB, 1), devices=(2,))
+    assert holds.cancelled == ["100"]
+    assert holds.held == {}
+    assert gpu_ledger.list_holdings("n1") == []
 
 
 def test_a_device_slurm_holds_is_refused_and_the_hold_undone(gpu_ledger: Ledger) -> None:
@@ -115,6 +139,19 @@ def _holding(holder: str, state: HoldingState, hold: str | None) -> Holding:
     return Holding("n1", pod, resources, state, at, at, (0,), hold)
 
 
+def _counted(holder: str) -> Holding:
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    pod = Holder(HolderKind.POD, holder)
+    return Holding("n1", pod, Resources(2000, GIB, 1), HoldingState.HELD, at, at)
+
+
+def _manual(holder: str, hold: str) -> Holding:
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    manual = Holder(HolderKind.MANUAL, holder)
+    resources = Resources(1000, GIB, 1)
+    return Holding("n1", manual, resources, HoldingState.HELD, at, at, (1,), hold)
+
+
 @pytest.mark.parametrize(
     ("holdings", "orphaned"),
     [
@@ -123,11 +160,61 @@ def _holding(holder: str, state: HoldingState, hold: str | None) -> Holding:
         pytest.param([_holding("a", HoldingState.HELD, "9")], ["1"], id="holding names another"),
         pytest.param([_holding("a", HoldingState.PENDING, None)], [], id="admission in flight"),
         pytest.param([_holding("a", HoldingState.PENDING, "9")], ["1"], id="pending, other hold"),
+        # Issue 30: the pod's holding replaced by a counted one (in-place resize, a bind whose
+        # answer was lost, a ledger rebuilt) while the pod runs on the device: kept.
+        pytest.param([_counted("a")], [], id="replaced without devices"),
+        # A pod and a manual holding sharing an id, each with its hold: neither is an orphan.
+        pytest.param(
+            [_holding("a", HoldingState.HELD, "1"), _manual("a", "2")], [], id="pod and manual"
+        ),
+        pytest.param(
+            [_manual("a", "2"), _holding("a", HoldingState.HELD, "1")], [], id="manual and pod"
+        ),
     ],
 )
 def test_orphaned_holds(holdings: list[Holding], orphaned: list[str]) -> None:
-    hold = HoldJob("1", "a", "n1", (0,))
-    assert [h.job_id for h in orphans([hold], holdings)] == orphaned
+    holds = [HoldJob("1", "a", "n1", (0,))]
+    if any(h.holder.kind is HolderKind.MANUAL for h in holdings):
+        holds.append(HoldJob("2", "a", "n1", (1,)))
+    assert [h.job_id for h in orphans(holds, holdings)] == orphaned
+
+
+def _hold_listed(job_id: str, holder: str, *, state: str = "RUNNING") -> SlurmJob:
+    devices = () if state == "COMPLETING" else (0,)
+    allocation = JobAllocation("n1", 2, 1, 1, devices)
+    return SlurmJob(job_id, "nodeledger-hold", "slurm", frozenset({state}), (allocation,),
+                    hold_comment(holder))  # fmt: skip
+
+
+def test_a_hold_is_ended_once_two_listings_show_it_orphaned_and_only_once(
+    gpu_ledger: Ledger,
+) -> None:
+    # A release deletes its holding a moment before its own cancel: a sweep in between must
+    # not cancel (and warn) too; a real orphan is ended at the next listing, and a hold
+    # already COMPLETING (cancelled, its epilog under way) is never cancelled again.
+    holds = FakeHolds()
+    sweep = HoldSweep(holds, gpu_ledger)  # type: ignore[arg-type]
+    assert sweep.sweep([_hold_listed("7", "gone")]) == []
+    assert holds.cancelled == []
+    assert sweep.sweep([_hold_listed("7", "gone")]) == []
+    assert holds.cancelled == ["7"]
+    for _ in range(3):
+        assert sweep.sweep([_hold_listed("7", "gone", state="COMPLETING")]) == []
+    assert holds.cancelled == ["7"]
+    # Seen orphaned, then gone from a listing, then back: counted afresh.
+    sweep.sweep([_hold_listed("8", "gone")])
+    sweep.sweep([])
+    sweep.sweep([_hold_listed("8", "gone")])
+    assert holds.cancelled == ["7"]
+
+
+def test_lost_skips_a_holding_without_devices() -> None:
+    # A holding that names a hold but no devices (replaced meanwhile) cannot be held again:
+    # a hold names at least one device, and HoldJobs.hold would raise ValueError.
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    pod = Holder(HolderKind.POD, "a")
+    holding = Holding("n1", pod, Resources(1000, GIB, 1), HoldingState.HELD, at, at, (), "9")
+    assert lost([holding], [], at + timedelta(seconds=1)) == []
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,10 @@ def slurm(version: int, answers: dict[str, Any]) -> tuple[HoldJobs, list[httpx.R
     return HoldJobs(client), seen
 
 
+OK = httpx.Response(200, json={"errors": []})
+ALLOCATED = {"POST job/allocate": httpx.Response(200, json={"job_id": 12}), "POST job/12": OK}
+
+
 def hold(holds: HoldJobs) -> str:
     return holds.hold("n3", "pod-a", devices=[2, 1], cpus=1, memory_mb=100)
 
@@ -54,9 +58,9 @@ def test_devices_are_named_one_type_each() -> None:
 def test_a_hold_asks_for_exactly_the_devices_now_at_top_priority(
     version: int, flags: list[str] | None
 ) -> None:
-    holds, seen = slurm(version, {"POST job/allocate": httpx.Response(200, json={"job_id": 12})})
+    holds, seen = slurm(version, ALLOCATED)
     assert hold(holds) == "12"
-    (request,) = seen
+    request, unlimited = seen
     assert request.url.path == f"/slurm/v0.0.{version}/job/allocate"
     job = json.loads(request.content)["job"]
     assert job["name"] == "nodeledger-hold"
@@ -67,8 +71,26 @@ def test_a_hold_asks_for_exactly_the_devices_now_at_top_priority(
     assert job["minimum_cpus"] == 1
     assert job["memory_per_node"] == {"set": True, "number": 100}
     assert job["priority"] == {"set": True, "number": 4294967293}
-    assert job["time_limit"]["infinite"] is True
+    # No time limit asked: an unlimited one under a finite MaxTime leaves the job PENDING
+    # while the allocation answers with its id (24.11); lifted by an operator's update.
+    assert "time_limit" not in job
     assert job.get("flags") == flags  # EXTERNAL_JOB from v0.0.43 (Slurm 25.05) on
+    assert unlimited.url.path == f"/slurm/v0.0.{version}/job/12"
+    assert json.loads(unlimited.content) == {
+        "time_limit": {"set": True, "infinite": True, "number": 0}
+    }
+
+
+def test_a_hold_whose_limit_cannot_be_lifted_is_ended() -> None:
+    refused = httpx.Response(500, json={"errors": [{"error_number": 1, "error": "no"}]})
+    answers = {**ALLOCATED, "POST job/12": refused, "DELETE job/12": OK, "POST node/n3": OK}
+    holds, seen = slurm(42, answers)
+    with pytest.raises(SlurmRequestError):
+        hold(holds)
+    assert [f"{r.method} {r.url.path.rsplit('/', 2)[-2]}" for r in seen][-2:] == [
+        "DELETE job",
+        "POST node",
+    ]
 
 
 @pytest.mark.parametrize("error", [BUSY, PRIORITY, NO_CONFIG], ids=lambda e: e["error"])

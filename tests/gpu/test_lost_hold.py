@@ -1,0 +1,221 @@
+"""Issue 30: a GPU pod stays protected while its hold job is gone, on the real clusters.
+
+A pod with GPU device 0, 4 CPUs and 8000 MiB is admitted on n3 (16 CPUs, 32000 MB, four
+GPUs, one GRES type each) through the REST API; GPU jobs of 4 CPUs and 6000 MB each are
+queued on n3, more than fit. Then the pod's hold job ends while the pod runs: an operator's
+``scancel``, the node set DOWN and resumed; or the partition has MaxTime=1. Throughout,
+the jobs Slurm runs on n3 are sampled against the ledger's pod: they never have more than
+the node less the pod's CPUs, memory and GPU count.
+
+What happens to the device itself differs (docs/gpu-identity.md "When a hold ends"):
+- ``scancel``: the queued jobs already use every GPU the counts leave them, so none can
+  start on device 0; the service's sweep holds it again within its full pass;
+- MaxTime=1: the hold has no time limit (an operator's limit, past the partition's), and
+  outlives a job that the limit ends;
+- DOWN and resumed: Slurm ends every job there, the hold too; on resume jobs start at once,
+  lowest device first, so a job may get device 0 before the sweep holds it again; the sweep
+  then reports the conflict. The pod's CPUs, memory and GPU count stay withheld.
+
+The sampler reads one job listing at a time and only while a job that would break the rule
+keeps running (sleep 600): a breach stays visible, whatever the sampling rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.core.records import EventKind
+from app.core.slurm_models import SlurmJob
+from app.ledger.service import Ledger
+from app.slurm.client import SlurmClient
+from app.slurm.tokens import FileToken
+from tests.slurm.helpers import admit, events
+from tests.slurm.test_holds_cluster import devices
+from tests.support.slurm_cluster import SlurmCluster, wait_until
+
+pytestmark = pytest.mark.slurm
+
+NODE, SLURM_NODE = "gpu-1", "n3"
+CPUS, MEMORY_MB, GPUS = 16, 32000, 4
+POD_CPUS, POD_MEMORY_MB, POD_DEVICE = 4, 8000, 0
+JOB_CPUS, JOB_MEMORY_MB = 4, 6000
+# Jobs queued on n3: three fit beside the pod, four would without its counts; seven, so
+# that four still wait when the node is resumed (the three that ran are requeued, with
+# Slurm's delay before they may start again).
+QUEUED = 7
+
+
+@pytest.fixture
+def client(slurm: SlurmCluster) -> Iterator[SlurmClient]:
+    client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
+    yield client
+    client.close()
+
+
+class Sampler:
+    """Slurm's jobs on n3 against the ledger's pod, one listing per call."""
+
+    def __init__(self, client: SlurmClient) -> None:
+        self.client = client
+        self.samples = 0
+        self.breaches: list[str] = []
+        self.on_device: set[str] = set()  # jobs seen with the pod's device
+
+    def jobs(self) -> list[SlurmJob]:
+        listing = self.client.get_jobs()
+        assert listing is not None
+        return [
+            j
+            for j in listing.items
+            if j.holds_resources and j.hold_holder_id is None
+            for a in j.allocations
+            if a.node == SLURM_NODE
+        ]
+
+    def __call__(self) -> None:
+        jobs = self.jobs()
+        allocations = [a for j in jobs for a in j.allocations if a.node == SLURM_NODE]
+        used = (
+            sum(a.cpus for a in allocations),
+            sum(a.memory_mb for a in allocations),
+            sum(a.gpus for a in allocations),
+        )
+        left = (CPUS - POD_CPUS, MEMORY_MB - POD_MEMORY_MB, GPUS - 1)
+        self.samples += 1
+        if any(u > f for u, f in zip(used, left, strict=True)):
+            names = [j.job_id for j in jobs]
+            self.breaches.append(f"jobs {names} use {used} (cpus, MB, GPUs); pod leaves {left}")
+        self.on_device |= {j.job_id for j in jobs for a in j.allocations if POD_DEVICE in a.devices}
+
+    def until(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+        def sampled() -> bool:
+            self()
+            return done()
+
+        wait_until(sampled, timeout, interval=0.2, what=what)
+
+    def check(self) -> None:
+        assert self.samples > 0
+        assert self.breaches == [], self.breaches[:3]
+
+
+JOB = ("-w", SLURM_NODE, "--gres=gpu:1", "-c", str(JOB_CPUS), f"--mem={JOB_MEMORY_MB}")
+
+
+def queue_jobs(slurm: SlurmCluster) -> list[str]:
+    return [slurm.sbatch(*JOB, "--wrap", "sleep 600") for _ in range(QUEUED)]
+
+
+def admit_pod(slurm_api: TestClient, uid: str) -> str:
+    answer = admit(
+        slurm_api, NODE, uid, str(POD_CPUS), f"{POD_MEMORY_MB}Mi", gpu=1, devices=[POD_DEVICE]
+    )
+    assert answer.status_code == 201, answer.text
+    hold: str = answer.json()["slurm_hold"]
+    return hold
+
+
+def running(slurm: SlurmCluster, job: str) -> bool:
+    return slurm.job_state(job) == "RUNNING"
+
+
+def settled(slurm: SlurmCluster, sample: Sampler, jobs: list[str]) -> None:
+    """Three of the queued jobs running, on the devices other than the pod's."""
+    sample.until(
+        lambda: sum(running(slurm, j) for j in jobs) >= 3, 60, what="three GPU jobs running"
+    )
+
+
+def current_hold(slurm_api: TestClient, uid: str) -> str | None:
+    ledger: Ledger = slurm_api.app.state.services.ledger  # type: ignore[attr-defined]
+    [holding] = [h for h in ledger.list_holdings(NODE) if h.holder.id == uid]
+    return holding.slurm_hold
+
+
+def test_a_scancelled_hold_exposes_nothing_and_its_device_is_held_again(
+    slurm: SlurmCluster, slurm_api: TestClient, client: SlurmClient
+) -> None:
+    sample = Sampler(client)
+    first = admit_pod(slurm_api, "pod-scancel")
+    jobs = queue_jobs(slurm)
+    settled(slurm, sample, jobs)
+    slurm.scancel(first)  # an operator's scancel; the pod keeps running
+
+    # The sync's sweep holds device 0 again within its full pass (30 syncs of 1 s).
+    def held_again() -> bool:
+        hold = current_hold(slurm_api, "pod-scancel")
+        return hold not in (None, first) and running(slurm, str(hold))
+
+    sample.until(held_again, 120, what="device 0 held again by the sweep")
+    hold = current_hold(slurm_api, "pod-scancel")
+    assert hold is not None
+    assert devices(slurm, hold) == (POD_DEVICE,)
+    sample.check()
+    # Every GPU the counts leave was in use: no job could start on device 0 meanwhile.
+    assert sample.on_device == set()
+
+
+def test_a_partition_time_limit_does_not_end_a_hold(
+    slurm: SlurmCluster, slurm_api: TestClient, client: SlurmClient
+) -> None:
+    slurm.run("scontrol", "update", "PartitionName=debug", "MaxTime=1")
+    try:
+        sample = Sampler(client)
+        hold = admit_pod(slurm_api, "pod-maxtime")
+        # A job the limit ends: once it has, the hold has outlived the partition's MaxTime.
+        canary = slurm.sbatch("-w", "n1", "--wrap", "sleep 600")
+        jobs = queue_jobs(slurm)
+        sample.until(lambda: running(slurm, hold), 30, what=f"hold {hold} running")
+        assert slurm.job(hold)["time_limit"]["infinite"] is True
+        sample.until(
+            lambda: slurm.job_state(canary) == "TIMEOUT", 240, what=f"job {canary} timed out"
+        )
+        assert running(slurm, hold)
+        assert current_hold(slurm_api, "pod-maxtime") == hold
+        assert not any(POD_DEVICE in devices(slurm, j) for j in jobs if running(slurm, j))
+        sample.check()
+        assert sample.on_device == set()
+    finally:
+        slurm.run("scontrol", "update", "PartitionName=debug", "MaxTime=INFINITE")
+
+
+def test_a_node_down_and_resumed_exposes_no_cpu_memory_or_gpu_count(
+    slurm: SlurmCluster, slurm_api: TestClient, client: SlurmClient
+) -> None:
+    sample = Sampler(client)
+    first = admit_pod(slurm_api, "pod-down")
+    jobs = queue_jobs(slurm)
+    settled(slurm, sample, jobs)
+    slurm.run("scontrol", "update", f"NodeName={SLURM_NODE}", "State=DOWN", "Reason=test")
+    sample.until(lambda: not running(slurm, first), 60, what=f"hold {first} ended")
+
+    def resumed() -> bool:
+        # Refused ("Invalid node state") while the node still ends its jobs: ask again.
+        slurm.run("scontrol", "update", f"NodeName={SLURM_NODE}", "State=RESUME", check=False)
+        return "DOWN" not in slurm.node(SLURM_NODE)["state"]
+
+    sample.until(resumed, 60, what=f"{SLURM_NODE} resumed")
+    # The jobs that were queued start at once, as many as the counts leave.
+    settled(slurm, sample, jobs)
+
+    def resolved() -> bool:
+        hold = current_hold(slurm_api, "pod-down")
+        if hold not in (None, first) and running(slurm, str(hold)):
+            return True
+        drift = events(slurm_api, NODE, EventKind.SLURM_DRIFT.value)
+        return any("cannot be held again" in e["message"] for e in drift)
+
+    sample.until(resolved, 120, what="device 0 held again, or the conflict reported")
+    sample.check()
+    report: dict[str, Any] = {"jobs_on_device": sorted(sample.on_device)}
+    hold = current_hold(slurm_api, "pod-down")
+    report["held_again"] = hold not in (None, first)
+    report["running"] = {j.job_id: a.devices for j in sample.jobs() for a in j.allocations}
+    print(f"node DOWN and resumed: {report}")
+    # Either the sweep won device 0 back (no job ever had it) or a job has it and the
+    # conflict was reported; never both, never neither.
+    assert report["held_again"] != bool(sample.on_device), report
