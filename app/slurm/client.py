@@ -184,6 +184,10 @@ class SlurmClient:
             raise SlurmRequestError("slurmrestd POST job/allocate: answer names no job")
         return str(job_id)
 
+    def update_job(self, job_id: str, update: dict[str, Any]) -> None:
+        """Update one job (``update``: the fields, as this API version spells them)."""
+        self._call("POST", f"job/{job_id}", json=update)
+
     def cancel_job(self, job_id: str) -> None:
         """Cancel a job. One that already ended, or that Slurm does not know, is no error:
         cancelling twice must be harmless (slurmrestd answers 200 for both anyway)."""
