@@ -52,12 +52,13 @@ class ListingReader:
         if self._reader is not None:
             self._reader.shutdown(wait=False, cancel_futures=True)
 
-    def read(self) -> bool:
-        """Whether a listing brought news (applied to the cache). Raises SlurmError."""
+    def read(self, started: int | None = None) -> bool:
+        """Whether a listing brought news (applied to the cache). Raises SlurmError.
+        ``started``: slurmctld's start time if the caller just read it (else read here)."""
         if self.full_sync_interval is None:
             began = self.monotonic()
             return self._apply(self._read_listings(), began)
-        if self._restarted():
+        if self._restarted(started):
             self._full_due = True
         if self.pending is None:
             if self._full_due or self.monotonic() >= self._due:
@@ -79,8 +80,9 @@ class ListingReader:
         self._due = self._started + self.full_sync_interval
         return self._apply(listings, self._started)
 
-    def _restarted(self) -> bool:
-        started = self.client.started_at()
+    def _restarted(self, started: int | None) -> bool:
+        if started is None:
+            started = self.client.started_at()
         restarted = self._ctld_started is not None and started != self._ctld_started
         if restarted:
             log.info("slurmctld restarted: a full listing now")

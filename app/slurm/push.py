@@ -60,7 +60,13 @@ from app.ledger.repository import event_values
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
-from app.slurm.errors import SlurmAnswerLost, SlurmError, SlurmRequestError
+from app.slurm.errors import (
+    SlurmAnswerLost,
+    SlurmError,
+    SlurmRequestError,
+    SlurmUnavailable,
+)
+from app.slurm.witness import SlurmWitness
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +102,20 @@ class Pusher:
     _now: Callable[[], float] = staticmethod(time.monotonic)
 
     def __init__(
-        self, client: SlurmClient, ledger: Ledger, *, metrics: Metrics = NO_METRICS
+        self,
+        client: SlurmClient,
+        ledger: Ledger,
+        *,
+        metrics: Metrics = NO_METRICS,
+        witness: SlurmWitness | None = None,
     ) -> None:
+        """``witness``: whether grants may be used without Slurm (app.slurm.witness); a push
+        that finds slurmrestd away raises doubt, and one whose read-back came before a
+        doubt raises no grant."""
         self.client = client
         self.ledger = ledger
         self.metrics = metrics
+        self.witness = witness
         self._slots: dict[str, _Slot] = {}
         self._counter_lock = threading.Lock()
         self._owed: set[str] = set()  # nodes whose last push failed
@@ -144,6 +159,8 @@ class Pusher:
                     self._owed.add(node)
                     if isinstance(exc, SlurmAnswerLost):
                         self._late_until[node] = self._now() + self.late_window
+                if self.witness is not None and isinstance(exc, SlurmUnavailable):
+                    self.witness.doubt(f"Slurm unreachable: {exc.message}")
                 raise
             with self._counter_lock:
                 if self._late_until.get(node, 0.0) <= self._now():  # nothing late to come
@@ -162,6 +179,7 @@ class Pusher:
     ) -> PushResult:
         pushed: list[str] = []
         drifted = False
+        generation = self.witness.generation if self.witness is not None else 0
         with self.ledger.exclusive(name) as exclusive:
             # The grant first: no admission may skip Slurm beyond what this push withholds,
             # nor beyond what a listing found Slurm withholding (app.core.headroom).
@@ -194,6 +212,10 @@ class Pusher:
                     f"({', '.join(pushed)}) after {MAX_ROUNDS} tries"
                 )
             granted = read_back_grant(view, node)
+            if self.witness is not None and self.witness.generation != generation:
+                # Slurm may have changed the counts since this read (app.slurm.witness):
+                # the grant may fall, never rise, on it.
+                granted = granted.at_most(view.headroom.granted)
             event = None
             if pushed:
                 event = event_values(
@@ -206,6 +228,13 @@ class Pusher:
                 log.debug("pushed %s to %s (%s)", pushed[-1], view.slurm_name, reason)
             exclusive.finish(granted if granted != view.headroom.granted else None, event)
         return PushResult(view, node, held, held_units(view), updated=bool(pushed), drifted=drifted)
+
+    def void_grant(self, name: str) -> None:
+        """Lower the node's grant to zero, committed, under the node's lock against every
+        replica (a push in flight finishes first): what Slurm withholds is unknown until a
+        read-back shows it again (app.slurm.witness)."""
+        with self.ledger.exclusive(name) as exclusive:
+            exclusive.view(grant_at_most=lambda _: Resources.ZERO)
 
 
 def _grant_limit(view: NodeView, observed: SlurmNode | None) -> Resources:

@@ -1,8 +1,11 @@
 """Slurm -> ledger: the background loop that mirrors what Slurm holds and repairs drift.
 
 Each step (``step()``, which tests call directly):
-1. Read Slurm's listings into the cache (app.slurm.listings, app.slurm.state); a full pass
-   over the ledger's nodes is forced now and then and whenever the ledger's nodes change.
+1. Read slurmctld's start time, the headroom's witness (app.slurm.witness): when Slurm may
+   have changed counts unseen, every grant in the ledger is voided before it is trusted
+   again (every replica, leader or not: each admits inside the grants). Then read Slurm's
+   listings into the cache (app.slurm.listings, app.slurm.state); a full pass over the
+   ledger's nodes is forced now and then and whenever the ledger's nodes change.
 2. As the leader only: release abandoned holds (app.slurm.abandoned), push the nodes whose
    last push failed, register unknown Slurm nodes when asked (app.slurm.registration), and
    reconcile each ledger node mapped to a Slurm node (its alias, else the same name) when a
@@ -76,6 +79,8 @@ class SlurmSync:
         self.client = client
         self.ledger = ledger
         self.pusher = pusher
+        self.witness = pusher.witness
+        self._voided = False  # the grants were voided since the witness was last in doubt
         # Every node each step: from memory (app.ledger.snapshot) in the service.
         self.node_views: NodeViews = views or ledger
         self.metrics = metrics
@@ -119,6 +124,12 @@ class SlurmSync:
     # ------------------------------------------------------------------ component
 
     def start(self) -> None:
+        # The witness first, before the service answers: admissions inside the headroom
+        # skip Slurm from the first one on when Slurm is there (app.slurm.witness).
+        try:
+            self._witnessed()
+        except SlurmError as exc:
+            self._doubted(f"Slurm unreachable: {exc.message}")
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="slurm-sync", daemon=True)
         self._thread.start()
@@ -168,9 +179,10 @@ class SlurmSync:
 
     def step(self) -> None:
         try:
-            changed = self.listings.read()
+            changed = self.listings.read(self._witnessed())
         except SlurmError as exc:
             self._error = f"Slurm unreachable: {exc.message}"
+            self._doubted(self._error)
             # An outage is logged when it starts and ends (app.outages), not every step.
             log.log(
                 logging.DEBUG if isinstance(exc, SlurmUnavailable) else logging.WARNING,
@@ -196,6 +208,41 @@ class SlurmSync:
             self._lead(changed)
         finally:
             self.state.publish()
+
+    def _witnessed(self) -> int | None:
+        """slurmctld's start time, once the witness stands on it (app.slurm.witness): the
+        grants are voided first when it changed or was in doubt. None without a witness."""
+        if self.witness is None:
+            return None
+        generation = self.witness.generation
+        started = self.client.started_at()
+        if (why := self.witness.question(started)) is not None:
+            generation = self.witness.doubt(why)
+            self._void_grants(why)
+        self.witness.confirm(started, generation)
+        self._voided = self._voided and not self.witness.trusted()
+        return started
+
+    def _doubted(self, why: str) -> None:
+        """Slurm unreachable: its counts may change unseen (a slurmctld restarting behind
+        it), so the grants are void from now on, for every replica."""
+        if self.witness is None:
+            return
+        self.witness.doubt(why)
+        if not self._voided:
+            self._void_grants(why)
+
+    def _void_grants(self, why: str) -> None:
+        """Every grant in the ledger to zero (app.slurm.push.void_grant): read from the
+        database, not the snapshot, which may not show a grant just raised yet."""
+        names = [v.name for v in self.ledger.list_nodes() if not v.headroom.granted.is_zero()]
+        for name in names:
+            self.pusher.void_grant(name)
+        self._voided = True
+        if names:
+            log.info(
+                "headroom grants of %d nodes void until Slurm confirms them: %s", len(names), why
+            )
 
     def apply_hints(self) -> list[str]:
         """Apply the job hints now (app.slurm.hinted); failures, by node or job."""

@@ -22,6 +22,7 @@ from app.slurm.push import Pusher
 from app.slurm.settings import SlurmSettings
 from app.slurm.sync import SlurmSync
 from app.slurm.tokens import FileToken, StaticToken, TokenSource
+from app.slurm.witness import SlurmWitness
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,10 @@ def build_slurm(
         metrics=metrics,
         availability=availability,
     )
-    pusher = Pusher(client, ledger, metrics=metrics)
+    # The fast path's witness goes stale after ten sync intervals without a read of
+    # slurmctld (30 s at least: a full pass at scale takes a while).
+    witness = SlurmWitness(max_age=max(30.0, 10 * settings.sync_interval))
+    pusher = Pusher(client, ledger, metrics=metrics, witness=witness)
     hints = JobHints(db)
     holds = HoldJobs(client)
     sync = SlurmSync(

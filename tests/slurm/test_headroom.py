@@ -1,9 +1,9 @@
 """The headroom (app.core.headroom) against the real Slurm clusters: admissions inside it
 are confirmed with no Slurm call while Slurm withholds them; it is refilled off the
 admission path and given back when idle; and it stays safe through a slurmctld restart
-or reconfigure, Slurm unreachable (fail closed beyond it), and a failover between two
-replicas on one database. The racing admissions, releases and jobs of test_race.py also
-run with it on."""
+or reconfigure and Slurm unreachable (the grant void until Slurm confirms it again, fail
+closed meanwhile), and a failover between two replicas on one database. The racing
+admissions, releases and jobs of test_race.py also run with it on."""
 
 from __future__ import annotations
 
@@ -152,31 +152,53 @@ def test_the_headroom_survives_a_slurmctld_restart_or_reconfigure(
     # The node_features plugin restores what the extra field says is withheld (pods +
     # headroom), and the sync pushes again whatever was lost: never more left to jobs.
     wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 13, 30, what="counts after " + disruption)
+    # The service saw slurmctld start anew: the grant is void until a read-back confirms
+    # it again (app.slurm.witness), so the next admission goes through Slurm.
+    wait_until(lambda: voided(api, "n1"), 30, what="the grant voided")
     # Jobs take what Slurm may give; pods inside the headroom still fit beside them.
     job = slurm.sbatch("-w", "n1", "-c", "12", "--mem=1000", "--wrap", "sleep 30")
     wait_until(lambda: slurm.job_state(job) == "RUNNING", 15, what="job running")
     fill_up(api, slurm, "n1", first=2, jobs=12)
-    assert within(api, "n1")[:2] == ["f2", "f3"]
+    assert within(api, "n1")[:2] == ["f3", "f4"]  # f2 through Slurm, which granted again
     slurm.scancel(job)
 
 
-def test_slurm_unreachable_admits_inside_the_headroom_only(
+def sync_check(api: TestClient) -> str:
+    """The sync's line in /readyz."""
+    return str(api.get("/readyz").json()["checks"].get("slurm", ""))
+
+
+def voided(api: TestClient, node: str) -> bool:
+    """Whether the node's grant was voided (lowered to nothing) since the test began."""
+    return any("lowered to 0 cpu, 0 memory" in e["message"] for e in events(api, node, "headroom"))
+
+
+def test_slurm_unreachable_closes_the_headroom_until_slurm_confirms_it_again(
     headroom_api: TestClient, restd_restarted: SlurmCluster
 ) -> None:
-    """fail_open off: what Slurm already withholds stays usable while slurmrestd is away
-    (slurmctld keeps enforcing the counts); anything beyond fails closed."""
+    """fail_open off: once the service saw slurmrestd away, no admission skips Slurm, since
+    slurmctld may restart behind it with other counts (app.slurm.witness): all fail closed.
+    Back, a read-back made after the service read slurmctld again grants again."""
     api, slurm = headroom_api, restd_restarted
     assert admit(api, "n1", "p1", "1").status_code == 201
     slurm.stop_restd()
-    assert admit(api, "n1", "p2", "1").status_code == 201
-    assert within(api, "n1") == ["p2"]
-    beyond = admit(api, "n1", "p3", "2")
-    assert beyond.status_code == 409
-    assert "Slurm cannot confirm" in beyond.json()["detail"]
+    wait_until(
+        lambda: sync_check(api).startswith("degraded: Slurm unreachable"),
+        30,
+        what="a sync step that found Slurm unreachable",
+    )
+    for uid, cpu in (("p2", "1"), ("p3", "2")):  # inside the grant from before, and beyond
+        refused = admit(api, "n1", uid, cpu)
+        assert refused.status_code == 409
+        assert "Slurm cannot confirm" in refused.json()["detail"]
+    assert voided(api, "n1")
     slurm.start_restd()
-    # p3's undo reaches Slurm once it is back, with the headroom p3 grew (2 + 2 CPUs).
-    wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 10, 15, what="2 pods + 4 CPUs pushed")
-    assert admit(api, "n1", "p3", "1").status_code == 201
+    wait_until(lambda: sync_check(api).startswith("synced"), 30, what="Slurm reached again")
+    # The sync pushed the node the undos left owed (the counts were in place: 1 + 2 CPUs),
+    # after it read slurmctld again: that read-back grants again.
+    assert gres(slurm, "n1")["k8scpu"] == 13
+    assert admit(api, "n1", "p2", "1").status_code == 201
+    assert admit(api, "n1", "p3", "500m").status_code == 201
     assert within(api, "n1") == ["p2", "p3"]
 
 
@@ -185,17 +207,20 @@ def settings_for(slurm: SlurmCluster, url: str, **extra: Any) -> Any:
 
 
 @pytest.mark.postgres
-def test_a_failover_keeps_the_grant_and_the_new_leader_gives_it_back(
+def test_a_failover_confirms_the_grant_again_and_the_new_leader_gives_it_back(
     slurm: SlurmCluster, postgres_url: str
 ) -> None:
     with TestClient(create_app(settings_for(slurm, postgres_url))) as first:
         register_nodes(first)
         assert admit(first, "n1", "p1", "1").status_code == 201
         assert gres(slurm, "n1")["k8scpu"] == 13
-    # The first replica is gone; the second reads the grant from the shared database.
+    # The first replica is gone. The second trusts no grant from before it read slurmctld
+    # (which may have restarted meanwhile, app.slurm.witness): its first admission goes
+    # through Slurm, whose read-back grants again.
     settings = settings_for(slurm, postgres_url, headroom_idle_seconds=3)
     with TestClient(create_app(settings)) as second:
         assert admit(second, "n1", "p2", "1").status_code == 201
-        assert within(second, "n1") == ["p2"]
-        wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 14, 15, what="given back: 2 pods")
+        assert admit(second, "n1", "p3", "1").status_code == 201
+        assert within(second, "n1") == ["p3"]
+        wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 13, 15, what="given back: 3 pods")
         assert_no_overlap(second, slurm, "n1")

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -114,6 +115,7 @@ class SlurmCluster:
     hint_config: Path | None = None
     # cluster.sh's environment beyond the version (a cluster of its own: scale_env).
     script_env: Mapping[str, str] = field(default_factory=dict)
+    chroot: Path | None = None  # the daemons' root, to find this cluster's processes
 
     @classmethod
     def from_env(cls, version: str, script_env: Mapping[str, str] | None = None) -> SlurmCluster:
@@ -128,6 +130,7 @@ class SlurmCluster:
             nodes=tuple(env.get("SLURM_NODES", "n1,n2,n3").split(",")),
             hint_config=Path(env["SLURM_HINT_CONFIG"]) if "SLURM_HINT_CONFIG" in env else None,
             script_env=dict(script_env or {}),
+            chroot=Path(env["SLURM_CHROOT"]) if "SLURM_CHROOT" in env else None,
         )
 
     def script(self, *args: str, timeout: float = 300, check: bool = True) -> str:
@@ -197,6 +200,39 @@ class SlurmCluster:
 
     def reconfigure(self) -> None:
         self.script("reconfigure", timeout=60)
+
+    def ctld_pids(self) -> list[int]:
+        """This cluster's slurmctld processes (another cluster may run beside it)."""
+        assert self.chroot is not None, "cluster.sh env names no SLURM_CHROOT"
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.readlink(entry / "root") != str(self.chroot):
+                    continue
+                command = (entry / "cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue  # gone meanwhile, or a zombie
+            if command == b"/usr/sbin/slurmctld":
+                pids.append(int(entry.name))
+        return pids
+
+    def kill_ctld(self) -> None:
+        """slurmctld killed with SIGKILL: it saves nothing on the way out."""
+        for pid in self.ctld_pids():
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not self.ctld_pids(), 20, what="slurmctld gone")
+
+    def start_ctld(self) -> None:
+        """slurmctld started again (after ``kill_ctld``); returns once the nodes are usable."""
+        self.run("/usr/sbin/slurmctld")
+        wait_until(self.nodes_usable, 60, interval=0.2, what="nodes usable again")
+
+    def nodes_usable(self) -> bool:
+        states = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).split("\n")
+        usable = [s for s in states if s.split()[-1:] in (["idle"], ["mixed"], ["allocated"])]
+        return len(usable) >= len(self.nodes)
 
     def restart_slurmd(self, node: str) -> None:
         self.script("restart-slurmd", node, timeout=60)
