@@ -31,7 +31,7 @@ class TLSService:
 
 @contextlib.contextmanager
 def tls_service(
-    tmp: Path, ca: CA, env: Mapping[str, str], ready_timeout: float = 30
+    tmp: Path, ca: CA, env: Mapping[str, str], ready_timeout: float = 120
 ) -> Iterator[TLSService]:
     """HTTPS with a server certificate from ``ca``, client certificates of ``ca`` accepted."""
     server = ca.server()

@@ -35,7 +35,7 @@ def running_service(
     *,
     env: Mapping[str, str] | None = None,
     name: str = "nodeledger",
-    ready_timeout: float = 30.0,
+    ready_timeout: float = 120.0,  # a loaded machine imports and migrates slowly
     port: int | None = None,
     tls: ssl.SSLContext | None = None,
 ) -> Iterator[ServiceProcess]:
