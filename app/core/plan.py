@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from app.core.counts import MIB, K8sCounts, current_counts, desired_counts, withheld
@@ -70,11 +71,17 @@ class NodePlan:
     health: HealthChange | None
     holdings: Mapping[str, SnapshotEntry] | None  # the node's Slurm-job holdings, whole
     push: Push | None
+    deferred: bool = False  # the jobs' listing is older than a holding it would overcommit
 
     @property
     def settled(self) -> bool:
         """Nothing to write: the node is in place."""
-        return self.health is None and self.holdings is None and self.push is None
+        return (
+            self.health is None
+            and self.holdings is None
+            and self.push is None
+            and not self.deferred
+        )
 
 
 def plan_node(
@@ -82,21 +89,44 @@ def plan_node(
     node: SlurmNode | None,
     jobs: Iterable[SlurmJob],
     unlisted: Resources = Resources.ZERO,
+    listed_at: datetime | None = None,
 ) -> NodePlan:
     """Reconcile ``view`` with Slurm's ``node`` (None: Slurm does not list it), the ``jobs``
     holding resources on it, and ``unlisted``: what the node reported allocated beyond
-    those jobs at the last full listing."""
+    those jobs at the last full listing, which began at ``listed_at``.
+
+    Jobs that would overcommit the node beside a holding confirmed after ``listed_at`` are
+    not written (``deferred``): Slurm confirmed that holding after the listing was read, so
+    a job the listing shows where it fits no more has ended since (it freed what the holding
+    took). Writing it would refuse every admission on the node until the next listing; the
+    ledger's Slurm-job holdings are not what keeps a pod off a job's resources (the gate's
+    read-back and the counts are), so waiting for a newer listing costs no safety."""
     reason = health_reason(node, view.slurm_name)
     health = None if reason == view.health_reason else HealthChange(reason)
     if node is None:
         return NodePlan(health, None, None)
     holdings = slurm_snapshot(node, jobs, unlisted)
     desired = desired_counts(node, withheld(view))
-    return NodePlan(
-        health,
-        None if _same(view, holdings) else holdings,
-        None if current_counts(node) == desired else Push(node.name, desired),
-    )
+    push = None if current_counts(node) == desired else Push(node.name, desired)
+    if _same(view, holdings):
+        return NodePlan(health, None, push)
+    if _outdated(view, holdings, listed_at):
+        return NodePlan(health, None, push, deferred=True)
+    return NodePlan(health, holdings, push)
+
+
+def _outdated(
+    view: NodeView, snapshot: Mapping[str, SnapshotEntry], listed_at: datetime | None
+) -> bool:
+    """Whether ``snapshot`` overcommits the node only beside holdings confirmed after the
+    listing it comes from began (``listed_at``)."""
+    if listed_at is None:
+        return False
+    slurm = Resources.total([e.resources for e in snapshot.values()])
+    others = [h for h in view.holdings if h.holder.kind is not HolderKind.SLURM_JOB]
+    if (Resources.total([h.resources for h in others]) + slurm).fits_within(view.allocatable):
+        return False
+    return any(h.updated_at > listed_at for h in others)
 
 
 def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:

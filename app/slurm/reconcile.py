@@ -15,7 +15,8 @@ is immutable or replaced whole when it changes, so the plan would be the same (a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from app.core.plan import NodePlan, Push, plan_node
 from app.core.records import HolderKind, NodeView
@@ -35,7 +36,11 @@ class NodeReconciler:
         state: SlurmState,
         *,
         metrics: Metrics = NO_METRICS,
+        listed_at: Callable[[], datetime | None] = lambda: None,
     ) -> None:
+        """``listed_at``: when the jobs' last full listing began, in the ledger's clock
+        (app.core.plan defers jobs that would overcommit a node beside a newer holding)."""
+        self.listed_at = listed_at
         self.client = client
         self.ledger = ledger
         self.pusher = pusher
@@ -77,11 +82,12 @@ class NodeReconciler:
         if last is not None and all(a is b for a, b in zip(last, inputs, strict=True)):
             self._in_place[view.name] = last
             return False
-        plan = _plan(view, observed)
+        listed_at = self.listed_at()
+        plan = _plan(view, observed, listed_at)
         settled = plan.settled
         if plan.health is not None:
             view = self.ledger.set_health(view.name, plan.health.reason)
-            plan = _plan(view, observed)  # the rest against the view the write returned
+            plan = _plan(view, observed, listed_at)  # the rest against the view written
         if plan.holdings is not None:
             self.ledger.replace_holdings(
                 view.name,
@@ -105,5 +111,6 @@ class NodeReconciler:
             self.ledger.record_event(event.kind, view.name, event.message, event.details)
 
 
-def _plan(view: NodeView, observed: Observed) -> NodePlan:
-    return plan_node(view, observed.node, observed.jobs.values(), observed.unlisted)
+def _plan(view: NodeView, observed: Observed, listed_at: datetime | None) -> NodePlan:
+    jobs = observed.jobs.values()
+    return plan_node(view, observed.node, jobs, observed.unlisted, listed_at=listed_at)

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from app.core.components import Health
 from app.core.ledger_errors import LedgerError
@@ -95,7 +95,9 @@ class SlurmSync:
         self.listings = ListingReader(
             client, self.state, full_sync_interval=full_sync_interval, monotonic=monotonic
         )
-        self.reconciler = NodeReconciler(client, ledger, pusher, self.state, metrics=metrics)
+        self.reconciler = NodeReconciler(
+            client, ledger, pusher, self.state, metrics=metrics, listed_at=self._jobs_listed_at
+        )
         self.abandoned = AbandonedHolds(
             ledger, pusher, timeout=pending_timeout, monotonic=monotonic
         )
@@ -294,12 +296,18 @@ class SlurmSync:
         self.metrics.slurm_drifted_nodes(drifted)
         return failures
 
+    def _jobs_listed_at(self) -> datetime | None:
+        """When the last full job listing began, in the ledger's clock."""
+        listed = self.state.jobs_listed_at
+        if listed is None:
+            return None
+        return self.ledger.clock() - timedelta(seconds=self.monotonic() - listed)
+
     def _hold_lost(self) -> list[str]:
         """Hold again what lost its hold job (app.slurm.hold_sweep); failures, by holder."""
-        listed = self.state.jobs_listed_at
-        if self.hold_sweep is None or listed is None:
+        listed_at = self._jobs_listed_at()
+        if self.hold_sweep is None or listed_at is None:
             return []
-        listed_at = self.ledger.clock() - timedelta(seconds=self.monotonic() - listed)
         return self.hold_sweep.hold_lost(self.state.jobs(), listed_at)
 
     def _push_owed(self) -> list[str]:

@@ -287,3 +287,31 @@ def test_a_hold_job_accounts_for_its_allocation_but_is_no_slurm_holding(
     assert ("8" in snapshot) is recorded
     assert "node:n1" not in snapshot  # its allocation is not taken for an unlisted one
     assert hold.is_nodeledger_hold is not recorded
+
+
+LATER = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("pod_confirmed", "listed_at", "job_cpus", "deferred"),
+    [
+        # The listing began before the pod was confirmed and its job no longer fits beside it:
+        # the job ended since (Slurm confirmed the pod into what it freed), so wait.
+        pytest.param(LATER, T0, 10, True, id="stale-listing-overcommits"),
+        pytest.param(T0, LATER, 10, False, id="listing-newer-than-the-pod"),
+        pytest.param(LATER, T0, 2, False, id="stale-listing-that-fits"),
+        pytest.param(LATER, None, 10, False, id="no-listing-time"),
+    ],
+)
+def test_jobs_of_a_listing_older_than_the_pod_they_would_overcommit_wait(
+    pod_confirmed: datetime, listed_at: datetime | None, job_cpus: int, deferred: bool
+) -> None:
+    """The spurious "overcommitted" of issue 30: the sync applied a job listing read just
+    before a pod was confirmed into what a listed job freed, so the ledger counted both and
+    refused every admission on the node until the next listing."""
+    pod = replace(holding(HolderKind.POD, "u1", 8, 1024), updated_at=pod_confirmed)
+    ledger = view(pod)
+    plan = plan_node(ledger, node(), [job(cpus=job_cpus)], Resources.ZERO, listed_at=listed_at)
+    assert plan.deferred is deferred
+    assert (plan.holdings is None) is deferred
+    assert not plan.settled
