@@ -16,8 +16,11 @@ first: only the witness decides.
 
 from __future__ import annotations
 
+import random
+import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
@@ -52,8 +55,12 @@ def pods_cpus(api: TestClient) -> int:
 
 
 def node_state_saved(slurm: SlurmCluster) -> float:
+    """When slurmctld last saved its nodes' state (0: being replaced right now)."""
     assert slurm.chroot is not None
-    return (slurm.chroot / "srv/run/state/node_state").stat().st_mtime
+    try:
+        return (slurm.chroot / "srv/run/state/node_state").stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def assert_fits(api: TestClient, slurm: SlurmCluster, what: str) -> None:
@@ -106,3 +113,57 @@ def test_no_admission_skips_slurm_on_a_grant_slurmctld_lost(
         assert_fits(api, slurm, f"p3 answered {response.status_code}")
         check_invariant(api, slurm)  # and once the sync caught up with Slurm
         slurm.scancel(*jobs)
+
+
+DISRUPTIONS = {2: "reconfigure", 4: "restart_ctld", 6: "kill -9"}
+
+
+def submit(slurm: SlurmCluster, cpus: int) -> str:
+    """A job on the node; "" when Slurm refused it (larger than the node's current total)."""
+    try:
+        return slurm.sbatch("-w", NODE, "-c", str(cpus), "--mem=500", "--wrap", f"sleep {cpus}")
+    except (RuntimeError, subprocess.TimeoutExpired):
+        return ""
+
+
+def test_a_race_through_reconfigure_restart_and_kill_keeps_jobs_and_pods_apart(
+    ctld_restored: SlurmCluster, sqlite_url: str
+) -> None:
+    """Rounds of racing admissions, releases and jobs on one node, with slurmctld
+    reconfigured, restarted and killed with -9 between them, a job of 4 CPUs always
+    waiting to start the moment the counts let it: jobs and pods fit the node at every
+    sample (the sync at its default interval)."""
+    slurm = ctld_restored
+    settings = slurm_settings(slurm, sqlite_url, headroom_cpu="2", headroom_memory="4Gi")
+    rng = random.Random(30)
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api)
+        live: list[str] = []
+        samples = 0
+        for round_no in range(8):
+            if (disruption := DISRUPTIONS.get(round_no)) == "kill -9":
+                slurm.kill_ctld()
+                slurm.start_ctld()
+            elif disruption is not None:
+                getattr(slurm, disruption)()
+            gone, live = live[:2], live[2:]
+            new = [f"r{round_no}-p{i}" for i in range(4)]
+            with ThreadPoolExecutor(max_workers=6) as pool:
+                jobs = pool.map(lambda cpus: submit(slurm, cpus), (4, rng.choice([2, 6])))
+                admitted = pool.map(
+                    lambda uid: admit(api, NODE, uid, rng.choice(["500m", "1", "2"]), "1Gi"),
+                    new,
+                )
+                released = pool.map(lambda uid: api.delete(f"/v1/admissions/{uid}"), gone)
+                for uid, response in zip(new, admitted, strict=True):
+                    assert response.status_code in (201, 409), response.text
+                    if response.status_code == 201:
+                        live.append(uid)
+                    assert_fits(api, slurm, f"round {round_no}, {uid}")
+                    samples += 1
+                assert all(r.status_code == 200 for r in released)
+                list(jobs)
+            for _ in range(5):
+                assert_fits(api, slurm, f"after round {round_no}")
+                samples += 1
+        print(f"{samples} samples, {len(live)} pods left, {within(api, NODE)} inside")
