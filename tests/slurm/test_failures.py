@@ -34,11 +34,11 @@ def test_slurmrestd_down_rejects_then_recovers_without_restart(
     assert "unreachable" in rejected.json()["detail"]
     assert slurm_api.get("/v1/holdings", params={"node": "n1"}).json() == []  # hold undone
     assert slurm_api.get("/v1/nodes/n1").status_code == 200  # reads keep working
-    wait_until(lambda: readyz(slurm_api)["status"] == "degraded", 5, what="degraded")
+    wait_until(lambda: readyz(slurm_api)["status"] == "degraded", 30, what="degraded")
     assert slurm_api.get("/readyz").status_code == 200
 
     slurm.start_restd()
-    wait_until(lambda: readyz(slurm_api)["status"] == "ok", 10, what="ready again")
+    wait_until(lambda: readyz(slurm_api)["status"] == "ok", 30, what="ready again")
     assert admit(slurm_api, "n1", "pod-x", "1").status_code == 201
     assert gres(slurm, "n1")["k8scpu"] == 15
 
@@ -64,7 +64,9 @@ def test_hung_slurmrestd_fails_closed_within_the_timeout(
         took = time.monotonic() - started
         assert rejected.status_code == 409
         assert "timed out" in rejected.json()["detail"]
-        assert took < 8, f"took {took:.1f}s"  # 1 s timeout x (1 + 1 retry), read and push
+        # 1 s timeout x (1 + 1 retry), read and push: about 4 s; without the timeout it
+        # would hang for good, so the bound is generous for a busy machine.
+        assert took < 20, f"took {took:.1f}s"
         assert api.get("/v1/holdings", params={"node": "n2"}).json() == []
         slurm.resume_restd()
         wait_until(lambda: admit(api, "n2", "pod-h", "1").status_code == 201, 20, what="admitted")
@@ -96,7 +98,7 @@ def test_fail_open_admits_and_the_sync_pushes_when_slurm_is_back(
         slurm.stop_restd()
         assert admit(api, "n2", "pod-o", "2").status_code == 201
         slurm.start_restd()
-        wait_until(lambda: gres(slurm, "n2")["k8scpu"] == 14, 10, what="counts pushed")
+        wait_until(lambda: gres(slurm, "n2")["k8scpu"] == 14, 30, what="counts pushed")
 
 
 def test_kubernetes_cap_leaves_slurm_its_share(slurm: SlurmCluster, sqlite_url: str) -> None:
