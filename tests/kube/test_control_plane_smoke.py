@@ -62,7 +62,7 @@ def test_default_scheduler_binds_then_pod_succeeds(kube_cluster: KubeCluster, no
     pod = f"{node}-pod"
     kube_cluster.create(pod_on(node, pod, cpu="1"))
     try:
-        assert kube_cluster.wait_bound(pod, timeout=10) == node
+        assert kube_cluster.wait_bound(pod, timeout=60) == node
         bound = kube_cluster.pod(pod)
         assert bound is not None
         assert bound["spec"]["schedulerName"] == "default-scheduler"
@@ -89,7 +89,7 @@ def test_pod_that_fits_nowhere_stays_unbound(kube_cluster: KubeCluster, node: st
         )
 
     try:
-        wait_until(unschedulable, 10, 0.1, "PodScheduled=False/Unschedulable")
+        wait_until(unschedulable, 60, 0.1, "PodScheduled=False/Unschedulable")
         assert kube_cluster.pod_node(pod) is None
     finally:
         kube_cluster.delete_pod(pod)

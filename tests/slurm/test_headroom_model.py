@@ -149,6 +149,7 @@ def test_jobs_and_pods_never_share_a_cpu_with_headroom_on_three_replicas(
             time.sleep(0.003)
             slurm.fill()
 
+    slurm.fill()  # jobs on the node before the first pod, however the threads interleave
     job_thread = threading.Thread(target=jobs)
     job_thread.start()
     try:

@@ -66,10 +66,10 @@ def test_a_hold_keeps_jobs_off_its_device_until_cancelled(
     assert slurm.job_state(waiting) == "PENDING"
     holds.cancel(hold, slurm_node=NODE)
     started = time.perf_counter()
-    wait_until(lambda: slurm.job_state(waiting) == "RUNNING", 10, interval=0.05, what="device 0")
+    wait_until(lambda: slurm.job_state(waiting) == "RUNNING", 60, interval=0.05, what="device 0")
     freed_s = time.perf_counter() - started
     assert devices(slurm, waiting) == (0,)
-    wait_until(lambda: holds.running() == {}, 10, what="no hold jobs")
+    wait_until(lambda: holds.running() == {}, 60, what="no hold jobs")
     holds.cancel(hold, slurm_node=NODE)  # again: a no-op
     print(
         f"Slurm {slurm.release} API {holds.client.version}: hold {held_ms:.1f} ms, refusal "
@@ -93,7 +93,7 @@ def test_a_hold_of_several_devices_takes_them_all_or_none(
     holds.cancel(first)  # the node read from Slurm
     holds.cancel(second)
     # 24.11: a cancelled allocation is COMPLETING (and still holds) until slurmd's epilog.
-    wait_until(lambda: holds.running() == {}, 10, what="no hold jobs")
+    wait_until(lambda: holds.running() == {}, 60, what="no hold jobs")
 
 
 def test_the_sync_leaves_hold_jobs_out_of_slurm_holdings(
@@ -107,7 +107,7 @@ def test_the_sync_leaves_hold_jobs_out_of_slurm_holdings(
         held = slurm_holdings(slurm_api, "gpu-1")
         return held if plain in held and f"node:{NODE}" not in held else {}
 
-    held = wait_until(settled, 10, what="the plain job held, nothing unlisted")
+    held = wait_until(settled, 60, what="the plain job held, nothing unlisted")
     assert hold not in held
     assert held[plain]["requests"]["gpu"] == 1
     time.sleep(1.5)  # a later pass does not change its mind
