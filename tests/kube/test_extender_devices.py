@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.bootstrap import build_services
-from app.core.pods import pod_info
+from app.core.pods import PodInfo, pod_info
 from app.core.records import HolderKind
 from app.kube.claims import PodDevices
 from app.kube.client import KubeError
@@ -308,6 +308,19 @@ def test_the_bound_pods_accounting_keeps_its_devices(client: TestClient, kube: F
     assert (kept.devices, kept.device_uuids, kept.resources.gpus) == ((1,), ("GPU-1",), 1)
 
 
+def claim_accounting(client: TestClient, kube: FakeKube) -> tuple[PodAccounting, PodInfo]:
+    """Pod accounting that reads claims as the service wires it, and kube's pod, bound to
+    NODE by another scheduler (no bind of ours)."""
+    services = client.app.state.test_services  # type: ignore[attr-defined]
+    accounting = PodAccounting(
+        services.admissions, {NODE}.__contains__, gpu_resource="nvidia.com/gpu",
+        binding_grace=30, clock=utcnow, claim_gpus=PodDevices(kube, {DRIVER}, "index").count,  # type: ignore[arg-type]
+    )  # fmt: skip
+    bound = copy.deepcopy(kube.pod)
+    bound["spec"]["nodeName"] = NODE
+    return accounting, pod_info(bound)
+
+
 @pytest.mark.parametrize("path", ["event", "resync"])
 def test_a_claim_pod_another_scheduler_bound_counts_its_claims_gpus(
     client: TestClient, kube: FakeKube, path: str
@@ -321,13 +334,7 @@ def test_a_claim_pod_another_scheduler_bound_counts_its_claims_gpus(
         "nic": allocated("nic", "eth0", driver="nic.example.com"),
     }
     services = client.app.state.test_services  # type: ignore[attr-defined]
-    accounting = PodAccounting(
-        services.admissions, {NODE}.__contains__, gpu_resource="nvidia.com/gpu",
-        binding_grace=30, clock=utcnow, claim_gpus=PodDevices(kube, {DRIVER}, "index").count,  # type: ignore[arg-type]
-    )  # fmt: skip
-    bound = copy.deepcopy(kube.pod)
-    bound["spec"]["nodeName"] = NODE
-    info = pod_info(bound)
+    accounting, info = claim_accounting(client, kube)
     if path == "event":
         accounting.on_event("ADDED", info)
     else:
@@ -347,13 +354,7 @@ def test_a_claim_pod_whose_claims_cannot_be_read_is_counted_once_they_can(
     client: TestClient, kube: FakeKube
 ) -> None:
     services = client.app.state.test_services  # type: ignore[attr-defined]
-    accounting = PodAccounting(
-        services.admissions, {NODE}.__contains__, gpu_resource="nvidia.com/gpu",
-        binding_grace=30, clock=utcnow, claim_gpus=PodDevices(kube, {DRIVER}, "index").count,  # type: ignore[arg-type]
-    )  # fmt: skip
-    bound = copy.deepcopy(kube.pod)
-    bound["spec"]["nodeName"] = NODE
-    info = pod_info(bound)
+    accounting, info = claim_accounting(client, kube)
     accounting.resync([])
     kube.claim_error = KubeError("the API server is away", status=503)
     accounting.on_event("ADDED", info)
