@@ -12,7 +12,7 @@ node_features/k8s_resources plugin restores the lowered counts when the node re-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.core.gres import gres_count, parse_gres, with_counts
 from app.core.headroom import held
@@ -98,8 +98,17 @@ def extra_with_holdings(extra: str, held: SlurmUnits) -> str:
 def withheld(view: NodeView) -> SlurmUnits:
     """What Slurm must not give to jobs on this node: every holding that is not a Slurm
     job's own (Kubernetes pods and manual reservations), plus the node's headroom
-    (app.core.headroom)."""
-    return SlurmUnits.of(held(view) + view.headroom.target)
+    (app.core.headroom).
+
+    And every GPU of it while it is not admissible (Slurm says DOWN, DRAIN, ..., or a GPU
+    pod's hold job is gone: app.core.plan) and pods hold GPU devices there: the hold jobs
+    are gone or may go, and on a node that comes back Slurm starts queued jobs at once on
+    the lowest free device, a pod's included. With ``k8sgpu`` at 0 those jobs are held back
+    (tests/slurm/test_queued_jobs.py) until the holds are back (app.slurm.hold_sweep)."""
+    units = SlurmUnits.of(held(view) + view.headroom.target)
+    if view.health_reason is not None and any(h.devices for h in view.holdings):
+        return replace(units, gpus=max(units.gpus, view.spec.capacity.gpus))
+    return units
 
 
 def held_units(view: NodeView) -> SlurmUnits:

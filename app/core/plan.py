@@ -18,14 +18,14 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from app.core.counts import MIB, K8sCounts, current_counts, desired_counts, withheld
 from app.core.gres import gres_count
-from app.core.records import EventKind, HolderKind, NodeView, SnapshotEntry
+from app.core.records import EventKind, HolderKind, Holding, NodeView, SnapshotEntry
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmJob, SlurmNode
 
@@ -101,7 +101,8 @@ def plan_node(
     took). Writing it would refuse every admission on the node until the next listing; the
     ledger's Slurm-job holdings are not what keeps a pod off a job's resources (the gate's
     read-back and the counts are), so waiting for a newer listing costs no safety."""
-    reason = health_reason(node, view.slurm_name)
+    jobs = list(jobs)
+    reason = health_reason(node, view.slurm_name) or holds_gone(view, jobs, listed_at)
     health = None if reason == view.health_reason else HealthChange(reason)
     if node is None:
         return NodePlan(health, None, None)
@@ -139,6 +140,35 @@ def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
         return None
     text = f"Slurm node {node.name} is {'+'.join(sorted(node.states))}"
     return f"{text}: {node.reason}" if node.reason else text
+
+
+def hold_gone(holding: Holding, listed: Collection[str], listed_at: datetime) -> bool:
+    """Whether ``holding``'s GPU devices lost their Slurm hold job (app.slurm.holds): it
+    names one that the jobs ``listed`` (ids, from a listing begun at ``listed_at``) do not
+    have, and was confirmed before that listing began, so the listing would show it."""
+    return (
+        bool(holding.devices)
+        and holding.slurm_hold is not None
+        and holding.slurm_hold not in listed
+        and holding.updated_at < listed_at
+    )
+
+
+def holds_gone(view: NodeView, jobs: Iterable[SlurmJob], listed_at: datetime | None) -> str | None:
+    """Why the node is not admissible while a GPU pod's hold job is gone (an operator's
+    scancel, the node DOWN): until the sweep holds its devices again, every GPU here is
+    withheld from Slurm (app.core.counts.withheld). None when every hold is listed."""
+    if listed_at is None:
+        return None
+    listed = {job.job_id for job in jobs}
+    gone = [h for h in view.holdings if hold_gone(h, listed, listed_at)]
+    if not gone:
+        return None
+    named = ", ".join(
+        f"{h.holder.display_name or h.holder.id} (devices {list(h.devices)}, job {h.slurm_hold})"
+        for h in gone[:3]
+    )
+    return f"Slurm hold jobs of GPU devices gone, held again soon: {named}"
 
 
 def slurm_snapshot(

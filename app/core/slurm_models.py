@@ -8,6 +8,7 @@ second time as a Slurm job's holding (``SlurmJob.is_nodeledger_hold``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -15,6 +16,8 @@ T = TypeVar("T")
 
 HOLD_JOB_NAME = "nodeledger-hold"
 HOLD_COMMENT_PREFIX = "nodeledger-hold:"
+# A k8s GRES in a job's TRES request: "gres/k8scpu:2" (24.11 on), "gres:k8scpu:2" (older).
+_K8S_GRES = re.compile(r"gres[/:]k8s(?:cpu|memory|gpu)\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +59,24 @@ class SlurmJob:
     states: frozenset[str]
     allocations: tuple[JobAllocation, ...]
     comment: str = ""
+    state_reason: str = ""  # why a PENDING job waits: "Resources", "BadConstraints", ...
+    tres_per_node: str = ""  # what it asks per node: "gres/k8scpu:2,gres/k8smemory:200"
 
     @property
     def holds_resources(self) -> bool:
         # COMPLETING keeps its allocation until every node has cleaned up.
         return bool(self.states & {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"})
+
+    @property
+    def held_back(self) -> bool:
+        """Pending, and marked non-runnable by slurmctld (Reason=BadConstraints) while it
+        asks for k8s GRES: the node totals the ledger lowered may be why
+        (app.slurm.held_back)."""
+        return (
+            "PENDING" in self.states
+            and self.state_reason == "BadConstraints"
+            and _K8S_GRES.search(self.tres_per_node) is not None
+        )
 
     @property
     def is_nodeledger_hold(self) -> bool:

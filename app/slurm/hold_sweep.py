@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound, LedgerError
+from app.core.plan import hold_gone
 from app.core.records import EventKind, HolderKind, Holding
 from app.core.slurm_models import SlurmJob
 from app.ledger.service import Ledger
@@ -59,9 +60,7 @@ def lost(holdings: Iterable[Holding], holds: Iterable[HoldJob], before: datetime
     before ``before``, which the listing ``holds`` came from is sure to show, and naming
     devices (a hold names at least one)."""
     running = {h.job_id for h in holds}
-    return [
-        h for h in holdings if h.devices and h.slurm_hold not in running and h.updated_at < before
-    ]
+    return [h for h in holdings if hold_gone(h, running, before)]
 
 
 def ending(jobs: Iterable[SlurmJob]) -> set[str]:

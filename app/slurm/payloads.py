@@ -98,6 +98,8 @@ class _Job(TypedDict, total=False):
     gres_detail: Any
     tres_alloc_str: Any
     comment: Any
+    state_reason: Any
+    tres_per_node: Any
 
 
 class _NodesListing(TypedDict, total=False):
@@ -140,6 +142,8 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         states=states(raw.get("job_state")),
         allocations=_allocations(raw),
         comment=str(raw.get("comment") or ""),
+        state_reason=str(raw.get("state_reason") or ""),
+        tres_per_node=str(raw.get("tres_per_node") or ""),
     )
 
 

@@ -66,6 +66,7 @@ class SlurmState:
         self._jobs_by_node: dict[str, dict[str, SlurmJob]] = {}
         self._unlisted: dict[str, Resources] = {}
         self._hinted_at: dict[str, float] = {}  # job id -> when a hint's read of it began
+        self._held_back: tuple[str, ...] = ()  # pending jobs slurmctld marked non-runnable
         self._published = SlurmSnapshot(MappingProxyType({}), MappingProxyType({}))
         self._dirty = False
         self.jobs_listed_at: float | None = None  # when the last full job listing's read began
@@ -99,6 +100,10 @@ class SlurmState:
         """Every job as last read."""
         return self._jobs.values()
 
+    def held_back(self) -> tuple[str, ...]:
+        """The jobs the last job listing showed held back (SlurmJob.held_back), by id."""
+        return self._held_back
+
     def completing(self) -> set[str]:
         """The jobs seen COMPLETING: they hold their nodes until read otherwise."""
         return {i for i, job in self._jobs.items() if "COMPLETING" in job.states}
@@ -130,6 +135,7 @@ class SlurmState:
             self._nodes = {n.name: n for n in nodes.items}
         if jobs is not None:
             self.jobs_listed_at = began
+            self._held_back = tuple(j.job_id for j in jobs.items if j.held_back)
             listed = {
                 j.job_id: j for j in jobs.items if j.holds_resources and j.job_id not in newer
             }

@@ -9,7 +9,9 @@ Each step (``step()``, which tests call directly):
 2. As the leader only: release abandoned holds (app.slurm.abandoned), push the nodes whose
    last push failed, register unknown Slurm nodes when asked (app.slurm.registration), and
    reconcile each ledger node mapped to a Slurm node (its alias, else the same name) when a
-   listing brought news (app.slurm.reconcile: health, Slurm-job holdings, counts).
+   listing brought news (app.slurm.reconcile: health, Slurm-job holdings, counts), and
+   have slurmctld evaluate again the jobs it held back for counts that since rose
+   (app.slurm.held_back).
 3. Apply job hints (app.slurm.hinted), also every HINT_POLL seconds between steps and
    during a long pass, so they are never held up for long.
 With several replicas only the one holding the ``slurm-sync`` leadership (app.db.locks)
@@ -37,6 +39,7 @@ from app.outages import log_failure
 from app.slurm.abandoned import AbandonedHolds
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmUnavailable
+from app.slurm.held_back import HeldBackJobs
 from app.slurm.hinted import HintedJobs
 from app.slurm.hints import JobHints
 from app.slurm.hold_sweep import HoldSweep
@@ -102,6 +105,7 @@ class SlurmSync:
             ledger, pusher, timeout=pending_timeout, monotonic=monotonic
         )
         self.hold_sweep = HoldSweep(holds, ledger) if holds is not None else None
+        self.held_back = HeldBackJobs(client)
         self.hinted: HintedJobs | None = None
         if hints is not None:
             self.hinted = HintedJobs(
@@ -269,6 +273,8 @@ class SlurmSync:
         failures: list[str] = []
         if changed and self.hold_sweep is not None:
             failures += self.hold_sweep.sweep(self.state.jobs())
+        if changed:
+            failures += self.held_back.release(self.state.nodes(), self.state.held_back())
         if changed or renamed or not self._steps % FULL_PASS_EVERY:
             failures += self._pass(views)
         if not self._steps % FULL_PASS_EVERY:

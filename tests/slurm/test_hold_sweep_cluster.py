@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.core.records import EventKind
 from app.ledger.service import Ledger
+from app.main import create_app
 from app.slurm.client import SlurmClient
 from app.slurm.hold_sweep import HoldSweep
 from app.slurm.holds import HoldJobs
@@ -19,6 +20,7 @@ from app.slurm.tokens import FileToken
 from tests.slurm.helpers import admit, events
 from tests.slurm.test_holds_cluster import devices, gpu_job
 from tests.support.slurm_cluster import SlurmCluster, wait_until
+from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -69,10 +71,23 @@ def test_a_cancelled_hold_is_held_again_on_the_same_device(
     assert any("held again" in e["message"] for e in drift), drift
 
 
+@pytest.fixture
+def quiet_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
+    """The service with a sync that steps once at start and then not for an hour: nothing
+    but the test's own sweep reacts to a hold that ends (a running sync would withhold
+    every GPU of the node first, app.core.counts.withheld, and the job would wait)."""
+    with TestClient(create_app(slurm_settings(slurm, sqlite_url, sync_interval=3600))) as api:
+        register_nodes(api)
+        yield api
+
+
 def test_a_device_a_job_took_meanwhile_is_reported(
-    sweep: HoldSweep, slurm: SlurmCluster, slurm_api: TestClient
+    slurm: SlurmCluster, quiet_api: TestClient
 ) -> None:
-    first = admit(slurm_api, NODE, "pod-b", "1", "1Gi", gpu=1, devices=[0]).json()["slurm_hold"]
+    client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
+    ledger: Ledger = quiet_api.app.state.services.ledger  # type: ignore[attr-defined]
+    sweep = HoldSweep(HoldJobs(client), ledger)
+    first = admit(quiet_api, NODE, "pod-b", "1", "1Gi", gpu=1, devices=[0]).json()["slurm_hold"]
     slurm.scancel(first)
     wait_until(lambda: not running(slurm, first), 30, what=f"hold {first} ended")
     job = gpu_job(slurm, "gpu:g0:1")  # takes device 0 now that it is free
@@ -80,5 +95,6 @@ def test_a_device_a_job_took_meanwhile_is_reported(
     listed_at = sweep.ledger.clock()
     [failure] = sweep.hold_lost(listing(sweep), listed_at)
     assert "pod-b" in failure
-    drift = events(slurm_api, NODE, EventKind.SLURM_DRIFT.value)
+    drift = events(quiet_api, NODE, EventKind.SLURM_DRIFT.value)
     assert any("cannot be held again" in e["message"] for e in drift), drift
+    client.close()

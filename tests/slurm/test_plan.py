@@ -315,3 +315,73 @@ def test_jobs_of_a_listing_older_than_the_pod_they_would_overcommit_wait(
     assert plan.deferred is deferred
     assert (plan.holdings is None) is deferred
     assert not plan.settled
+
+
+GPUS = f"gpu:g0:1,gpu:g1:1,gpu:g2:1,gpu:g3:1,{FULL},k8sgpu:4"
+# A pod with a GPU but no device named: its count only, whatever the node's state.
+GPU_COUNT_POD = Holding(
+    "n1", Holder(HolderKind.POD, "p"), Resources(0, 0, 1), HoldingState.HELD, T0, T0
+)
+
+
+def device_pod(hold: str | None, confirmed: datetime = T0) -> Holding:
+    return Holding(
+        "n1", Holder(HolderKind.POD, "gpu-pod"), Resources(1000, 0, 1), HoldingState.HELD,
+        confirmed, confirmed, devices=(0,), slurm_hold=hold,
+    )  # fmt: skip
+
+
+def gpu_view(*holdings: Holding, health: str | None = None) -> NodeView:
+    spec = NodeSpec(capacity=Resources(16000, 32000 * MIB, 4))
+    return NodeView("n1", spec, None, health, holdings, T0, T0)
+
+
+def hold_job(job_id: str = "8") -> SlurmJob:
+    return SlurmJob(
+        job_id, "nodeledger-hold", "slurm", frozenset({"RUNNING"}),
+        (JobAllocation("n1", 1, 1, 1, (0,)),), "nodeledger-hold:gpu-pod",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pod", "jobs", "listed_at", "gone"),
+    [
+        pytest.param(device_pod("8"), [hold_job()], LATER, False, id="hold-listed"),
+        pytest.param(device_pod("8"), [], LATER, True, id="hold-gone"),
+        pytest.param(device_pod("8"), [hold_job("9")], LATER, True, id="another-hold-listed"),
+        # Confirmed after the listing began: the listing may predate its hold.
+        pytest.param(device_pod("8", LATER), [], T0, False, id="hold-newer-than-listing"),
+        pytest.param(device_pod("8"), [], None, False, id="no-listing-time"),
+        pytest.param(device_pod(None), [], LATER, False, id="no-hold-recorded"),
+    ],
+)
+def test_a_gpu_pod_whose_hold_job_is_gone_makes_the_node_not_admissible(
+    pod: Holding, jobs: list[SlurmJob], listed_at: datetime | None, gone: bool
+) -> None:
+    plan = plan_node(gpu_view(pod), node(gres=GPUS), jobs, listed_at=listed_at)
+    if not gone:
+        assert plan.health is None
+        return
+    assert plan.health is not None
+    assert plan.health.reason is not None
+    assert plan.health.reason.startswith("Slurm hold jobs of GPU devices gone")
+    assert "gpu-pod (devices [0], job 8)" in plan.health.reason
+
+
+@pytest.mark.parametrize(
+    ("health", "holding", "k8sgpu"),
+    [
+        pytest.param(None, device_pod("8"), 3, id="healthy"),
+        pytest.param("Slurm node n1 is DOWN", device_pod("8"), 0, id="down"),
+        pytest.param("Slurm hold jobs of GPU devices gone", device_pod("8"), 0, id="hold-gone"),
+        pytest.param("Slurm node n1 is DOWN", GPU_COUNT_POD, 3, id="down-no-devices"),
+    ],
+)
+def test_every_gpu_is_withheld_while_a_node_with_device_pods_is_not_admissible(
+    health: str | None, holding: Holding, k8sgpu: int
+) -> None:
+    """Slurm ends or may end the hold jobs there; on a node that comes back it starts a
+    queued job at once on the lowest free device (issue 30)."""
+    plan = plan_node(gpu_view(holding, health=health), node(gres=GPUS), [hold_job()])
+    assert plan.push is not None
+    assert plan.push.counts.k8sgpu == k8sgpu

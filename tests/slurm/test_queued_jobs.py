@@ -8,10 +8,9 @@ reconfigure, a slurmctld restart and a slurmd restart in between (with the plugi
 node_features plugin restores the lowered totals from ``extra`` at each registration).
 
 BadConstraints is sticky in slurmctld: it evaluates such a job again only when node
-features change or the job is updated (job_mgr.c). A node update through slurmrestd, which
-is how the service pushes every count, does make it evaluate them again; an ``scontrol
-update`` of the same Gres does not (held 90 s on 24.11, 280 s on 26.05.3). So once the pods
-leave, the service's push is what starts the job: the last test keeps that true.
+features change or the job is updated (job_mgr.c), not when the totals come back. Once a
+total rises, the sync's leader updates such jobs (app.slurm.held_back), and the job starts
+once the pods leave: the last test.
 
 The order matters and is the service's: a lowered count lands (and is read back) before a
 pod is admitted, so always before the job that used those resources ends. (An earlier
@@ -101,8 +100,7 @@ def test_a_job_held_back_by_pods_starts_when_they_leave(
 ) -> None:
     """A job queued behind another asks for 10 of n1's 16 CPUs; a pod takes 8 (k8scpu total
     8). When the first job ends, slurmctld holds the queued one back: the pod holds those
-    CPUs. Once the pod leaves, the service's push has slurmctld evaluate it again and it
-    runs."""
+    CPUs. Once the pod leaves, the service has slurmctld evaluate it again and it runs."""
     first = slurm.sbatch("-w", "n1", "-c", "8", "--mem=1000", "--wrap", "sleep 600")
     wait_until(lambda: slurm.job_state(first) == "RUNNING", 30, what="first job running")
     queued = slurm.sbatch("-w", "n1", "-c", "10", "--mem=1000", "--wrap", "sleep 600")
