@@ -101,3 +101,24 @@ def test_slug_is_githubs() -> None:
     )
     assert slug("Limits on what a caller can cost") == "limits-on-what-a-caller-can-cost"
     assert slug("Crash test: kill -9 of replicas") == "crash-test-kill--9-of-replicas"
+
+
+CODE_POINTER = re.compile(r"docs/([\w-]+\.md)(?:#([\w-]+))?")
+
+
+def test_pointers_from_the_code_lead_to_docs_pages_and_headings() -> None:
+    """Docstrings and messages point into docs/ (the README is only the quick start): every
+    such pointer names a page, and a heading of it, that exist."""
+    broken = []
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        where = path.relative_to(ROOT)
+        text = path.read_text()
+        if "README" in text:
+            broken.append(f"{where}: points at the README; its sections moved to docs/")
+        for page, anchor in CODE_POINTER.findall(text):
+            dest = ROOT / "docs" / page
+            if not dest.exists():
+                broken.append(f"{where}: no page docs/{page}")
+            elif anchor and anchor not in anchors(dest):
+                broken.append(f"{where}: no heading #{anchor} in docs/{page}")
+    assert not broken, "\n".join(broken)

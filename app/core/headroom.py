@@ -8,11 +8,12 @@ Per node, in base units:
 - granted: what Slurm withheld with no job using it at the last read-back of the node
   (app.core.counts.slurm_grant).
 
-Why an admission inside ``granted`` is safe without asking Slurm (docs/design.md#headroom):
-it is decided under the node's row lock, on ``held + request <= granted``; ``granted``
-rises only at a push's read-back, under the node's exclusive lock (app.db.locks); and
-before a push lowers what Slurm withholds it lowers ``granted``, committed, under the row
-lock. So at every instant Slurm withholds at least ``granted`` and no job uses any of it.
+Why an admission inside ``granted`` is safe without asking Slurm
+(docs/design.md#the-headroom-and-why-it-stays-safe): it is decided under the node's row
+lock, on ``held + request <= granted``; ``granted`` rises only at a push's read-back, under
+the node's exclusive lock (app.db.locks); and before a push lowers what Slurm withholds it
+lowers ``granted``, committed, under the row lock. So at every instant Slurm withholds at
+least ``granted`` and no job uses any of it.
 
 The target's life: the first admission on an idle node sets it to the node's amount and
 takes the Slurm path, whose push withholds held + target; admissions that fit what is

@@ -16,7 +16,7 @@ Contract:
 - ``Leadership(name)``: at most one replica holds it: a session-level advisory lock on a
   connection of its own, lost with that connection (replica killed, database restarted),
   which the holder notices at its next ``check()``. The Slurm sync runs only while held.
-SQLite keeps one replica per database file (README): both are local to the process.
+SQLite keeps one replica per database file (docs/deploy.md): both are local to the process.
 """
 
 from __future__ import annotations

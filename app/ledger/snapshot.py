@@ -12,7 +12,7 @@ How: a full load starts an EventFollower (app.ledger.follow) at the end of the l
 reads every node and every holding (two queries). A refresh polls the follower and reads
 again only the nodes its events name (two queries per 500 names); a node that is no longer
 in the database leaves the snapshot. Every ledger change records an event naming its node
-in the same transaction (app.ledger.service), on whichever replica made it.
+in the same transaction (app.ledger.commands), on whichever replica made it.
 
 Contract:
 - Freshness: ``views(max_age)`` answers from a refresh that started at most ``max_age``

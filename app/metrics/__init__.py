@@ -2,5 +2,5 @@
 collector, the /metrics route, request ids and structured (JSON) log lines.
 
 The metric names, types and labels are a contract (alerts and dashboards are written
-against them): see ``registry`` and the README's "Metrics and logs".
+against them): see ``registry`` and docs/operations.md ("Metrics", "Logs").
 """

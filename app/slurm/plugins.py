@@ -15,7 +15,8 @@ none of what pods hold); it is checked wherever slurmrestd can say.
 slurmrestd says which plugins slurmctld loaded from API v0.0.45 on (Slurm 26.05,
 ``GET /slurm/v0.0.45/conf``: ``NodeFeaturesPlugins``, ``JobSubmitPlugins``). Slurm 25.11's
 slurmrestd (v0.0.44) has no such endpoint: there the check cannot see, and
-``plugin_check`` decides (README). 24.11's cannot either, and needs no node_features plugin.
+``plugin_check`` decides (docs/configuration.md). 24.11's cannot either, and needs no
+node_features plugin.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def verdict(
         )
     if not problems:
         return Verdict(True, f"Slurm {release}: {_needed(release)}")
-    fix = "add the plugins (README, Slurm plugins) and reconfigure slurmctld"
+    fix = "add the plugins (docs/slurm.md, The plugins) and reconfigure slurmctld"
     return Verdict(False, "; ".join(problems) + f"; so nodes cannot be shared safely: {fix}")
 
 
