@@ -27,7 +27,7 @@ def test_job_becomes_a_holding_and_goes_when_it_ends(
     wait_until(lambda: slurm.job_state(job) == "RUNNING", 30, what="job running")
     started = time.monotonic()
     # Usually within a second (printed below); the limit is for a busy machine.
-    held = wait_until(lambda: slurm_holdings(slurm_api, "n1").get(job), 20, what="holding")
+    held = wait_until(lambda: slurm_holdings(slurm_api, "n1").get(job), 60, what="holding")
     seen_after = time.monotonic() - started
     assert held["requests"]["cpu_millis"] == 2000
     assert held["requests"]["memory_bytes"] == 1500 * MIB
