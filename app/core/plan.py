@@ -160,7 +160,9 @@ def holds_gone(view: NodeView, jobs: Iterable[SlurmJob], listed_at: datetime | N
     withheld from Slurm (app.core.counts.withheld). None when every hold is listed."""
     if listed_at is None:
         return None
-    listed = {job.job_id for job in jobs}
+    # A hold COMPLETING is ending (cancelled, or killed with its node): on a node resumed
+    # before it finished, Slurm would start a queued job on its device.
+    listed = {job.job_id for job in jobs if "COMPLETING" not in job.states}
     gone = [h for h in view.holdings if hold_gone(h, listed, listed_at)]
     if not gone:
         return None

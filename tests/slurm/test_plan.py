@@ -343,12 +343,17 @@ def hold_job(job_id: str = "8") -> SlurmJob:
     )  # fmt: skip
 
 
+# Killed with its node, or cancelled: ending, though Slurm still lists it.
+COMPLETING_HOLD = replace(hold_job(), states=frozenset({"COMPLETING"}))
+
+
 @pytest.mark.parametrize(
     ("pod", "jobs", "listed_at", "gone"),
     [
         pytest.param(device_pod("8"), [hold_job()], LATER, False, id="hold-listed"),
         pytest.param(device_pod("8"), [], LATER, True, id="hold-gone"),
         pytest.param(device_pod("8"), [hold_job("9")], LATER, True, id="another-hold-listed"),
+        pytest.param(device_pod("8"), [COMPLETING_HOLD], LATER, True, id="hold-completing"),
         # Confirmed after the listing began: the listing may predate its hold.
         pytest.param(device_pod("8", LATER), [], T0, False, id="hold-newer-than-listing"),
         pytest.param(device_pod("8"), [], None, False, id="no-listing-time"),
