@@ -44,6 +44,14 @@ log = logging.getLogger(__name__)
 INVALID_JOB_ID = 2017  # ESLURM_INVALID_JOB_ID
 ALREADY_DONE = 2021  # ESLURM_ALREADY_DONE: "Job/step already completing or completed"
 
+
+def job_gone(exc: SlurmRequestError) -> bool:
+    """Slurm refused a request about a job because the job has ended (or it never knew it)."""
+    return bool(exc.errors) and all(
+        e.error_number in (INVALID_JOB_ID, ALREADY_DONE) for e in exc.errors
+    )
+
+
 Shape = msgspec.json.Decoder[Any]
 
 
@@ -194,8 +202,7 @@ class SlurmClient:
         try:
             self._call("DELETE", f"job/{job_id}")
         except SlurmRequestError as exc:
-            gone = (INVALID_JOB_ID, ALREADY_DONE)
-            if not exc.errors or any(e.error_number not in gone for e in exc.errors):
+            if not job_gone(exc):
                 raise
 
     # ------------------------------------------------------------------ plumbing

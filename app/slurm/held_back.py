@@ -24,17 +24,10 @@ from collections.abc import Collection
 
 from app.core.counts import K8sCounts, current_counts
 from app.core.slurm_models import SlurmNode
-from app.slurm.client import ALREADY_DONE, INVALID_JOB_ID, SlurmClient
+from app.slurm.client import SlurmClient, job_gone
 from app.slurm.errors import SlurmError, SlurmRequestError
 
 log = logging.getLogger(__name__)
-
-
-def _gone(exc: SlurmRequestError) -> bool:
-    """Slurm refused the update because the job ended since the listing."""
-    return bool(exc.errors) and all(
-        e.error_number in (INVALID_JOB_ID, ALREADY_DONE) for e in exc.errors
-    )
 
 
 def _rose(before: K8sCounts | None, now: K8sCounts) -> bool:
@@ -76,7 +69,7 @@ class HeldBackJobs:
             try:
                 self.client.update_job(job_id, {})
             except SlurmRequestError as exc:
-                if not _gone(exc):  # e.g. a token whose user may not update others' jobs
+                if not job_gone(exc):  # e.g. a token whose user may not update others' jobs
                     failures.append(f"job {job_id}: {exc}")
                     continue
                 log.debug("held-back job %s ended meanwhile: %s", job_id, exc)
