@@ -12,13 +12,14 @@ node_features/k8s_resources plugin restores the lowered counts when the node re-
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from app.core.gres import gres_count, parse_gres, with_counts
 from app.core.headroom import held
 from app.core.records import NodeView
 from app.core.resources import Resources
-from app.core.slurm_models import SlurmNode
+from app.core.slurm_models import SlurmJob, SlurmNode
 
 MIB = 1024 * 1024
 EXTRA_TOKEN = "nodeledger="
@@ -38,6 +39,13 @@ class SlurmUnits:
 
     def as_resources(self) -> Resources:
         return Resources(self.cpus * 1000, self.memory_mb * MIB, self.gpus)
+
+    def at_least(self, other: SlurmUnits) -> SlurmUnits:
+        return SlurmUnits(
+            max(self.cpus, other.cpus),
+            max(self.memory_mb, other.memory_mb),
+            max(self.gpus, other.gpus),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +124,13 @@ def held_units(view: NodeView) -> SlurmUnits:
     return SlurmUnits.of(held(view))
 
 
-def slurm_grant(node: SlurmNode) -> Resources:
+def slurm_grant(node: SlurmNode, used: SlurmUnits | None = None) -> Resources:
     """What Slurm withholds on ``node`` that none of its jobs uses, as read: per resource,
     size - max(the k8s count, what jobs use of it), in base units. Jobs can never take it
-    while those counts stay: a job needs k8s counts beyond what jobs already use."""
+    while those counts stay: a job needs k8s counts beyond what jobs already use.
+    ``used``: what jobs use there (slurm_usage), when the node's own GRES cannot show it."""
     counts = current_counts(node)
-    used = gres_usage(node)
+    used = gres_usage(node) if used is None else used
     gpus = node_gpus(node)
     return Resources(
         max(0, node.cpus - max(counts.k8scpu, used.cpus)) * 1000,
@@ -130,11 +139,12 @@ def slurm_grant(node: SlurmNode) -> Resources:
     )
 
 
-def read_back_grant(view: NodeView, node: SlurmNode) -> Resources:
-    """The node's grant (app.core.headroom) once a push read ``node`` back: what Slurm now
-    leaves to pods. Raised only on a node with a headroom target; without one it can only
-    fall (every admission there goes through the gate, which needs no grant)."""
-    now = slurm_grant(node)
+def read_back_grant(view: NodeView, node: SlurmNode, used: SlurmUnits) -> Resources:
+    """The node's grant (app.core.headroom) once a push read ``node`` back (its jobs using
+    ``used``): what Slurm now leaves to pods. Raised only on a node with a headroom target;
+    without one it can only fall (every admission there goes through the gate, which needs
+    no grant)."""
+    now = slurm_grant(node, used)
     return view.headroom.granted.at_most(now) if view.headroom.target.is_zero() else now
 
 
@@ -149,6 +159,32 @@ def gres_usage(node: SlurmNode) -> SlurmUnits:
     return SlurmUnits(
         gres_count(used, "k8scpu"), gres_count(used, "k8smemory"), gres_count(used, "k8sgpu")
     )
+
+
+def hides_usage(node: SlurmNode) -> bool:
+    """Whether a k8s count of ``node`` is 0. Slurm then leaves that GRES out of both the
+    node's ``gres`` and ``gres_used``, though it still counts what its jobs use of it: a
+    job's k8scpu:2 vanished from GresUsed at a k8scpu total of 0 and came back at 16
+    (26.05.3). Its jobs' use must then be read from the jobs (slurm_usage)."""
+    counts = current_counts(node)
+    return counts.k8scpu == 0 or counts.k8smemory == 0 or counts.k8sgpu == 0
+
+
+def slurm_usage(node: SlurmNode, jobs: Iterable[SlurmJob]) -> SlurmUnits:
+    """What Slurm's jobs use on ``node``: its GRES accounting, and where a count of 0 hides
+    that (hides_usage), at least what ``jobs`` (listed after ``node`` was read) hold there.
+    Hold jobs of the service's are pods, withheld by the counts already."""
+    used = gres_usage(node)
+    if not hides_usage(node):
+        return used
+    cpus = memory_mb = gpus = 0
+    for job in jobs:
+        if not job.holds_resources or job.is_nodeledger_hold:
+            continue
+        for a in job.allocations:
+            if a.node == node.name:
+                cpus, memory_mb, gpus = cpus + a.cpus, memory_mb + a.memory_mb, gpus + a.gpus
+    return used.at_least(SlurmUnits(cpus, memory_mb, gpus))
 
 
 def slurm_overlap(node: SlurmNode, used: SlurmUnits, held: SlurmUnits) -> list[str]:

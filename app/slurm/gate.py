@@ -17,7 +17,9 @@ Why that is enough (no job can take what a confirmed pod holds):
   it is in the ``gres_used`` read afterwards, or it started after, and then it had to fit
   in the lowered counts;
 - a confirmed hold passed ``used <= size - withheld`` on that read, so jobs never exceed
-  what the pods leave. Both survive a slurmctld restart: the counts come back from its
+  what the pods leave. Where the push left a count at 0, Slurm shows no ``gres_used`` for
+  it: the push reads what its jobs use from a job listing made after it
+  (app.core.counts.slurm_usage). Both survive a slurmctld restart: the counts come back from its
   state (or are pushed again by the sync) and ``gres_used`` is rebuilt from the jobs
   before slurmctld answers (measured on 24.11 and 26.05).
 The node's own ``alloc_cpus``/``alloc_memory`` are not a witness: slurmctld refreshes them
@@ -50,7 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from app.core.caps import KubeCaps
-from app.core.counts import gres_usage, slurm_overlap
+from app.core.counts import slurm_overlap
 from app.core.ledger_errors import AdmissionRejected, NodeNotFound
 from app.core.records import Holding, NodeView
 from app.core.resources import Resources
@@ -137,7 +139,7 @@ class SlurmGate:
         # The cap is checked on the ledger's node as the push reads it (the hold included),
         # before any count is sent.
         result = self.pusher.push(holding.node, reason=reason, check=self._within_cap)
-        if problems := slurm_overlap(result.node, gres_usage(result.node), result.held):
+        if problems := slurm_overlap(result.node, result.used, result.held):
             raise AdmissionRejected(
                 f"Slurm already holds it on node {result.node.name}: {'; '.join(problems)}"
                 f"{_jobs(self.jobs_on(result.node.name))}"

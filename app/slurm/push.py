@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from app.core.counts import (
@@ -48,14 +48,17 @@ from app.core.counts import (
     desired_counts,
     extra_with_holdings,
     gres_update,
+    gres_usage,
     held_units,
+    hides_usage,
     read_back_grant,
     slurm_grant,
+    slurm_usage,
     withheld,
 )
 from app.core.records import EventKind, NodeView
 from app.core.resources import Resources
-from app.core.slurm_models import SlurmNode
+from app.core.slurm_models import SlurmJob, SlurmNode
 from app.ledger.repository import event_values
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
@@ -85,6 +88,7 @@ class PushResult:
     node: SlurmNode  # as read back from Slurm after the push
     withheld: SlurmUnits  # what the push withheld from Slurm: held + the headroom's target
     held: SlurmUnits  # what pods and reservations hold of it
+    used: SlurmUnits  # what Slurm's jobs use on the node, read after the push
     updated: bool  # False when Slurm already had the right counts
     drifted: bool  # Slurm had other counts than this service last pushed (reset behind us)
 
@@ -134,12 +138,14 @@ class Pusher:
         reason: str = "ledger changed",
         check: Check | None = None,
         observed: SlurmNode | None = None,
+        observed_jobs: Collection[SlurmJob] = (),
     ) -> PushResult:
         """``check`` sees the ledger's node as the push computes from it, before anything is
         sent to Slurm (when another caller's push covers this call: as that push read it);
         what it raises ends the push (the gate's cap: no over-cap counts pushed first).
         ``observed``: the node as a listing found it, when Slurm may have lost the counts
-        (the headroom's grant is lowered to what that leaves before anything else)."""
+        (the headroom's grant is lowered to what that leaves before anything else), and
+        ``observed_jobs`` the jobs that listing found on it."""
         with self._counter_lock:
             slot = self._slots.setdefault(node, _Slot())
             slot.requested += 1
@@ -153,7 +159,7 @@ class Pusher:
             with self._counter_lock:
                 start = slot.requested  # this push reads the ledger after all these requests
             try:
-                result = self._push_now(node, reason, slot, check, observed)
+                result = self._push_now(node, reason, slot, check, (observed, observed_jobs))
             except SlurmError as exc:
                 with self._counter_lock:
                     self._owed.add(node)
@@ -175,7 +181,7 @@ class Pusher:
         reason: str,
         slot: _Slot,
         check: Check | None,
-        observed: SlurmNode | None,
+        observed: tuple[SlurmNode | None, Collection[SlurmJob]],
     ) -> PushResult:
         pushed: list[str] = []
         drifted = False
@@ -183,7 +189,7 @@ class Pusher:
         with self.ledger.exclusive(name) as exclusive:
             # The grant first: no admission may skip Slurm beyond what this push withholds,
             # nor beyond what a listing found Slurm withholding (app.core.headroom).
-            view = exclusive.view(grant_at_most=lambda v: _grant_limit(v, observed))
+            view = exclusive.view(grant_at_most=lambda v: _grant_limit(v, *observed))
             if check is not None:
                 check(view)
             self.metrics.slurm_pushed(reason)  # a push that runs (the check let it)
@@ -211,7 +217,8 @@ class Pusher:
                     f"Slurm node {view.slurm_name} did not keep the counts pushed to it "
                     f"({', '.join(pushed)}) after {MAX_ROUNDS} tries"
                 )
-            granted = read_back_grant(view, node)
+            used = self._used(node)
+            granted = read_back_grant(view, node, used)
             if self.witness is not None and self.witness.generation != generation:
                 # Slurm may have changed the counts since this read (app.slurm.witness):
                 # the grant may fall, never rise, on it.
@@ -227,7 +234,18 @@ class Pusher:
                 )
                 log.debug("pushed %s to %s (%s)", pushed[-1], view.slurm_name, reason)
             exclusive.finish(granted if granted != view.headroom.granted else None, event)
-        return PushResult(view, node, held, held_units(view), updated=bool(pushed), drifted=drifted)
+        return PushResult(
+            view, node, held, held_units(view), used, updated=bool(pushed), drifted=drifted
+        )
+
+    def _used(self, node: SlurmNode) -> SlurmUnits:
+        """What Slurm's jobs use on ``node`` as just read back; where a count of 0 hides it
+        (app.core.counts.hides_usage), from a job listing read after that: every job that
+        started before the counts landed is in it."""
+        if not hides_usage(node):
+            return gres_usage(node)
+        listing = self.client.get_jobs()
+        return slurm_usage(node, listing.items if listing is not None else ())
 
     def void_grant(self, name: str) -> None:
         """Lower the node's grant to zero, committed, under the node's lock against every
@@ -237,11 +255,15 @@ class Pusher:
             exclusive.view(grant_at_most=lambda _: Resources.ZERO)
 
 
-def _grant_limit(view: NodeView, observed: SlurmNode | None) -> Resources:
+def _grant_limit(
+    view: NodeView, observed: SlurmNode | None, jobs: Collection[SlurmJob]
+) -> Resources:
     """What a push leaves the node's grant at most: what it will withhold and, after a
     listing that may show lost counts, what that listing found Slurm leaving to pods."""
     limit = withheld(view).as_resources()
-    return limit if observed is None else limit.at_most(slurm_grant(observed))
+    if observed is None:
+        return limit
+    return limit.at_most(slurm_grant(observed, slurm_usage(observed, jobs)))
 
 
 def _in_place(node: SlurmNode, held: SlurmUnits) -> bool:

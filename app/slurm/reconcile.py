@@ -101,7 +101,9 @@ class NodeReconciler:
         return plan.push is not None
 
     def _push(self, view: NodeView, push: Push, observed: Observed) -> None:
-        result = self.pusher.push(view.name, reason="drift", observed=observed.node)
+        result = self.pusher.push(
+            view.name, reason="drift", observed=observed.node, observed_jobs=observed.jobs.values()
+        )
         # Else every later pass would see the listing's old counts and push again: at
         # 15,000 nodes, a read per node per pass, while hints wait.
         self.state.remember(result.node)

@@ -13,10 +13,12 @@ from app.core.counts import (
     desired_counts,
     extra_with_holdings,
     gres_usage,
+    hides_usage,
     slurm_overlap,
+    slurm_usage,
 )
 from app.core.resources import Resources
-from app.core.slurm_models import SlurmNode
+from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
 
 GIB = 1024**3
 
@@ -115,3 +117,36 @@ def test_overlap_names_each_resource_slurm_already_uses() -> None:
     assert slurm_overlap(busy, used, SlurmUnits(6, 31000, 1)) == []
     problems = slurm_overlap(busy, used, SlurmUnits(7, 31001, 2))
     assert [p.split(":")[0] for p in problems] == ["cpu", "memory", "gpu"]
+
+
+def _job(
+    job_id: str, node: str, cpus: int, *, state: str = "RUNNING", hold: bool = False
+) -> SlurmJob:
+    return SlurmJob(
+        job_id,
+        "nodeledger-hold" if hold else "wrap",
+        "alice",
+        frozenset({state}),
+        (JobAllocation(node, cpus, 500, 1), JobAllocation("n9", 8, 8000, 0)),
+        comment="nodeledger-hold:uid" if hold else "",
+    )
+
+
+def test_a_count_of_zero_hides_its_use_and_the_jobs_tell_it() -> None:
+    """Slurm leaves a GRES with a total of 0 out of gres_used too (26.05.3): the jobs listed
+    after the read say what they use; hold jobs (pods) and ended jobs do not count."""
+    shown = node("k8scpu:2,k8smemory:1000", gres_used="k8scpu:2,k8smemory:500")
+    assert not hides_usage(shown)
+    assert slurm_usage(shown, [_job("1", "n1", 8)]) == SlurmUnits(2, 500, 0)
+    hidden = node("k8smemory:1000", gres_used="k8smemory:500")
+    assert hides_usage(hidden)
+    jobs = [
+        _job("1", "n1", 2),
+        _job("2", "n1", 3, hold=True),
+        _job("3", "n1", 4, state="COMPLETED"),
+        _job("4", "n2", 5),
+    ]
+    assert slurm_usage(hidden, jobs) == SlurmUnits(2, 500, 1)
+    assert slurm_usage(hidden, []) == SlurmUnits(0, 500, 0)
+    gpus_hidden = node("k8scpu:16,k8smemory:1000,gpu:4", gres_used="k8scpu:0,k8smemory:0,gpu:1")
+    assert hides_usage(gpus_hidden)  # k8sgpu 0 on a node with GPUs

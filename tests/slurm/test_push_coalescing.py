@@ -3,6 +3,7 @@ state (a fake slurmrestd with latency, a real SQLite ledger)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,11 +13,12 @@ import pytest
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
+from app.core.gres import gres_count
 from app.core.ledger_errors import AdmissionRejected
 from app.core.plan import health_reason, slurm_snapshot
 from app.core.records import Holder, HolderKind, NodeSpec, SnapshotEntry
 from app.core.resources import Resources
-from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
+from app.core.slurm_models import JobAllocation, Listing, SlurmJob, SlurmNode
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
 from app.slurm.push import Pusher
@@ -26,8 +28,16 @@ GIB = 1024**3
 LIMIT = 60.0  # seconds: generous, for a loaded machine; a pass never waits this long
 
 
+def shown(gres: str) -> str:
+    """A GRES string as Slurm shows it: a k8s count of 0 left out (app.core.counts,
+    hides_usage), from ``gres`` and ``gres_used`` alike."""
+    return ",".join(e for e in gres.split(",") if e and not re.fullmatch(r"k8s\w+:0", e))
+
+
 class FakeSlurm:
-    """Just enough of SlurmClient: one node whose update takes a while."""
+    """Just enough of SlurmClient: one node whose update takes a while. Its jobs are what
+    the node's ``gres_used`` says (every job asks k8s GRES equal to its allocation); the
+    job listing shows them as one job."""
 
     def __init__(self, node: SlurmNode, latency: float = 0.01) -> None:
         self.node = node
@@ -37,7 +47,16 @@ class FakeSlurm:
 
     def get_node(self, name: str) -> SlurmNode:
         with self._lock:
-            return self.node
+            return replace(
+                self.node, gres=shown(self.node.gres), gres_used=shown(self.node.gres_used)
+            )
+
+    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob]:
+        with self._lock:
+            used, name = self.node.gres_used, self.node.name
+        cpus, memory_mb = gres_count(used, "k8scpu"), gres_count(used, "k8smemory")
+        allocation = JobAllocation(name, cpus, memory_mb, gres_count(used, "k8sgpu"))
+        return Listing((SlurmJob("1", "jobs", "alice", frozenset({"RUNNING"}), (allocation,)),), 1)
 
     def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
         time.sleep(self.latency)
