@@ -17,14 +17,15 @@ least ``granted`` and no job uses any of it.
 
 The target's life: the first admission on an idle node sets it to the node's amount and
 takes the Slurm path, whose push withholds held + target; admissions that fit what is
-granted are then confirmed at once, and one that leaves less free than the low-water
-mark asks for a refill (a push off the admission path). An admission that does not fit
-takes the Slurm path and grows the target by the grow step, up to its maximum, once
-a read-back showed Slurm withholding the current target (so a burst that outran a push
-grows it once, not once per admission). After
-``idle_seconds`` without an admission the target goes back to zero and Slurm gets the
-headroom back. A release on a node with a target adds what it frees to the target, up to
-the maximum: a burst that leaves and comes back (a Job's next wave) costs Slurm no push.
+granted are then confirmed at once, and one that leaves less free than the low-water mark
+asks for a refill (a push off the admission path). An admission that does not fit takes the
+Slurm path and grows the target by the grow step, up to its maximum, once a read-back showed
+Slurm withholding the current target (so a burst that outran a push grows it once, not once
+per admission). After ``idle_seconds`` without an admission, or at the sync step that sees a
+Slurm job waiting for resources in the node's partitions, the target goes back to zero and
+Slurm gets the headroom back (the next admission there sets it again: pods came back). A
+release on a node with a target adds what it frees to the target, up to the maximum: a burst
+that leaves and comes back (a Job's next wave) costs Slurm no push.
 """
 
 from __future__ import annotations
@@ -119,12 +120,21 @@ def admit_step(node: HeadroomNode, request: Resources, policy: HeadroomPolicy) -
 
 
 def settled_target(
-    labels: Mapping[str, str], headroom: NodeHeadroom, policy: HeadroomPolicy, now: datetime
+    labels: Mapping[str, str],
+    headroom: NodeHeadroom,
+    policy: HeadroomPolicy,
+    now: datetime,
+    *,
+    contended: bool = False,
 ) -> Resources:
-    """The target once idle time and the policy are applied: zero after ``idle_seconds``
-    without an admission, and never above the node's maximum (a label lowered)."""
+    """The target once idle time, Slurm's demand and the policy are applied: zero after
+    ``idle_seconds`` without an admission, zero while ``contended`` (Slurm jobs that may run
+    on the node wait for resources: the headroom would starve them), and never above the
+    node's maximum (a label lowered)."""
     if headroom.target.is_zero():
         return headroom.target
+    if contended:
+        return Resources.ZERO
     used = headroom.used_at
     if used is None or (now - used).total_seconds() >= policy.idle_seconds:
         return Resources.ZERO

@@ -18,6 +18,9 @@ HOLD_JOB_NAME = "nodeledger-hold"
 HOLD_COMMENT_PREFIX = "nodeledger-hold:"
 # A k8s GRES in a job's TRES request: "gres/k8scpu:2" (24.11 on), "gres:k8scpu:2" (older).
 _K8S_GRES = re.compile(r"gres[/:]k8s(?:cpu|memory|gpu)\b")
+# Reason=Priority is a job queued behind one waiting for resources: that one names the
+# partition already.
+_WAITING_FOR_RESOURCES = frozenset({"Resources", "BadConstraints"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,7 @@ class SlurmNode:
     states: frozenset[str]
     reason: str
     extra: str
+    partitions: frozenset[str] = frozenset()
 
     @property
     def usable_memory_mb(self) -> int:
@@ -61,6 +65,7 @@ class SlurmJob:
     comment: str = ""
     state_reason: str = ""  # why a PENDING job waits: "Resources", "BadConstraints", ...
     tres_per_node: str = ""  # what it asks per node: "gres/k8scpu:2,gres/k8smemory:200"
+    partitions: frozenset[str] = frozenset()  # where it may run (one, or several asked)
 
     @property
     def holds_resources(self) -> bool:
@@ -76,6 +81,19 @@ class SlurmJob:
             "PENDING" in self.states
             and self.state_reason == "BadConstraints"
             and _K8S_GRES.search(self.tres_per_node) is not None
+        )
+
+    @property
+    def waits_for_resources(self) -> bool:
+        """Pending for resources (Reason=Resources, or held back as above) while asking for
+        k8s GRES: a node's headroom in its partitions withholds what it could use
+        (app.core.headroom.settled_target). A job waiting for its begin time, a
+        dependency or a hold waits for no node. A hold job of the service's is a pod."""
+        return (
+            "PENDING" in self.states
+            and self.state_reason in _WAITING_FOR_RESOURCES
+            and _K8S_GRES.search(self.tres_per_node) is not None
+            and not self.is_nodeledger_hold
         )
 
     @property

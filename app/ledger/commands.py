@@ -15,7 +15,7 @@ GenericNode mirror) learns of changes, from any replica, only that way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -148,30 +148,35 @@ class LedgerCommands:
                 row.updated_at = now
             return repo.view(row)
 
-    def settle_headroom(self) -> list[str]:
-        """Apply the headroom's idle time and maxima (app.core.headroom.settled_target) to
-        every node with a headroom target; the nodes whose target changed, to push."""
+    def settle_headroom(self, contended: Collection[str] = ()) -> list[str]:
+        """Apply the headroom's idle time, Slurm's demand and maxima
+        (app.core.headroom.settled_target) to every node with a headroom target;
+        ``contended``: the Slurm nodes where jobs wait for resources. The nodes whose
+        target changed, to push."""
         now = self.clock()
+
+        def settled(row: NodeRow) -> tuple[NodeHeadroom, Resources, bool] | None:
+            current = node_headroom(row)
+            waited = (row.slurm_name or row.name) in contended
+            target = settled_target(row.labels or {}, current, self.headroom, now, contended=waited)
+            return None if target == current.target else (current, target, waited)
+
         # A read first: most steps find nothing to settle and take no write lock.
         with self.store.read() as reader:
-            due = {row.name for row in reader.nodes_with_headroom() if self._settled(row, now)}
+            due = {row.name for row in reader.nodes_with_headroom() if settled(row)}
         if not due:
             return []
         changed: list[str] = []
         with self.store.write() as repo:
             for row in repo.nodes_with_headroom(lock=True):
-                if row.name in due and (settled := self._settled(row, now)) is not None:
-                    current, target = settled
+                if row.name in due and (settling := settled(row)) is not None:
+                    current, target, waited = settling
                     repo.set_headroom(row.id, replace(current, target=target))
-                    repo.insert_event(events.headroom_settled(now, row.name, current, target))
+                    repo.insert_event(
+                        events.headroom_settled(now, row.name, current, target, waited)
+                    )
                     changed.append(row.name)
         return changed
-
-    def _settled(self, row: NodeRow, now: datetime) -> tuple[NodeHeadroom, Resources] | None:
-        """The node's headroom and its settled target when that differs, else None."""
-        current = node_headroom(row)
-        target = settled_target(row.labels or {}, current, self.headroom, now)
-        return None if target == current.target else (current, target)
 
     def delete_node(self, name: str) -> None:
         with self.store.write() as repo:

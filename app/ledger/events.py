@@ -249,9 +249,12 @@ def holdings_replaced(
     )
 
 
-def headroom_settled(now: datetime, node: str, before: NodeHeadroom, target: Resources) -> Event:
+def headroom_settled(
+    now: datetime, node: str, before: NodeHeadroom, target: Resources, contended: bool = False
+) -> Event:
     if target.is_zero():
-        message = f"headroom {describe_resources(before.target)} given back to Slurm (idle)"
+        why = "Slurm jobs wait for resources in its partitions" if contended else "idle"
+        message = f"headroom {describe_resources(before.target)} given back to Slurm ({why})"
     else:
         message = f"headroom lowered to {describe_resources(target)} (the node's maximum)"
     return event_values(

@@ -72,6 +72,7 @@ class _Node(TypedDict, total=False):
     state: Any
     reason: Any
     extra: Any
+    partitions: Any
 
 
 class _Allocation(TypedDict, total=False):  # v0.0.41+; its socket and core map skipped
@@ -100,6 +101,7 @@ class _Job(TypedDict, total=False):
     comment: Any
     state_reason: Any
     tres_per_node: Any
+    partition: Any  # "p" or, when several were asked, "p1,p2"
 
 
 class _NodesListing(TypedDict, total=False):
@@ -131,6 +133,7 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
         states=states(raw.get("state")),
         reason=str(raw.get("reason") or ""),
         extra=str(raw.get("extra") or ""),
+        partitions=frozenset(str(p) for p in raw.get("partitions") or ()),
     )
 
 
@@ -144,6 +147,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         comment=str(raw.get("comment") or ""),
         state_reason=str(raw.get("state_reason") or ""),
         tres_per_node=str(raw.get("tres_per_node") or ""),
+        partitions=frozenset(p for p in str(raw.get("partition") or "").split(",") if p),
     )
 
 

@@ -67,6 +67,10 @@ class SlurmState:
         self._unlisted: dict[str, Resources] = {}
         self._hinted_at: dict[str, float] = {}  # job id -> when a hint's read of it began
         self._held_back: tuple[str, ...] = ()  # pending jobs slurmctld marked non-runnable
+        # The partitions of jobs waiting for resources (SlurmJob.waits_for_resources); a
+        # waiting job that names none makes every node contended.
+        self._waiting_in: frozenset[str] = frozenset()
+        self._waiting_anywhere = False
         self._published = SlurmSnapshot(MappingProxyType({}), MappingProxyType({}))
         self._dirty = False
         self.jobs_listed_at: float | None = None  # when the last full job listing's read began
@@ -104,6 +108,15 @@ class SlurmState:
         """The jobs the last job listing showed held back (SlurmJob.held_back), by id."""
         return self._held_back
 
+    def contended(self) -> set[str]:
+        """The nodes (Slurm names) in a partition where a job of the last job listing waits
+        for resources: their headroom goes back to Slurm (app.core.headroom)."""
+        if self._waiting_anywhere:
+            return set(self._nodes)
+        if not self._waiting_in:
+            return set()
+        return {name for name, n in self._nodes.items() if n.partitions & self._waiting_in}
+
     def completing(self) -> set[str]:
         """The jobs seen COMPLETING: they hold their nodes until read otherwise."""
         return {i for i, job in self._jobs.items() if "COMPLETING" in job.states}
@@ -136,6 +149,9 @@ class SlurmState:
         if jobs is not None:
             self.jobs_listed_at = began
             self._held_back = tuple(j.job_id for j in jobs.items if j.held_back)
+            waiting = [j.partitions for j in jobs.items if j.waits_for_resources]
+            self._waiting_in = frozenset().union(*waiting)
+            self._waiting_anywhere = any(not partitions for partitions in waiting)
             listed = {
                 j.job_id: j for j in jobs.items if j.holds_resources and j.job_id not in newer
             }

@@ -322,8 +322,10 @@ class SlurmSync:
         return self._push_each(self.pusher.owed(), "retry")
 
     def _settle_headroom(self) -> list[str]:
-        """Give Slurm back the headroom of nodes idle long enough (app.core.headroom)."""
-        return self._push_each(self.ledger.settle_headroom(), "headroom idle")
+        """Give Slurm back the headroom of nodes idle long enough, or where Slurm jobs wait
+        for resources (app.core.headroom)."""
+        settled = self.ledger.settle_headroom(self.state.contended())
+        return self._push_each(settled, "headroom settled")
 
     def _push_each(self, names: Iterable[str], reason: str) -> list[str]:
         """Push each node; failures, by node."""

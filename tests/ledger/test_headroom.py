@@ -133,6 +133,12 @@ def test_idle_gives_the_headroom_back_and_a_lowered_label_lowers_it() -> None:
     assert settled_target({}, NodeHeadroom(), policy, T0) == Resources.ZERO
 
 
+def test_slurm_jobs_waiting_for_resources_take_the_headroom_back_at_once() -> None:
+    headroom = NodeHeadroom(Resources(4000, 8 * GIB), Resources(5000, 9 * GIB), T0)
+    assert settled_target({}, headroom, POLICY, T0, contended=True) == Resources.ZERO
+    assert settled_target({}, headroom, POLICY, T0, contended=False) == headroom.target
+
+
 def test_a_release_adds_to_the_target_up_to_its_maximum_and_an_idle_node_gives_back() -> None:
     headroom = NodeHeadroom(AMOUNT, AMOUNT, T0)
     freed = Resources(1500, GIB)
@@ -221,6 +227,21 @@ def test_idle_headroom_is_given_back_once(headroom_ledger: Ledger, clock: Clock)
     assert ledger.settle_headroom() == []
     (event,) = ledger.events(node="n1", kind=EventKind.HEADROOM)
     assert "given back to Slurm" in event.message
+
+
+def test_a_node_where_slurm_jobs_wait_gives_its_headroom_back_by_its_slurm_name(
+    headroom_ledger: Ledger,
+) -> None:
+    ledger = headroom_ledger
+    ledger.upsert_node("n2", NodeSpec(Resources(16000, 64 * GIB), slurm_name="s2"))
+    admit(ledger, "p1", 1000)
+    ledger.admit("n2", pod("p2"), Resources(1000, GIB), state=HoldingState.PENDING, headroom=True)
+    assert ledger.settle_headroom(["n2", "s9"]) == []  # n2 is "s2" to Slurm
+    assert ledger.settle_headroom(["s2"]) == ["n2"]
+    assert ledger.settle_headroom(["n1"]) == ["n1"]
+    assert ledger.settle_headroom(["n1", "s2"]) == []
+    (event,) = ledger.events(node="n1", kind=EventKind.HEADROOM)
+    assert "given back to Slurm (Slurm jobs wait for resources" in event.message
 
 
 def test_a_confirmed_release_stays_withheld_unless_past_the_maximum(

@@ -101,3 +101,6 @@ def test_listings_decoded_to_their_read_fields_equal_a_full_parse(slurm: SlurmCl
         running = [j for j in jobs.items if "RUNNING" in j.states]
         assert len(running) == 2, api
         assert all(j.allocations for j in running), api
+        # Where jobs may run, on both sides (the headroom's give-back, app.slurm.state).
+        assert all(j.partitions == {"debug"} for j in jobs.items), api
+        assert all("debug" in n.partitions for n in nodes.items), api

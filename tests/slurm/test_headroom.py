@@ -229,3 +229,29 @@ def test_a_failover_confirms_the_grant_again_and_the_new_leader_gives_it_back(
         assert within(second, "n1") == ["p3"]
         wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 13, 15, what="given back: 3 pods")
         assert_no_overlap(second, slurm, "n1")
+
+
+def test_a_job_waiting_for_resources_gets_the_headroom_back(
+    headroom_api: TestClient, slurm: SlurmCluster
+) -> None:
+    """Issue 31: a job that could run on the node if the headroom were not withheld pends
+    (Reason=Resources); the sync step that sees it gives the headroom back and the job
+    starts. Pods coming back set the headroom again."""
+    api = headroom_api
+    assert admit(api, "n1", "p1", "1").status_code == 201
+    assert gres(slurm, "n1")["k8scpu"] == 13  # 1 CPU + 2 of headroom withheld
+    running = slurm.sbatch("-w", "n1", "-c", "8", "--mem=1000", "--wrap", "sleep 300")
+    wait_until(lambda: slurm.job_state(running) == "RUNNING", 15, what="the first job running")
+    # 6 CPUs: 8 are free of jobs and pods, but only 5 of them are Slurm's with the headroom.
+    waiting = slurm.sbatch("-w", "n1", "-c", "6", "--mem=1000", "--wrap", "sleep 300")
+    wait_until(lambda: slurm.job_state(waiting) == "RUNNING", 60, what="the waiting job running")
+    given = [e["message"] for e in events(api, "n1", "headroom") if "given back" in e["message"]]
+    assert given, events(api, "n1", "headroom")
+    assert "Slurm jobs wait for resources" in given[0]
+    assert gres(slurm, "n1")["k8scpu"] == 15
+    assert_no_overlap(api, slurm, "n1")
+    slurm.scancel(running, waiting)
+    wait_until(lambda: not slurm.run("squeue", "-h", "-w", "n1").strip(), 30, what="jobs gone")
+    assert admit(api, "n1", "p2", "1").status_code == 201  # pods come back: through Slurm
+    assert api.get("/v1/nodes/n1").json()["headroom"]["target"]["cpu_millis"] == 2000
+    assert gres(slurm, "n1")["k8scpu"] == 12

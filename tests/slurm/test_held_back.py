@@ -115,3 +115,31 @@ def test_held_back_is_read_from_the_job(
 ) -> None:
     raw = {"job_id": 7, "job_state": [state], "state_reason": reason, "tres_per_node": tres}
     assert parse_job(raw).held_back is held_back
+
+
+@pytest.mark.parametrize(
+    ("reason", "tres", "comment", "waits"),
+    [
+        ("Resources", "gres/k8scpu:2", "", True),
+        ("BadConstraints", "gres/k8smemory:200", "", True),
+        ("Priority", "gres/k8scpu:2", "", False),  # behind one that names the partition
+        ("Dependency", "gres/k8scpu:2", "", False),
+        ("Resources", "gres/gpu:1", "", False),  # asks for no k8s GRES
+        ("Resources", "gres/k8scpu:2", "nodeledger-hold:pod-uid", False),  # a pod's hold
+    ],
+)
+def test_a_job_waits_for_resources_when_it_pends_for_them_asking_k8s_gres(
+    reason: str, tres: str, comment: str, waits: bool
+) -> None:
+    raw = {
+        "job_id": 7,
+        "name": "nodeledger-hold" if comment else "wrap",
+        "job_state": ["PENDING"],
+        "state_reason": reason,
+        "tres_per_node": tres,
+        "comment": comment,
+        "partition": "debug,gpu",
+    }
+    job = parse_job(raw)
+    assert job.waits_for_resources is waits
+    assert job.partitions == {"debug", "gpu"}

@@ -48,3 +48,35 @@ def test_nothing_new_publishes_nothing() -> None:
     assert state.apply_listings((None, None), 1.0) is False  # both 304
     state.publish()
     assert state.snapshot() is published
+
+
+def waiting(job_id: str, *partitions: str) -> SlurmJob:
+    return SlurmJob(
+        job_id,
+        "wrap",
+        "alice",
+        frozenset({"PENDING"}),
+        (),
+        state_reason="Resources",
+        tres_per_node="gres/k8scpu:4",
+        partitions=frozenset(partitions),
+    )
+
+
+def test_the_nodes_in_a_waiting_jobs_partitions_are_contended() -> None:
+    nodes = (
+        slurm_node(name="n1", partitions=frozenset({"debug"})),
+        slurm_node(name="n2", partitions=frozenset({"debug", "gpu"})),
+        slurm_node(name="n3", partitions=frozenset({"big"})),
+    )
+    state = SlurmState()
+    state.apply_listings((Listing(nodes, 1), Listing((job("7", "n1"),), 1)), 0.0)
+    assert state.contended() == set()
+    state.apply_listings((None, Listing((waiting("8", "gpu"),), 2)), 0.0)
+    assert state.contended() == {"n2"}
+    state.apply_listings((None, Listing((waiting("8", "gpu"), waiting("9", "x", "big")), 3)), 0.0)
+    assert state.contended() == {"n2", "n3"}
+    state.apply_listings((None, Listing((waiting("9"),), 4)), 0.0)  # no partition listed
+    assert state.contended() == {"n1", "n2", "n3"}
+    state.apply_listings((None, Listing((), 5)), 0.0)
+    assert state.contended() == set()
