@@ -58,9 +58,9 @@ class AdmissionGate(Protocol):
         """Holdings on ``node`` changed without a confirmation (a release, or a pod another
         scheduler bound): bring the external system in line."""
 
-    def headroom_open(self) -> bool:
-        """Whether an admission inside the headroom the external system already withholds
-        (app.core.headroom) may be HELD without ``confirm``."""
+    def headroom_open(self, node: str) -> bool:
+        """Whether an admission on ``node`` may use its headroom (app.core.headroom): be
+        HELD without ``confirm`` inside what the external system already withholds."""
 
     def released(self, holding: Holding) -> None:
         """``holding`` left the ledger: end what the external system holds for it alone
@@ -170,7 +170,7 @@ class Admissions:
                 holder,
                 requests,
                 state=HoldingState.PENDING,
-                headroom=self.gate.headroom_open(),
+                headroom=self.gate.headroom_open(node),
                 devices=devices,
                 device_uuids=device_uuids,
             )

@@ -22,10 +22,10 @@ asks for a refill (a push off the admission path). An admission that does not fi
 Slurm path and grows the target by the grow step, up to its maximum, once a read-back showed
 Slurm withholding the current target (so a burst that outran a push grows it once, not once
 per admission). After ``idle_seconds`` without an admission, or at the sync step that sees a
-Slurm job waiting for resources in the node's partitions, the target goes back to zero and
-Slurm gets the headroom back (the next admission there sets it again: pods came back). A
-release on a node with a target adds what it frees to the target, up to the maximum: a burst
-that leaves and comes back (a Job's next wave) costs Slurm no push.
+Slurm job waiting for resources (or refused at submit) in the node's partitions, the target
+goes back to zero and Slurm gets the headroom back (the next admission there sets it again:
+pods came back). A release on a node with a target adds what it frees to the target, up to
+the maximum: a burst that leaves and comes back (a Job's next wave) costs Slurm no push.
 """
 
 from __future__ import annotations

@@ -85,16 +85,25 @@ class SlurmJob:
 
     @property
     def waits_for_resources(self) -> bool:
-        """Pending for resources (Reason=Resources, or held back as above) while asking for
-        k8s GRES: a node's headroom in its partitions withholds what it could use
-        (app.core.headroom.settled_target). A job waiting for its begin time, a
-        dependency or a hold waits for no node. A hold job of the service's is a pod."""
+        """Pending for resources (Reason=Resources, or held back as above), or refused at
+        submit, while asking for k8s GRES: a node's headroom in its partitions withholds
+        what it could use (app.core.headroom.settled_target). A job slurmctld refused at
+        submit ("Requested node configuration is not available": more k8s GRES than any
+        node's current total) stays listed as FAILED, Reason=BadConstraints, for
+        MinJobAge (24.11.5 and 26.05.3): the only trace of a user Slurm turned away. A job
+        waiting for its begin time, a dependency or a hold waits for no node. A hold job of
+        the service's is a pod."""
+        pending = "PENDING" in self.states and self.state_reason in _WAITING_FOR_RESOURCES
         return (
-            "PENDING" in self.states
-            and self.state_reason in _WAITING_FOR_RESOURCES
+            (pending or self.refused_at_submit)
             and _K8S_GRES.search(self.tres_per_node) is not None
             and not self.is_nodeledger_hold
         )
+
+    @property
+    def refused_at_submit(self) -> bool:
+        """slurmctld's record of a job it refused at submit (FAILED, BadConstraints)."""
+        return "FAILED" in self.states and self.state_reason == "BadConstraints"
 
     @property
     def is_nodeledger_hold(self) -> bool:

@@ -48,7 +48,7 @@ An admission beyond it comes here, and its push withholds the headroom again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from app.core.caps import KubeCaps
@@ -94,10 +94,13 @@ class SlurmGate:
         refusal: Refusal = _no_refusal,
         later: Later | None = None,
         holds: HoldJobs | None = None,
+        contended: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
         ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None.
-        ``holds``: hold jobs for holdings that name GPU devices (none: such are refused)."""
+        ``holds``: hold jobs for holdings that name GPU devices (none: such are refused).
+        ``contended``: the ledger nodes where Slurm jobs wait for resources (the sync's)."""
+        self.contended = contended
         self.holds = holds
         self.pusher = pusher
         self.caps = caps
@@ -106,11 +109,17 @@ class SlurmGate:
         self.refusal = refusal
         self.later = later
 
-    def headroom_open(self) -> bool:
-        """Whether an admission inside a node's headroom may skip ``confirm``: not while
-        Slurm's counts may have changed unseen (app.slurm.witness)."""
+    def headroom_open(self, node: str) -> bool:
+        """Whether an admission on ``node`` may use its headroom (skip ``confirm`` inside
+        it, or set it): not while Slurm's counts may have changed unseen
+        (app.slurm.witness), nor while Slurm jobs wait for resources there: the sync gives
+        that node's headroom back each step, and an admission would only set it again."""
         witness = self.pusher.witness
-        return self.refusal() is None and (witness is None or witness.trusted())
+        return (
+            self.refusal() is None
+            and (witness is None or witness.trusted())
+            and node not in self.contended()
+        )
 
     def confirm(self, holding: Holding) -> str | None:
         """AdmissionGate.confirm: the hold job's id for a device holding, else None."""

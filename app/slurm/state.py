@@ -71,6 +71,8 @@ class SlurmState:
         # waiting job that names none makes every node contended.
         self._waiting_in: frozenset[str] = frozenset()
         self._waiting_anywhere = False
+        # Refusals the first job listing showed: from before this process, not its to answer.
+        self._old_refusals: frozenset[str] | None = None
         self._published = SlurmSnapshot(MappingProxyType({}), MappingProxyType({}))
         self._dirty = False
         self.jobs_listed_at: float | None = None  # when the last full job listing's read began
@@ -110,7 +112,9 @@ class SlurmState:
 
     def contended(self) -> set[str]:
         """The nodes (Slurm names) in a partition where a job of the last job listing waits
-        for resources: their headroom goes back to Slurm (app.core.headroom)."""
+        for resources, or was refused at submit since this process began listing
+        (SlurmJob.waits_for_resources): their headroom goes back to Slurm
+        (app.core.headroom)."""
         if self._waiting_anywhere:
             return set(self._nodes)
         if not self._waiting_in:
@@ -149,7 +153,13 @@ class SlurmState:
         if jobs is not None:
             self.jobs_listed_at = began
             self._held_back = tuple(j.job_id for j in jobs.items if j.held_back)
-            waiting = [j.partitions for j in jobs.items if j.waits_for_resources]
+            if self._old_refusals is None:
+                self._old_refusals = frozenset(j.job_id for j in jobs.items if j.refused_at_submit)
+            waiting = [
+                j.partitions
+                for j in jobs.items
+                if j.waits_for_resources and j.job_id not in self._old_refusals
+            ]
             self._waiting_in = frozenset().union(*waiting)
             self._waiting_anywhere = any(not partitions for partitions in waiting)
             listed = {

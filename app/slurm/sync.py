@@ -117,6 +117,9 @@ class SlurmSync:
                 monotonic=monotonic,
             )
         self._standby = False
+        # The ledger nodes where Slurm jobs wait for resources, as the leader last saw: the
+        # gate keeps their admissions off the headroom (app.slurm.gate.headroom_open).
+        self.contended: frozenset[str] = frozenset()
         self._views_seen: Sequence[NodeView] | None = None
         self._steps = 0
         self._error: str | None = None
@@ -204,7 +207,7 @@ class SlurmSync:
         self.metrics.leader("slurm-sync", leads)
         if not leads:
             # A new leader starts with a full pass, comparing every node.
-            self._standby, self._views_seen = True, None
+            self._standby, self._views_seen, self.contended = True, None, frozenset()
             self.reconciler.forget()
             self.metrics.slurm_drifted_nodes(0)  # the leader compares, not this replica
             self._ok()
@@ -324,7 +327,14 @@ class SlurmSync:
     def _settle_headroom(self) -> list[str]:
         """Give Slurm back the headroom of nodes idle long enough, or where Slurm jobs wait
         for resources (app.core.headroom)."""
-        settled = self.ledger.settle_headroom(self.state.contended())
+        contended = self.state.contended()
+        # Before any give-back is pushed: an admission that sees it sees this too.
+        self.contended = (
+            frozenset(v.name for v in self.node_views.list_nodes() if v.slurm_name in contended)
+            if contended
+            else frozenset()
+        )
+        settled = self.ledger.settle_headroom(contended)
         return self._push_each(settled, "headroom settled")
 
     def _push_each(self, names: Iterable[str], reason: str) -> list[str]:

@@ -103,6 +103,7 @@ def build_slurm(
         refusal=plugins.refusal if plugins is not None else lambda: None,
         later=deferred.request,
         holds=holds,
+        contended=lambda: sync.contended,
     )
     components: tuple[Component, ...] = (
         (sync, deferred) if plugins is None else (sync, deferred, plugins)

@@ -18,7 +18,7 @@ class _Gate:
     def changed(self, node: str) -> None:
         """Nothing to tell."""
 
-    def headroom_open(self) -> bool:
+    def headroom_open(self, node: str) -> bool:
         return False
 
     def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:

@@ -31,7 +31,7 @@ class LoggingGate:
     def changed(self, node: str) -> None:
         log.info("told about a change")
 
-    def headroom_open(self) -> bool:
+    def headroom_open(self, node: str) -> bool:
         return False
 
     def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:

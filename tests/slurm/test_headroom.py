@@ -252,6 +252,30 @@ def test_a_job_waiting_for_resources_gets_the_headroom_back(
     assert_no_overlap(api, slurm, "n1")
     slurm.scancel(running, waiting)
     wait_until(lambda: not slurm.run("squeue", "-h", "-w", "n1").strip(), 30, what="jobs gone")
+    steps = sync_steps(api)  # until a sync step has seen no job waiting
+    wait_until(lambda: sync_steps(api) >= steps + 2, 30, what="two Slurm sync steps")
     assert admit(api, "n1", "p2", "1").status_code == 201  # pods come back: through Slurm
     assert api.get("/v1/nodes/n1").json()["headroom"]["target"]["cpu_millis"] == 2000
     assert gres(slurm, "n1")["k8scpu"] == 12
+
+
+def test_a_job_refused_at_submit_gets_the_headroom_back(
+    headroom_api: TestClient, slurm: SlurmCluster
+) -> None:
+    """Issue 31: a job asking more than the node's current k8s total is refused at submit
+    and never pends; slurmctld keeps its record (FAILED, BadConstraints), and the sync
+    step that lists it gives the headroom back. While it is listed, pods that come do not
+    set the headroom again, so that the user's next try is accepted."""
+    api = headroom_api
+    assert admit(api, "n1", "p1", "1").status_code == 201
+    assert gres(slurm, "n1")["k8scpu"] == 13  # 1 CPU + 2 of headroom withheld
+    with pytest.raises(RuntimeError, match="Requested node configuration is not available"):
+        slurm.sbatch("-w", "n1", "-c", "13", "--mem=1000", "--wrap", "sleep 300")
+    wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 15, 30, what="the headroom given back")
+    assert admit(api, "n1", "p2", "1").status_code == 201  # through Slurm, no headroom
+    assert gres(slurm, "n1")["k8scpu"] == 14
+    assert within(api, "n1") == []
+    job = slurm.sbatch("-w", "n1", "-c", "13", "--mem=1000", "--wrap", "sleep 300")
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", 30, what="the job running")
+    assert_no_overlap(api, slurm, "n1")
+    slurm.scancel(job)

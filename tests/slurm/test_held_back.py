@@ -118,23 +118,26 @@ def test_held_back_is_read_from_the_job(
 
 
 @pytest.mark.parametrize(
-    ("reason", "tres", "comment", "waits"),
+    ("state", "reason", "tres", "comment", "waits"),
     [
-        ("Resources", "gres/k8scpu:2", "", True),
-        ("BadConstraints", "gres/k8smemory:200", "", True),
-        ("Priority", "gres/k8scpu:2", "", False),  # behind one that names the partition
-        ("Dependency", "gres/k8scpu:2", "", False),
-        ("Resources", "gres/gpu:1", "", False),  # asks for no k8s GRES
-        ("Resources", "gres/k8scpu:2", "nodeledger-hold:pod-uid", False),  # a pod's hold
+        ("PENDING", "Resources", "gres/k8scpu:2", "", True),
+        ("PENDING", "BadConstraints", "gres/k8smemory:200", "", True),
+        ("FAILED", "BadConstraints", "gres/k8scpu:8", "", True),  # refused at submit
+        ("FAILED", "NonZeroExitCode", "gres/k8scpu:8", "", False),  # it ran
+        ("PENDING", "Priority", "gres/k8scpu:2", "", False),  # behind one naming the partition
+        ("PENDING", "Dependency", "gres/k8scpu:2", "", False),
+        ("PENDING", "Resources", "gres/gpu:1", "", False),  # asks for no k8s GRES
+        ("PENDING", "Resources", "gres/k8scpu:2", "nodeledger-hold:pod-uid", False),  # a pod
+        ("FAILED", "BadConstraints", "", "nodeledger-hold:pod-uid", False),  # 2016: busy
     ],
 )
-def test_a_job_waits_for_resources_when_it_pends_for_them_asking_k8s_gres(
-    reason: str, tres: str, comment: str, waits: bool
+def test_a_job_waits_for_resources_when_it_pends_for_them_or_was_refused_asking_k8s_gres(
+    state: str, reason: str, tres: str, comment: str, waits: bool
 ) -> None:
     raw = {
         "job_id": 7,
         "name": "nodeledger-hold" if comment else "wrap",
-        "job_state": ["PENDING"],
+        "job_state": [state],
         "state_reason": reason,
         "tres_per_node": tres,
         "comment": comment,

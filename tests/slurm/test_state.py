@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.core.resources import Resources
@@ -80,3 +82,20 @@ def test_the_nodes_in_a_waiting_jobs_partitions_are_contended() -> None:
     assert state.contended() == {"n1", "n2", "n3"}
     state.apply_listings((None, Listing((), 5)), 0.0)
     assert state.contended() == set()
+
+
+def test_a_refusal_counts_from_the_first_listing_on() -> None:
+    """A refusal at submit stays listed for MinJobAge: one the first listing shows happened
+    before this process and is not its to answer (nor a test's left by the one before)."""
+
+    def refused(job_id: str) -> SlurmJob:
+        return replace(
+            waiting(job_id, "debug"), states=frozenset({"FAILED"}), state_reason="BadConstraints"
+        )
+
+    nodes = (slurm_node(name="n1", partitions=frozenset({"debug"})),)
+    state = SlurmState()
+    state.apply_listings((Listing(nodes, 1), Listing((refused("7"),), 1)), 0.0)
+    assert state.contended() == set()
+    state.apply_listings((None, Listing((refused("7"), refused("8")), 2)), 0.0)
+    assert state.contended() == {"n1"}

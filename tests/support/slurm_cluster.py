@@ -225,9 +225,21 @@ class SlurmCluster:
         wait_until(lambda: not self.ctld_pids(), 20, what="slurmctld gone")
 
     def start_ctld(self) -> None:
-        """slurmctld started again (after ``kill_ctld``); returns once the nodes are usable."""
+        """slurmctld started again (after ``kill_ctld``); returns once the nodes are usable.
+        A job started after slurmctld last saved its state comes back PENDING while it runs
+        on its node; slurmctld allocates it again, finds it there, drains the node
+        ("Duplicate jobid") and requeues the job (26.05.3): what an operator resumes after
+        a controller crash, and so does this."""
         self.run("/usr/sbin/slurmctld")
-        wait_until(self.nodes_usable, 60, interval=0.2, what="nodes usable again")
+
+        def usable() -> bool:
+            for line in self.run("sinfo", "-h", "-N", "-o", "%N|%E", check=False).split("\n"):
+                node, _, reason = line.partition("|")
+                if reason.startswith("Duplicate jobid"):
+                    self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+            return self.nodes_usable()
+
+        wait_until(usable, 60, interval=0.2, what="nodes usable again")
 
     def nodes_usable(self) -> bool:
         states = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).split("\n")
