@@ -177,14 +177,21 @@ def slurm_usage(node: SlurmNode, jobs: Iterable[SlurmJob]) -> SlurmUnits:
     used = gres_usage(node)
     if not hides_usage(node):
         return used
-    cpus = memory_mb = gpus = 0
-    for job in jobs:
-        if not job.holds_resources or job.is_nodeledger_hold:
-            continue
-        for a in job.allocations:
-            if a.node == node.name:
-                cpus, memory_mb, gpus = cpus + a.cpus, memory_mb + a.memory_mb, gpus + a.gpus
-    return used.at_least(SlurmUnits(cpus, memory_mb, gpus))
+    held = [
+        h
+        for job in jobs
+        if job.holds_resources and not job.is_nodeledger_hold
+        if (h := job_on(job, node.name)) is not None
+    ]
+    return used.at_least(SlurmUnits.of(Resources.total(held)))
+
+
+def job_on(job: SlurmJob, node: str) -> Resources | None:
+    """What ``job`` holds on ``node``; None when it holds nothing there."""
+    for a in job.allocations:
+        if a.node == node:
+            return Resources(a.cpus * 1000, a.memory_mb * MIB, a.gpus)
+    return None
 
 
 def slurm_overlap(node: SlurmNode, used: SlurmUnits, held: SlurmUnits) -> list[str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.core.counts import MIB, K8sCounts, current_counts, desired_counts, withheld
+from app.core.counts import MIB, K8sCounts, current_counts, desired_counts, job_on, withheld
 from app.core.gres import gres_count
 from app.core.records import EventKind, HolderKind, Holding, NodeView, SnapshotEntry
 from app.core.resources import Resources
@@ -195,14 +195,6 @@ def slurm_snapshot(
     if not unlisted.is_zero():
         snapshot[f"node:{node.name}"] = SnapshotEntry("allocated, no job listed yet", unlisted)
     return snapshot
-
-
-def job_on(job: SlurmJob, node: str) -> Resources | None:
-    """What ``job`` holds on ``node``; None when it holds nothing there."""
-    for a in job.allocations:
-        if a.node == node:
-            return Resources(a.cpus * 1000, a.memory_mb * MIB, a.gpus)
-    return None
 
 
 def unallocated_rest(node: SlurmNode, held: list[Resources]) -> Resources:

@@ -22,8 +22,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from app.core.counts import node_size
-from app.core.plan import floored_minus, job_on, unallocated_rest
+from app.core.counts import job_on, node_size
+from app.core.plan import floored_minus, unallocated_rest
 from app.core.resources import Resources
 from app.core.slurm_models import Listing, SlurmJob, SlurmNode
 
