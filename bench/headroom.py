@@ -190,6 +190,21 @@ def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
 
 
+def service_arguments(parser: argparse.ArgumentParser, *, idle_seconds: float) -> None:
+    """The arguments ``services`` and ``cluster`` read: the "on" service's headroom and the
+    Slurm release of the test cluster."""
+    parser.add_argument("--headroom-cpu", default="2")
+    parser.add_argument("--headroom-memory", default="4Gi")
+    parser.add_argument("--idle-seconds", type=float, default=idle_seconds)
+    parser.add_argument("--slurm", default="26.05", help="Slurm release of the test cluster")
+
+
+def cluster(args: argparse.Namespace) -> SlurmCluster:
+    """The test cluster of ``--slurm``, brought up (built and cached the first time)."""
+    cluster_sh(args.slurm, "up", timeout=1800)
+    return SlurmCluster.from_env(args.slurm)
+
+
 @contextmanager
 def services(slurm: SlurmCluster, args: argparse.Namespace) -> Iterator[dict[str, Service]]:
     """The two services, each with its own SQLite ledger, and a third with the Slurm
@@ -682,15 +697,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3, help="job probes per config")
     parser.add_argument("--job-pods", type=int, default=4, help="pods added per job probe")
     parser.add_argument("--job-wait", type=float, default=6.0, help="seconds for a job to start")
-    parser.add_argument("--headroom-cpu", default="2")
-    parser.add_argument("--headroom-memory", default="4Gi")
-    parser.add_argument("--idle-seconds", type=float, default=3600.0)
-    parser.add_argument("--slurm", default="26.05", help="Slurm release of the test cluster")
+    service_arguments(parser, idle_seconds=3600.0)
     args = parser.parse_args()
     started = time.monotonic()
     load_start = [round(x, 2) for x in os.getloadavg()]
-    cluster_sh(args.slurm, "up", timeout=1800)
-    slurm = SlurmCluster.from_env(args.slurm)
+    slurm = cluster(args)
     if args.nodes is not None and not 1 <= args.nodes <= len(slurm.nodes):
         parser.error(
             f"--nodes {args.nodes}: the cluster has {len(slurm.nodes)} nodes; "

@@ -59,11 +59,19 @@ from typing import Any
 
 import httpx
 
-from bench.headroom import NODE_CPUS, NODE_MEMORY_MIB, Service, release_all, services
+from bench.headroom import (
+    NODE_CPUS,
+    NODE_MEMORY_MIB,
+    Service,
+    cluster,
+    release_all,
+    service_arguments,
+    services,
+)
 from bench.http_admissions import percentile
 from bench.slurm_admission import pod
 from tests.support.realenv import wait_until
-from tests.support.slurm_cluster import SlurmCluster, cluster_sh
+from tests.support.slurm_cluster import SlurmCluster
 
 NODE = "n1"
 SIDES = ("off", "on")
@@ -593,17 +601,13 @@ def main() -> None:
     parser.add_argument("--probe-watch", type=float, default=3.0, help="seconds, pods held")
     parser.add_argument("--probe-wait", type=float, default=60.0, help="seconds, pods gone")
     parser.add_argument("--probe-retry", type=float, default=1.0, help="seconds")
-    parser.add_argument("--headroom-cpu", default="2")
-    parser.add_argument("--headroom-memory", default="4Gi")
-    parser.add_argument("--idle-seconds", type=float, default=300.0, help="the service's default")
     parser.add_argument("--order", default="off,on", choices=("off,on", "on,off"))
     parser.add_argument("--seed", type=int, default=31)
-    parser.add_argument("--slurm", default="26.05", help="Slurm release of the test cluster")
+    service_arguments(parser, idle_seconds=300.0)  # the service's default
     args = parser.parse_args()
     started = time.monotonic()
     load_start = [round(x, 2) for x in os.getloadavg()]
-    cluster_sh(args.slurm, "up", timeout=1800)
-    slurm = SlurmCluster.from_env(args.slurm)
+    slurm = cluster(args)
     slurm.reset()
     sides: dict[str, dict[str, Any]] = {}
     try:
