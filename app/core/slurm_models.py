@@ -37,6 +37,7 @@ class SlurmNode:
     reason: str
     extra: str
     partitions: frozenset[str] = frozenset()
+    comment: str = ""
 
     @property
     def usable_memory_mb(self) -> int:

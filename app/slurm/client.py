@@ -178,9 +178,18 @@ class SlurmClient:
         slurm = (body.get("meta") or {}).get("slurm") or {}
         return str(slurm.get("release") or ""), plugins
 
-    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
-        """Raises ``SlurmAnswerLost`` when the update may yet be applied (module docstring)."""
-        update = {k: v for k, v in (("gres", gres), ("extra", extra)) if v is not None}
+    def update_node(
+        self,
+        name: str,
+        *,
+        gres: str | None = None,
+        extra: str | None = None,
+        comment: str | None = None,
+    ) -> None:
+        """Raises ``SlurmAnswerLost`` when the update may yet be applied (module docstring).
+        A field left None is left as it is; ``comment=""`` clears the node's comment."""
+        fields = (("gres", gres), ("extra", extra), ("comment", comment))
+        update = {k: v for k, v in fields if v is not None}
         self._call("POST", f"node/{name}", json=update, retry_lost=False)
 
     def allocate_job(self, job: dict[str, Any]) -> str:

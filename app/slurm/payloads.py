@@ -73,6 +73,7 @@ class _Node(TypedDict, total=False):
     reason: Any
     extra: Any
     partitions: Any
+    comment: Any
 
 
 class _Allocation(TypedDict, total=False):  # v0.0.41+; its socket and core map skipped
@@ -134,6 +135,7 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
         reason=str(raw.get("reason") or ""),
         extra=str(raw.get("extra") or ""),
         partitions=frozenset(str(p) for p in raw.get("partitions") or ()),
+        comment=str(raw.get("comment") or ""),
     )
 
 

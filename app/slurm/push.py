@@ -58,6 +58,7 @@ from app.core.counts import (
 )
 from app.core.records import EventKind, NodeView
 from app.core.resources import Resources
+from app.core.slurm_comment import node_comment, ours
 from app.core.slurm_models import SlurmJob, SlurmNode
 from app.ledger.repository import event_values
 from app.ledger.service import Ledger
@@ -203,7 +204,10 @@ class Pusher:
                     gres = gres_update(node, desired_counts(node, held))
                     extra = extra_with_holdings(node.extra, held)
                     self.client.update_node(
-                        view.slurm_name, gres=gres, extra=extra if extra != node.extra else None
+                        view.slurm_name,
+                        gres=gres,
+                        extra=extra if extra != node.extra else None,
+                        comment=_comment_update(node, view),
                     )
                     pushed.append(gres)
                 # Read after the update: what the gate's safety check needs (app.slurm.gate).
@@ -264,6 +268,15 @@ def _grant_limit(
     if observed is None:
         return limit
     return limit.at_most(slurm_grant(observed, slurm_usage(observed, jobs)))
+
+
+def _comment_update(node: SlurmNode, view: NodeView) -> str | None:
+    """The node's comment naming who holds what is withheld (app.core.slurm_comment), when
+    it changes and is the service's to write. It rides on a count update only: the counts
+    are what keeps jobs off, so a comment never costs a call of its own, and is as of the
+    last count change."""
+    comment = node_comment(view)
+    return comment if ours(node.comment) and comment != node.comment else None
 
 
 def _in_place(node: SlurmNode, held: SlurmUnits) -> bool:

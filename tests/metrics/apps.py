@@ -37,10 +37,17 @@ class FlakySlurm(FakeSlurm):
             raise SlurmUnavailable(f"slurmrestd GET node/{name}: slurmrestd unreachable")
         return super().get_node(name)
 
-    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+    def update_node(
+        self,
+        name: str,
+        *,
+        gres: str | None = None,
+        extra: str | None = None,
+        comment: str | None = None,
+    ) -> None:
         if self.down:
             raise SlurmUnavailable(f"slurmrestd POST node/{name}: slurmrestd unreachable")
-        super().update_node(name, gres=gres, extra=extra)
+        super().update_node(name, gres=gres, extra=extra, comment=comment)
 
 
 @dataclass

@@ -77,8 +77,15 @@ class SlurmModel(FakeSlurm):
         if used * 1000 + pods > CPUS * 1000:
             self.violations.append(f"{what}: jobs use {used} CPUs, pods hold {pods}m")
 
-    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
-        super().update_node(name, gres=gres, extra=extra)
+    def update_node(
+        self,
+        name: str,
+        *,
+        gres: str | None = None,
+        extra: str | None = None,
+        comment: str | None = None,
+    ) -> None:
+        super().update_node(name, gres=gres, extra=extra, comment=comment)
         self.fill()
 
     def fill(self) -> None:

@@ -65,11 +65,20 @@ class Cluster(FakeSlurm):
         self.node_reads += 1
         return self.nodes[name]
 
-    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+    def update_node(
+        self,
+        name: str,
+        *,
+        gres: str | None = None,
+        extra: str | None = None,
+        comment: str | None = None,
+    ) -> None:
         if gres is not None:
             self.nodes[name] = replace(self.nodes[name], gres=gres)
         if extra is not None:
             self.nodes[name] = replace(self.nodes[name], extra=extra)
+        if comment is not None:
+            self.nodes[name] = replace(self.nodes[name], comment=comment)
 
     def get_job(self, job_id: str) -> SlurmJob | None:
         return self.jobs.get(job_id)

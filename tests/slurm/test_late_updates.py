@@ -32,12 +32,19 @@ class LosingSlurm(UnchangedSlurm):
     def lose_next(self) -> None:
         self._lose = True
 
-    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+    def update_node(
+        self,
+        name: str,
+        *,
+        gres: str | None = None,
+        extra: str | None = None,
+        comment: str | None = None,
+    ) -> None:
         if self._lose:
             self._lose = False
             self._late.append((gres, extra))
             raise SlurmAnswerLost(f"slurmrestd POST node/{name} timed out")
-        super().update_node(name, gres=gres, extra=extra)
+        super().update_node(name, gres=gres, extra=extra, comment=comment)
 
     def land_late(self) -> None:
         for gres, extra in self._late:

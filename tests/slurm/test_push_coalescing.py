@@ -58,7 +58,14 @@ class FakeSlurm:
         allocation = JobAllocation(name, cpus, memory_mb, gres_count(used, "k8sgpu"))
         return Listing((SlurmJob("1", "jobs", "alice", frozenset({"RUNNING"}), (allocation,)),), 1)
 
-    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+    def update_node(
+        self,
+        name: str,
+        *,
+        gres: str | None = None,
+        extra: str | None = None,
+        comment: str | None = None,
+    ) -> None:
         time.sleep(self.latency)
         with self._lock:
             if gres is not None:
@@ -66,6 +73,8 @@ class FakeSlurm:
                 self.node = replace(self.node, gres=gres)
             if extra is not None:
                 self.node = replace(self.node, extra=extra)
+            if comment is not None:
+                self.node = replace(self.node, comment=comment)
 
 
 class HeldSlurm(FakeSlurm):
@@ -82,9 +91,16 @@ class HeldSlurm(FakeSlurm):
         self._hold()
         return super().get_node(name)
 
-    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+    def update_node(
+        self,
+        name: str,
+        *,
+        gres: str | None = None,
+        extra: str | None = None,
+        comment: str | None = None,
+    ) -> None:
         self._hold()
-        super().update_node(name, gres=gres, extra=extra)
+        super().update_node(name, gres=gres, extra=extra, comment=comment)
 
     def _hold(self) -> None:
         if not self.entered.is_set():

@@ -38,12 +38,19 @@ class OverlapWatch(FakeSlurm):
         self.most_in_flight = 0
         self._count = threading.Lock()
 
-    def update_node(self, name: str, *, gres: str | None = None, extra: str | None = None) -> None:
+    def update_node(
+        self,
+        name: str,
+        *,
+        gres: str | None = None,
+        extra: str | None = None,
+        comment: str | None = None,
+    ) -> None:
         with self._count:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
-            super().update_node(name, gres=gres, extra=extra)
+            super().update_node(name, gres=gres, extra=extra, comment=comment)
         finally:
             with self._count:
                 self.in_flight -= 1

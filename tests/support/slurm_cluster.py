@@ -321,6 +321,8 @@ class SlurmCluster:
         self.cancel_all()
         for node in self.nodes:
             gres = self.full_gres(node)
-            self.rest("POST", f"node/{node}", json={"gres": gres, "extra": ""}).raise_for_status()
+            self.rest(
+                "POST", f"node/{node}", json={"gres": gres, "extra": "", "comment": ""}
+            ).raise_for_status()
             if {"DRAIN", "DOWN"} & set(self.node(node)["state"]):
                 self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
