@@ -17,7 +17,7 @@ from app.kube.client import KubeClient
 from app.kube.controllers.watch import ListWatch
 from tests.support.kube_cluster import KubeCluster, wait_until
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
 PODS = "/api/v1/namespaces/default/pods"
 
 
