@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -132,7 +133,8 @@ def _outdated(
 
 def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
     """Why Slurm makes the node not admissible (its states DOWN, DRAIN, INVALID_REG,
-    NOT_RESPONDING, FAIL, or no such node); None when healthy."""
+    NOT_RESPONDING, FAIL, or no such node); None when healthy. ``slurm_states`` reads the
+    states back."""
     if node is None:
         return f"Slurm has no node {slurm_name!r}"
     bad = node.states & UNHEALTHY_STATES
@@ -140,6 +142,18 @@ def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
         return None
     text = f"Slurm node {node.name} is {'+'.join(sorted(node.states))}"
     return f"{text}: {node.reason}" if node.reason else text
+
+
+_STATED = re.compile(r"Slurm node \S+ is (?P<states>[A-Z_+]+)(?:: |$)")
+
+
+def slurm_states(reason: str | None) -> frozenset[str]:
+    """The states that keep a node out, from a reason ``health_reason`` wrote: what the
+    ledger stores (empty for any other reason, e.g. no such node, or a GPU hold gone)."""
+    stated = _STATED.match(reason or "")
+    if stated is None:
+        return frozenset()
+    return frozenset(stated["states"].split("+")) & UNHEALTHY_STATES
 
 
 def hold_gone(holding: Holding, listed: Collection[str], listed_at: datetime) -> bool:

@@ -32,6 +32,16 @@ class KubeSettings(BaseSettings):
         description="ResourceSlice device attribute (an int) that is the device's index N "
         "of /dev/nvidiaN and Slurm's gpu:gN (NVIDIA's driver: minor)",
     )
+    slurm_taints: bool = Field(
+        default=True,
+        description="Taint a co-managed Node (nodeledger.io/slurm-unavailable, NoSchedule) while "
+        "Slurm drains, downs or fails its node (docs/operations.md); off: remove those taints",
+    )
+    slurm_taints_evict: bool = Field(
+        default=False,
+        description="Taint a DOWN or FAIL node NoExecute instead, evicting its pods (a Slurm "
+        "health check can be wrong: opt in)",
+    )
     resync_period: float = Field(default=300.0, gt=0, description="Seconds between full resyncs")
     status_qps: float = Field(default=20.0, gt=0, description="GenericNode status writes per s")
     status_burst: int = Field(default=50, ge=1, description="GenericNode status write burst")

@@ -1,6 +1,7 @@
 """The Kubernetes side as one service component: while this replica leads, it runs node
-discovery, pod accounting, the GenericNode admission-check protocol and the status mirror,
-each in its own thread; every replica serves the extender and the REST API."""
+discovery, pod accounting, the GenericNode admission-check protocol, the status mirror and
+Slurm's taints on Nodes, each in its own thread; every replica serves the extender and the
+REST API."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from app.kube.controllers.admission_requests import AdmissionRequests
 from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
 from app.kube.controllers.leader import LeaderElector
 from app.kube.controllers.mirror import StatusMirror
+from app.kube.controllers.slurm_taints import SlurmTaints
 from app.kube.controllers.watch import ListWatch
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
@@ -84,6 +86,15 @@ class KubeControllers:
             gpu_resource=settings.gpu_resource,
             clock=clock,
             metrics=metrics,
+        )
+        self.taints = SlurmTaints(
+            snapshot,
+            client,
+            self.discovery.managed,
+            enabled=settings.slurm_taints,
+            evict=settings.slurm_taints_evict,
+            node_selector=settings.node_selector,
+            resync_period=settings.resync_period,
         )
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period
@@ -154,6 +165,7 @@ class KubeControllers:
         for watch in self.watches[1:]:
             self._spawn(f"watch-{watch.name}", lambda w=watch: w.run(stop))  # type: ignore[misc]
         self._spawn("genericnode-status", lambda: self.mirror.run(stop))
+        self._spawn("slurm-taints", lambda: self.taints.run(stop))
         self._spawn("housekeeping", lambda: self._housekeeping(stop))
 
     def _follow(self) -> None:

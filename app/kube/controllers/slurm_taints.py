@@ -1,0 +1,142 @@
+"""Slurm's drains, downs and failures on the Kubernetes Node (app.core.maintenance).
+
+Leader-only, like the status mirror: it follows the node snapshot (health is a ledger
+field the Slurm sync writes, so what any replica's sync saw counts), and for a node whose
+wanted taint changed reads the Node and patches it, conditionally on its resourceVersion
+(a Node changed meanwhile is read again next pass; no one else's taint is lost). Every
+``resync_period`` one paginated list of the managed Nodes finds taints someone removed or
+added by hand under our key, and nodes the ledger no longer has.
+
+Turned off (``slurm_taints=False``), it still runs and removes its own taints: a taint the
+service can no longer lift must not outlive the setting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+from app.core.maintenance import SlurmTaint, carried, node_patch, slurm_taint
+from app.kube.client import KubeClient, KubeError
+from app.ledger.snapshot import NodeSnapshot, Views
+from app.outages import log_failure
+
+log = logging.getLogger(__name__)
+POLL = 0.5  # seconds between looks at the snapshot
+
+
+class SlurmTaints:
+    def __init__(
+        self,
+        snapshot: NodeSnapshot,
+        client: KubeClient,
+        managed: Callable[[str], bool],
+        *,
+        enabled: bool,
+        evict: bool,
+        node_selector: str,
+        resync_period: float,
+    ) -> None:
+        """``managed``: the Nodes discovery put in the ledger (others are never touched)."""
+        self.snapshot = snapshot
+        self.client = client
+        self.managed = managed
+        self.enabled = enabled
+        self.evict = evict
+        self.node_selector = node_selector
+        self.resync_period = resync_period
+        # What each Node carries of ours, as last written or listed: a node whose wanted
+        # taint equals it costs nothing.
+        self.carried: dict[str, SlurmTaint | None] = {}
+        self._dirty: set[str] = set()
+        self._dirty_lock = threading.Lock()
+
+    def run(self, stop: threading.Event) -> None:
+        unsubscribe = self.snapshot.subscribe(self._mark)
+        try:
+            resynced: float | None = None
+            while not stop.is_set():
+                try:
+                    if resynced is None or time.monotonic() - resynced > self.resync_period:
+                        self.resync()
+                        resynced = time.monotonic()
+                    self.flush()
+                except Exception as exc:  # the next pass retries
+                    log_failure(log, "Slurm taints on Nodes", exc)
+                stop.wait(POLL)
+        finally:
+            unsubscribe()
+
+    def wanted(self, views: Views, name: str) -> SlurmTaint | None:
+        view = views.get(name)
+        if not self.enabled or view is None:
+            return None
+        return slurm_taint(view.health_reason, evict=self.evict)
+
+    def resync(self) -> None:
+        """List the managed Nodes; mark every one whose taint of ours is not the wanted one."""
+        listed, _ = self.client.list(
+            "/api/v1/nodes", _name_and_taint, labelSelector=self.node_selector
+        )
+        views = self.snapshot.views(max_age=POLL)
+        self.carried = dict(listed)
+        self._mark([name for name, taint in listed if taint != self.wanted(views, name)])
+
+    def flush(self) -> None:
+        """Reconcile every node marked since the last pass (the snapshot's refresh marks
+        the nodes that changed); a node that fails is marked again."""
+        views = self.snapshot.views(max_age=POLL)  # its refresh marks changed nodes
+        with self._dirty_lock:
+            names, self._dirty = self._dirty, set()
+        again: list[str] = []
+        try:
+            for name in names:
+                ours = self.managed(name) or self.carried.get(name) is not None
+                if ours and not self.reconcile(name, self.wanted(views, name)):
+                    again.append(name)
+        except Exception:
+            self._mark(names)  # none is lost: the next pass goes over them again
+            raise
+        self._mark(again)
+
+    def reconcile(self, name: str, wanted: SlurmTaint | None) -> bool:
+        """Bring one Node's taint of ours to ``wanted``; False when the Node changed
+        meanwhile (409: read again on the next pass)."""
+        if name in self.carried and self.carried[name] == wanted:
+            return True
+        try:
+            node = self.client.request("GET", f"/api/v1/nodes/{name}")
+            patch = node_patch(node, wanted)
+            if patch is not None:
+                version = str(node["metadata"].get("resourceVersion", ""))
+                self.client.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{name}",
+                    body=patch.body(version),
+                    content_type="application/merge-patch+json",
+                )
+                log.info(
+                    "Node %s: %s", name,
+                    f"tainted {wanted.value}:{wanted.effect} ({wanted.reason})"
+                    if wanted is not None else "Slurm taint removed",
+                )  # fmt: skip
+        except KubeError as exc:
+            if exc.status == 404:  # no such Node: nothing to carry
+                self.carried.pop(name, None)
+                return True
+            if exc.status == 409:
+                return False
+            raise
+        self.carried[name] = wanted
+        return True
+
+    def _mark(self, names: Collection[str]) -> None:
+        with self._dirty_lock:
+            self._dirty.update(names)
+
+
+def _name_and_taint(node: dict[str, Any]) -> tuple[str, SlurmTaint | None]:
+    return str(node["metadata"]["name"]), carried(node)

@@ -1,0 +1,89 @@
+"""Slurm's drains on the Kubernetes Node (issue 34, Slurm to Kubernetes), end to end: real
+kube-apiserver and default kube-scheduler, real Slurm, `nodeledger serve`.
+
+An operator drains a co-managed node in Slurm: the Node gets the service's taint, so a pod
+of any scheduler (here the default one) stays off it; a resume lifts that taint and no one
+else's. Turned off, the service removes its own taints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.core.maintenance import REASON_ANNOTATION, TAINT_KEY
+from tests.kube.coloc import Coloc
+from tests.support.service import ServiceProcess
+from tests.support.slurm_cluster import wait_until
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm]
+RACK = {"key": "example.com/rack", "value": "7", "effect": "NoSchedule"}
+
+
+def node(coloc: Coloc, name: str) -> dict[str, Any]:
+    found = coloc.kube.get("node", name)
+    assert found is not None
+    return found
+
+
+def ours(coloc: Coloc, name: str) -> list[dict[str, Any]]:
+    return [t for t in node(coloc, name)["spec"].get("taints") or () if t["key"] == TAINT_KEY]
+
+
+def unschedulable(coloc: Coloc, pod: str) -> bool:
+    found = coloc.kube.get("pod", pod, "default")
+    assert found is not None
+    conditions = (found.get("status") or {}).get("conditions") or ()
+    return any(
+        c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions
+    )
+
+
+def pinned_pod(coloc: Coloc, name: str, slurm_node: str) -> None:
+    """A pod of the default scheduler that only fits the Node of ``slurm_node``."""
+    container = {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+    spec = {"nodeSelector": {"nodeledger.io/slurm-node": slurm_node}, "containers": [container]}
+    coloc.kube.create(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+         "spec": spec}
+    )  # fmt: skip
+
+
+def test_a_slurm_drain_keeps_every_scheduler_off_the_node_and_a_resume_lifts_only_its_taint(
+    env: tuple[Coloc, ServiceProcess],
+) -> None:
+    coloc, _ = env
+    coloc.kube.kubectl("taint", "nodes", "kn1", "example.com/rack=7:NoSchedule")
+    coloc.slurm.run("scontrol", "update", "nodename=n1", "state=drain", "reason=hw check")
+    drained = [{"key": TAINT_KEY, "value": "DRAIN", "effect": "NoSchedule"}]
+    wait_until(lambda: ours(coloc, "kn1") == drained, 60, what="kn1 tainted")
+    assert "hw check" in node(coloc, "kn1")["metadata"]["annotations"][REASON_ANNOTATION]
+    assert ours(coloc, "kn2") == []
+
+    # The rack taint is tolerated by no pod either: it goes first, so only ours is left.
+    coloc.kube.kubectl("taint", "nodes", "kn1", "example.com/rack=7:NoSchedule-")
+    pinned_pod(coloc, "pinned", "n1")
+    wait_until(lambda: unschedulable(coloc, "pinned"), 30, what="the pod found unschedulable")
+    assert coloc.kube.get("pod", "pinned", "default")["spec"].get("nodeName") is None  # type: ignore[index]
+
+    coloc.kube.kubectl("taint", "nodes", "kn1", "example.com/rack=7:NoSchedule")
+    coloc.slurm.run("scontrol", "update", "nodename=n1", "state=resume")
+    wait_until(lambda: ours(coloc, "kn1") == [], 60, what="our taint lifted")
+    taints = node(coloc, "kn1")["spec"]["taints"]
+    assert [{k: t[k] for k in ("key", "value", "effect")} for t in taints] == [RACK]
+    assert REASON_ANNOTATION not in node(coloc, "kn1")["metadata"].get("annotations", {})
+
+
+def test_turned_off_the_service_removes_its_own_taints(
+    env: tuple[Coloc, ServiceProcess],
+) -> None:
+    coloc, service = env
+    coloc.slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=hw check")
+    wait_until(lambda: len(ours(coloc, "kn2")) == 1, 60, what="kn2 tainted")
+    service.process.terminate()
+    service.process.wait(15)
+    coloc.env["NODELEDGER_KUBE_SLURM_TAINTS"] = "false"
+    with coloc.service("nodeledger-without-taints"):
+        wait_until(lambda: ours(coloc, "kn2") == [], 60, what="our taint removed")
+    coloc.slurm.run("scontrol", "update", "nodename=n2", "state=resume")
