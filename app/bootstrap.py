@@ -142,6 +142,7 @@ def build_services(
             metrics,
             dependencies["kubernetes"],
             clock,
+            slurm.drains if slurm is not None else None,
         )
     components: list[Component] = []
     if integrated:

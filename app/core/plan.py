@@ -156,6 +156,13 @@ def slurm_states(reason: str | None) -> frozenset[str]:
     return frozenset(stated["states"].split("+")) & UNHEALTHY_STATES
 
 
+def slurm_reason(reason: str | None) -> str:
+    """Slurm's own reason (``scontrol ... reason=``), from a reason ``health_reason``
+    wrote; "" when it gave none."""
+    stated = _STATED.match(reason or "")
+    return (reason or "")[stated.end() :] if stated is not None else ""
+
+
 def hold_gone(holding: Holding, listed: Collection[str], listed_at: datetime) -> bool:
     """Whether ``holding``'s GPU devices lost their Slurm hold job (app.slurm.holds): it
     names one that the jobs ``listed`` (ids, from a listing begun at ``listed_at``) do not

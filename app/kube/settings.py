@@ -37,6 +37,12 @@ class KubeSettings(BaseSettings):
         description="Taint a co-managed Node (nodeledger.io/slurm-unavailable, NoSchedule) while "
         "Slurm drains, downs or fails its node (docs/operations.md); off: remove those taints",
     )
+    cordon_drains_slurm: bool = Field(
+        default=True,
+        description="A cordoned co-managed Node (kubectl cordon, kubectl drain) drains its Slurm "
+        "node with a reason of nodeledger's; uncordon resumes it only while that drain is "
+        "still nodeledger's (docs/operations.md)",
+    )
     slurm_taints_evict: bool = Field(
         default=False,
         description="Taint a DOWN or FAIL node NoExecute instead, evicting its pods (a Slurm "

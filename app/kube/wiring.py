@@ -11,6 +11,7 @@ from app.core.resources import Resources
 from app.kube.claims import PodDevices
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
+from app.kube.controllers.maintenance import SlurmDrains
 from app.kube.extender.service import Extender
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
@@ -35,6 +36,7 @@ def build_kube(
     metrics: Metrics,
     availability: Dependency,
     clock: Clock,
+    drains: SlurmDrains | None = None,
 ) -> KubeParts:
     """The controllers (discovery, pod accounting, GenericNodes, status mirror) and the
     scheduler extender. ``slurm``: the Slurm sync, for node sizes and health, if on."""
@@ -66,6 +68,7 @@ def build_kube(
         views,
         metrics=metrics,
         devices=devices,
+        drains=drains,
     )
     extender = Extender(
         admissions,

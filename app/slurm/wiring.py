@@ -14,6 +14,7 @@ from app.metrics.registry import Metrics
 from app.outages import Dependency
 from app.slurm.client import SlurmClient
 from app.slurm.deferred import DeferredPushes
+from app.slurm.drains import SlurmDrains
 from app.slurm.gate import SlurmGate
 from app.slurm.hints import JobHints
 from app.slurm.holds import HoldJobs
@@ -31,6 +32,7 @@ class SlurmParts:
     gate: SlurmGate
     hints: JobHints
     components: tuple[Component, ...]  # in start order
+    drains: SlurmDrains  # for the Kubernetes side's cordons
 
 
 def token_source(settings: SlurmSettings) -> TokenSource:
@@ -108,4 +110,4 @@ def build_slurm(
     components: tuple[Component, ...] = (
         (sync, deferred) if plugins is None else (sync, deferred, plugins)
     )
-    return SlurmParts(sync, gate, hints, components)
+    return SlurmParts(sync, gate, hints, components, SlurmDrains(client))

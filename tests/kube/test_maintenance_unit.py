@@ -1,7 +1,9 @@
-"""Slurm's maintenance states as the Node's taint (app.core.maintenance), table-tested."""
+"""One maintenance on both sides (app.core.maintenance), table-tested: Slurm's states as the
+Node's taint, a cordon as a Slurm drain."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -9,9 +11,12 @@ import pytest
 from app.core.maintenance import (
     REASON_ANNOTATION,
     TAINT_KEY,
+    SlurmAction,
     SlurmTaint,
     carried,
+    cordon_reason,
     node_patch,
+    slurm_action,
     slurm_taint,
 )
 from app.core.plan import health_reason, slurm_states
@@ -106,3 +111,32 @@ def test_a_changed_state_or_reason_is_written_again() -> None:
     assert node_patch(node(ours, reason=DRAIN.reason), down) is not None
     other_reason = SlurmTaint("DRAIN", "NoSchedule", "Slurm node n1 is DRAIN+IDLE: fan")
     assert node_patch(node(ours, reason=DRAIN.reason), other_reason) is not None
+
+
+OURS = "Slurm node n1 is DRAIN+IDLE: nodeledger: cordoned in Kubernetes at 2026-11-27T01:40:00Z"
+
+
+@pytest.mark.parametrize(
+    ("cordoned", "reason", "expected"),
+    [
+        (True, None, SlurmAction.DRAIN),
+        (True, "Slurm node n1 is DOWN+IDLE", SlurmAction.DRAIN),  # so it stays out after
+        (True, DRAINED, None),  # drained already, by an administrator: left as it is
+        (True, OURS, None),
+        (False, OURS, SlurmAction.RESUME),
+        (False, DRAINED, None),  # an administrator's drain is never undone
+        (False, "Slurm node n1 is DRAIN+IDLE: hw; nodeledger: cordoned in Kubernetes", None),
+        (False, None, None),
+    ],
+)
+def test_a_cordon_drains_slurm_and_an_uncordon_resumes_only_the_services_drain(
+    cordoned: bool, reason: str | None, expected: SlurmAction | None
+) -> None:
+    assert slurm_action(cordoned, reason) == expected
+
+
+def test_the_services_own_drain_makes_no_taint() -> None:
+    assert slurm_taint(OURS) is None  # the Node is cordoned already: no loop
+    reason = cordon_reason(datetime(2026, 11, 27, 1, 40, tzinfo=UTC))
+    assert reason == "nodeledger: cordoned in Kubernetes at 2026-11-27T01:40:00Z"
+    assert slurm_action(False, f"Slurm node n1 is DRAIN+IDLE: {reason}") is SlurmAction.RESUME

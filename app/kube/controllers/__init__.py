@@ -1,7 +1,7 @@
 """The Kubernetes side as one service component: while this replica leads, it runs node
 discovery, pod accounting, the GenericNode admission-check protocol, the status mirror and
-Slurm's taints on Nodes, each in its own thread; every replica serves the extender and the
-REST API."""
+the maintenance of both sides (taints, cordons), each in its own thread; every replica
+serves the extender and the REST API."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.controllers.admission_requests import AdmissionRequests
 from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
 from app.kube.controllers.leader import LeaderElector
+from app.kube.controllers.maintenance import Maintenance, SlurmDrains
 from app.kube.controllers.mirror import StatusMirror
-from app.kube.controllers.slurm_taints import SlurmTaints
 from app.kube.controllers.watch import ListWatch
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
@@ -50,9 +50,11 @@ class KubeControllers:
         *,
         metrics: Metrics = NO_METRICS,
         devices: PodDevices | None = None,
+        drains: SlurmDrains | None = None,
     ) -> None:
         """``devices``: reads a pod's co-managed GPU devices from its claims (none: the
-        feature is off)."""
+        feature is off); ``drains``: drains and resumes Slurm nodes for cordons (none:
+        Slurm is off)."""
         ledger = admissions.ledger
         self.metrics = metrics
         metrics.leader("kube-controllers", False)
@@ -87,15 +89,19 @@ class KubeControllers:
             clock=clock,
             metrics=metrics,
         )
-        self.taints = SlurmTaints(
+        self.maintenance = Maintenance(
             snapshot,
             client,
             self.discovery.managed,
-            enabled=settings.slurm_taints,
+            self.discovery.cordoned,
+            drains if settings.cordon_drains_slurm else None,
+            clock,
+            slurm_taints=settings.slurm_taints,
             evict=settings.slurm_taints_evict,
             node_selector=settings.node_selector,
             resync_period=settings.resync_period,
         )
+        self.discovery.cordons_changed = self.maintenance.mark
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period
         self.watches: list[ListWatch[Any]] = [
@@ -165,7 +171,7 @@ class KubeControllers:
         for watch in self.watches[1:]:
             self._spawn(f"watch-{watch.name}", lambda w=watch: w.run(stop))  # type: ignore[misc]
         self._spawn("genericnode-status", lambda: self.mirror.run(stop))
-        self._spawn("slurm-taints", lambda: self.taints.run(stop))
+        self._spawn("maintenance", lambda: self.maintenance.run(stop))
         self._spawn("housekeeping", lambda: self._housekeeping(stop))
 
     def _follow(self) -> None:

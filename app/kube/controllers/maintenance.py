@@ -1,11 +1,15 @@
-"""Slurm's drains, downs and failures on the Kubernetes Node (app.core.maintenance).
+"""One maintenance on both sides of a co-managed node (app.core.maintenance decides):
+Slurm's drains, downs and failures become the Node's taint, and a cordoned Node drains its
+Slurm node (through the ``SlurmDrains`` port: app.slurm.drains).
 
 Leader-only, like the status mirror: it follows the node snapshot (health is a ledger
-field the Slurm sync writes, so what any replica's sync saw counts), and for a node whose
-wanted taint changed reads the Node and patches it, conditionally on its resourceVersion
-(a Node changed meanwhile is read again next pass; no one else's taint is lost). Every
-``resync_period`` one paginated list of the managed Nodes finds taints someone removed or
-added by hand under our key, and nodes the ledger no longer has.
+field the Slurm sync writes, so what any replica's sync saw counts) and discovery's Node
+watch (a cordon), and reconciles each node that changed. A taint is patched after a read of
+the Node, conditionally on its resourceVersion (a Node changed meanwhile is read again next
+pass; no one else's taint is lost). Every ``resync_period`` one paginated list of the
+managed Nodes finds taints someone removed or added by hand under our key, and nodes the
+ledger no longer has. A call that fails (either side unreachable) is retried on the next
+pass, nothing guessed meanwhile.
 
 Turned off (``slurm_taints=False``), it still runs and removes its own taints: a taint the
 service can no longer lift must not outlive the setting.
@@ -17,10 +21,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, Protocol
 
-from app.core.maintenance import SlurmTaint, carried, node_patch, slurm_taint
+from app.core.maintenance import (
+    SlurmAction,
+    SlurmTaint,
+    carried,
+    cordon_reason,
+    node_patch,
+    slurm_action,
+    slurm_taint,
+)
 from app.kube.client import KubeClient, KubeError
+from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot, Views
 from app.outages import log_failure
 
@@ -28,26 +41,44 @@ log = logging.getLogger(__name__)
 POLL = 0.5  # seconds between looks at the snapshot
 
 
-class SlurmTaints:
+class SlurmDrains(Protocol):
+    """The Slurm side of a cordon (app.slurm.drains): each reads the node first and acts
+    only on a state that allows it; whether it acted."""
+
+    def drain(self, node: str, reason: str) -> bool: ...
+
+    def resume(self, node: str) -> bool: ...
+
+
+class Maintenance:
     def __init__(
         self,
         snapshot: NodeSnapshot,
         client: KubeClient,
         managed: Callable[[str], bool],
+        cordoned: Callable[[str], bool],
+        drains: SlurmDrains | None,
+        clock: Clock,
         *,
-        enabled: bool,
+        slurm_taints: bool,
         evict: bool,
         node_selector: str,
         resync_period: float,
     ) -> None:
-        """``managed``: the Nodes discovery put in the ledger (others are never touched)."""
+        """``managed``: the Nodes discovery put in the ledger (others are never touched);
+        ``cordoned``: whether a Node is (discovery's watch); ``drains``: the Slurm side of a
+        cordon (None: cordons are not relayed, e.g. Slurm off)."""
         self.snapshot = snapshot
         self.client = client
         self.managed = managed
-        self.enabled = enabled
+        self.cordoned = cordoned
+        self.drains = drains
+        self.clock = clock
+        self.enabled = slurm_taints
         self.evict = evict
         self.node_selector = node_selector
         self.resync_period = resync_period
+        self.asked: dict[str, SlurmAction] = {}  # per node: what Slurm was last asked to do
         # What each Node carries of ours, as last written or listed: a node whose wanted
         # taint equals it costs nothing.
         self.carried: dict[str, SlurmTaint | None] = {}
@@ -55,7 +86,7 @@ class SlurmTaints:
         self._dirty_lock = threading.Lock()
 
     def run(self, stop: threading.Event) -> None:
-        unsubscribe = self.snapshot.subscribe(self._mark)
+        unsubscribe = self.snapshot.subscribe(self.mark)
         try:
             resynced: float | None = None
             while not stop.is_set():
@@ -65,7 +96,7 @@ class SlurmTaints:
                         resynced = time.monotonic()
                     self.flush()
                 except Exception as exc:  # the next pass retries
-                    log_failure(log, "Slurm taints on Nodes", exc)
+                    log_failure(log, "node maintenance (taints, cordons)", exc)
                 stop.wait(POLL)
         finally:
             unsubscribe()
@@ -83,7 +114,7 @@ class SlurmTaints:
         )
         views = self.snapshot.views(max_age=POLL)
         self.carried = dict(listed)
-        self._mark([name for name, taint in listed if taint != self.wanted(views, name)])
+        self.mark([name for name, taint in listed if taint != self.wanted(views, name)])
 
     def flush(self) -> None:
         """Reconcile every node marked since the last pass (the snapshot's refresh marks
@@ -97,10 +128,12 @@ class SlurmTaints:
                 ours = self.managed(name) or self.carried.get(name) is not None
                 if ours and not self.reconcile(name, self.wanted(views, name)):
                     again.append(name)
+                if self.drains is not None and self.managed(name):
+                    self.relay_cordon(views, name, self.drains)
         except Exception:
-            self._mark(names)  # none is lost: the next pass goes over them again
+            self.mark(names)  # none is lost: the next pass goes over them again
             raise
-        self._mark(again)
+        self.mark(again)
 
     def reconcile(self, name: str, wanted: SlurmTaint | None) -> bool:
         """Bring one Node's taint of ours to ``wanted``; False when the Node changed
@@ -133,7 +166,27 @@ class SlurmTaints:
         self.carried[name] = wanted
         return True
 
-    def _mark(self, names: Collection[str]) -> None:
+    def relay_cordon(self, views: Views, name: str, drains: SlurmDrains) -> None:
+        """Drain the Slurm node of a cordoned Node, resume it at the uncordon (the port
+        checks Slurm's state first); each once, until the ledger's view of Slurm changes."""
+        view = views.get(name)
+        if view is None:
+            return
+        action = slurm_action(self.cordoned(name), view.health_reason)
+        if action is None:
+            self.asked.pop(name, None)
+            return
+        if self.asked.get(name) is action:
+            return  # asked already: the sync has not seen Slurm's answer yet
+        if action is SlurmAction.DRAIN:
+            drains.drain(view.slurm_name, cordon_reason(self.clock()))
+        else:
+            drains.resume(view.slurm_name)
+        self.asked[name] = action
+
+    def mark(self, names: Collection[str]) -> None:
+        """Reconcile these nodes on the next pass (the snapshot: they changed; discovery:
+        their cordon did)."""
         with self._dirty_lock:
             self._dirty.update(names)
 

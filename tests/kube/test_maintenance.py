@@ -1,9 +1,11 @@
-"""Slurm's drains on the Kubernetes Node (issue 34, Slurm to Kubernetes), end to end: real
+"""One maintenance on both sides of a co-managed node (issue 34), end to end: real
 kube-apiserver and default kube-scheduler, real Slurm, `nodeledger serve`.
 
 An operator drains a co-managed node in Slurm: the Node gets the service's taint, so a pod
 of any scheduler (here the default one) stays off it; a resume lifts that taint and no one
-else's. Turned off, the service removes its own taints.
+else's. Turned off, the service removes its own taints. An operator cordons the Node: the
+Slurm node drains, so no job starts there; the uncordon resumes it, unless an
+administrator's drain came meanwhile.
 """
 
 from __future__ import annotations
@@ -86,4 +88,51 @@ def test_turned_off_the_service_removes_its_own_taints(
     coloc.env["NODELEDGER_KUBE_SLURM_TAINTS"] = "false"
     with coloc.service("nodeledger-without-taints"):
         wait_until(lambda: ours(coloc, "kn2") == [], 60, what="our taint removed")
+    coloc.slurm.run("scontrol", "update", "nodename=n2", "state=resume")
+
+
+def slurm_node(coloc: Coloc, name: str) -> tuple[set[str], str]:
+    node = coloc.slurm.node(name)
+    return set(node["state"]), str(node.get("reason") or "")
+
+
+def test_a_cordon_drains_slurm_and_the_uncordon_resumes_it(
+    env: tuple[Coloc, ServiceProcess],
+) -> None:
+    coloc, _ = env
+    coloc.kube.kubectl("cordon", "kn1")
+    wait_until(lambda: "DRAIN" in slurm_node(coloc, "n1")[0], 60, what="n1 drained")
+    assert slurm_node(coloc, "n1")[1].startswith("nodeledger: cordoned in Kubernetes at ")
+    job = coloc.slurm.sbatch("-w", "n1", "-c", "1", "--mem=100", "--wrap", "sleep 300")
+    assert ours(coloc, "kn1") == []  # the service's own drain taints nothing: no loop
+
+    coloc.kube.kubectl("uncordon", "kn1")
+    wait_until(lambda: "DRAIN" not in slurm_node(coloc, "n1")[0], 60, what="n1 resumed")
+    wait_until(lambda: coloc.slurm.job_state(job) == "RUNNING", 60, what="the job running")
+    coloc.slurm.scancel(job)
+
+
+def test_an_uncordon_leaves_an_administrators_drain_alone(
+    env: tuple[Coloc, ServiceProcess],
+) -> None:
+    coloc, _ = env
+    coloc.kube.kubectl("cordon", "kn2")
+    wait_until(lambda: "DRAIN" in slurm_node(coloc, "n2")[0], 60, what="n2 drained")
+    # Meanwhile an administrator drains it for their own reason.
+    coloc.slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=bad DIMM")
+    wait_until(
+        lambda: "bad DIMM" in (coloc.ledger_node("kn2").get("health_reason") or ""),
+        60,
+        what="the ledger sees the administrator's drain",
+    )
+    coloc.kube.kubectl("uncordon", "kn2")
+    # A marker that the service has handled that uncordon: a cordon of kn3 after it,
+    # relayed to Slurm (the reconciler takes changes in passes, each over all marked).
+    coloc.kube.kubectl("cordon", "kn3")
+    wait_until(lambda: "DRAIN" in slurm_node(coloc, "n3")[0], 60, what="n3 drained")
+    state, reason = slurm_node(coloc, "n2")
+    assert "DRAIN" in state
+    assert reason == "bad DIMM"
+    coloc.kube.kubectl("uncordon", "kn3")
+    wait_until(lambda: "DRAIN" not in slurm_node(coloc, "n3")[0], 60, what="n3 resumed")
     coloc.slurm.run("scontrol", "update", "nodename=n2", "state=resume")
