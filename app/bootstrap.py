@@ -39,7 +39,7 @@ from app.metrics.nodes import LedgerCollector
 from app.metrics.registry import Metrics
 from app.outages import Dependency
 from app.settings import Settings
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
 from app.slurm.sync import SlurmSync
 from app.slurm.wiring import SlurmParts, build_slurm
 
@@ -60,7 +60,7 @@ class Services:
     dependencies: Mapping[str, Dependency]
     components: tuple[Component, ...] = ()  # in start order
     slurm: SlurmSync | None = None
-    job_hints: JobHints | None = None  # with the Slurm integration on
+    job_hints: HintQueue | None = None  # with the Slurm integration on
     extender: Extender | None = None  # with the Kubernetes integration on
 
     @property

@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AuthSettings
 from app.kube.settings import KubeSettings
-from app.metrics.logs import LogFormat
+from app.logs import LogFormat
 from app.metrics.settings import MetricsSettings
 from app.slurm.settings import SlurmSettings
 

@@ -12,7 +12,7 @@ Each step (``step()``, which tests call directly):
    listing brought news (app.slurm.reconcile: health, Slurm-job holdings, counts), and
    have slurmctld evaluate again the jobs it held back for counts that since rose
    (app.slurm.held_back).
-3. Apply job hints (app.slurm.hinted), also every HINT_POLL seconds between steps and
+3. Apply job hints (app.slurm.hint_sync), also every HINT_POLL seconds between steps and
    during a long pass, so they are never held up for long.
 With several replicas only the one holding the ``slurm-sync`` leadership (app.db.locks)
 writes; the others keep reading Slurm (step 1: cheap, and their node sizes stay current for
@@ -40,8 +40,8 @@ from app.slurm.abandoned import AbandonedHolds
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.held_back import HeldBackJobs
-from app.slurm.hinted import HintedJobs
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
+from app.slurm.hint_sync import HintSync
 from app.slurm.hold_sweep import HoldSweep
 from app.slurm.holds import HoldJobs
 from app.slurm.listings import ListingReader
@@ -67,7 +67,7 @@ class SlurmSync:
         *,
         interval: float = 1.0,
         full_sync_interval: float | None = None,
-        hints: JobHints | None = None,
+        hints: HintQueue | None = None,
         register_nodes: bool = False,
         pending_timeout: float = 60.0,
         leadership: Leadership | None = None,
@@ -106,9 +106,9 @@ class SlurmSync:
         )
         self.hold_sweep = HoldSweep(holds, ledger) if holds is not None else None
         self.held_back = HeldBackJobs(client)
-        self.hinted: HintedJobs | None = None
+        self.hinted: HintSync | None = None
         if hints is not None:
-            self.hinted = HintedJobs(
+            self.hinted = HintSync(
                 client,
                 hints,
                 self.state,
@@ -254,7 +254,7 @@ class SlurmSync:
             )
 
     def apply_hints(self) -> list[str]:
-        """Apply the job hints now (app.slurm.hinted); failures, by node or job."""
+        """Apply the job hints now (app.slurm.hint_sync); failures, by node or job."""
         assert self.hinted is not None
         return self.hinted.apply()
 

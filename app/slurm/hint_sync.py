@@ -1,7 +1,7 @@
 """Job hints applied: each hinted job read from Slurm, moved in the cache, its nodes synced.
 
 slurmctld's PrologSlurmctld/EpilogSlurmctld name a job that started, ended or was requeued
-(app.slurm.hints); the leader reads that one job (``GET job/{id}``), moves it in the cache
+(app.slurm.hint_queue); the leader reads that one job (``GET job/{id}``), moves it in the cache
 (app.slurm.state) and syncs only the nodes it was on or is on now, each read afresh
 (``GET node/{name}``: states and ``gres_used`` are live there). Jobs seen COMPLETING still
 hold their nodes and are read again every time until they let go, so an Epilog hint that
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from app.core.ledger_errors import LedgerError
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
 from app.slurm.reconcile import NodeReconciler
 from app.slurm.state import SlurmState
 
@@ -28,11 +28,11 @@ SLOW_HINTS = 0.5  # seconds: applying hints slower than this is logged as a warn
 MAX_REREADS = 10_000  # hinted jobs whose read failed, kept to read again; beyond: full pass
 
 
-class HintedJobs:
+class HintSync:
     def __init__(
         self,
         client: SlurmClient,
-        hints: JobHints,
+        hints: HintQueue,
         state: SlurmState,
         reconciler: NodeReconciler,
         *,
