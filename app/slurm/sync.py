@@ -65,6 +65,7 @@ class SlurmSync:
         ledger: Ledger,
         pusher: Pusher,
         *,
+        holds: HoldJobs,
         interval: float = 1.0,
         full_sync_interval: float | None = None,
         hints: HintQueue | None = None,
@@ -74,7 +75,6 @@ class SlurmSync:
         monotonic: Callable[[], float] = time.monotonic,
         metrics: Metrics = NO_METRICS,
         views: NodeViews | None = None,
-        holds: HoldJobs | None = None,
     ) -> None:
         """``full_sync_interval``: seconds between full listings, read in the background,
         when slurmctld sends hints; None: listings every ``interval``, read in the step.
@@ -104,7 +104,7 @@ class SlurmSync:
         self.abandoned = AbandonedHolds(
             ledger, pusher, timeout=pending_timeout, monotonic=monotonic
         )
-        self.hold_sweep = HoldSweep(holds, ledger) if holds is not None else None
+        self.hold_sweep = HoldSweep(holds, ledger)
         self.held_back = HeldBackJobs(client)
         self.hinted: HintSync | None = None
         if hints is not None:
@@ -274,9 +274,8 @@ class SlurmSync:
             renamed = self.reconciler.track(views)
         self._steps += 1
         failures: list[str] = []
-        if changed and self.hold_sweep is not None:
-            failures += self.hold_sweep.sweep(self.state.jobs())
         if changed:
+            failures += self.hold_sweep.sweep(self.state.jobs())
             failures += self.held_back.release(self.state.nodes(), self.state.held_back())
         if changed or renamed or not self._steps % FULL_PASS_EVERY:
             failures += self._pass(views)
@@ -315,7 +314,7 @@ class SlurmSync:
     def _hold_lost(self) -> list[str]:
         """Hold again what lost its hold job (app.slurm.hold_sweep); failures, by holder."""
         listed_at = self._jobs_listed_at()
-        if self.hold_sweep is None or listed_at is None:
+        if listed_at is None:
             return []
         return self.hold_sweep.hold_lost(self.state.jobs(), listed_at)
 

@@ -24,6 +24,7 @@ from app.settings import Settings
 from app.slurm import hint_queue as hint_queue_module
 from app.slurm import sync as sync_module
 from app.slurm.hint_queue import HintQueue
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
@@ -96,6 +97,7 @@ def sync(ledger: Ledger, slurm: Cluster, hints: HintQueue) -> Iterator[SlurmSync
         slurm,  # type: ignore[arg-type]
         ledger,
         Pusher(slurm, ledger),  # type: ignore[arg-type]
+        holds=HoldJobs(slurm),  # type: ignore[arg-type]
         full_sync_interval=300,
         hints=hints,
     )
@@ -143,6 +145,7 @@ def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: Hi
         slurm,  # type: ignore[arg-type]
         ledger,
         Pusher(slurm, ledger),  # type: ignore[arg-type]
+        holds=HoldJobs(slurm),  # type: ignore[arg-type]
         interval=600,
         full_sync_interval=3000,
         hints=hints,
@@ -253,6 +256,7 @@ def test_a_standby_leaves_hints_for_the_leader(
         slurm,  # type: ignore[arg-type]
         ledger,
         Pusher(slurm, ledger),  # type: ignore[arg-type]
+        holds=HoldJobs(slurm),  # type: ignore[arg-type]
         hints=hints,
         leadership=Standby(),  # type: ignore[arg-type]
     )
