@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from app.core.ledger_errors import LedgerError
+from app.core.errors import NodeledgerError
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError
 from app.slurm.hint_queue import HintQueue
@@ -83,7 +83,7 @@ class HintSync:
         for slurm_name in sorted(touched):
             try:
                 self.reconciler.sync_slurm_node(slurm_name)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{slurm_name}: {exc}")
         self.state.publish()
         done = self.monotonic()

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from app.core.components import Health
-from app.core.ledger_errors import LedgerError
+from app.core.errors import NodeledgerError
 from app.core.records import NodeView
 from app.db.locks import Leadership
 from app.ledger.service import Ledger
@@ -293,7 +293,7 @@ class SlurmSync:
         for view in views:
             try:
                 drifted += self.reconciler.sync(view)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{view.name}: {exc}")
             if self.hinted is not None and self.monotonic() - hinted >= HINT_POLL:
                 # A long pass (every node pushed after a slurmctld restart: minutes at
@@ -342,7 +342,7 @@ class SlurmSync:
         for name in names:
             try:
                 self.pusher.push(name, reason=reason)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{name}: {exc}")
         return failures
 
