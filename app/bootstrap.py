@@ -25,11 +25,13 @@ from app.auth.guard import Guard
 from app.auth.reviews import AccessReviewer, Reviews, TokenReviewer
 from app.auth.static import StaticTokens
 from app.core.caps import KubeCaps
-from app.core.components import Component
+from app.core.components import Component, Health
 from app.core.headroom import NO_POLICY
+from app.core.resources import Resources
 from app.db import migrate
 from app.db.engine import Database, Liveness
 from app.kube.client import KubeClient
+from app.kube.controllers.discovery import SlurmSizes
 from app.kube.extender.service import Extender
 from app.kube.reviews import KubeReviews
 from app.kube.wiring import KubeParts, build_kube
@@ -138,7 +140,7 @@ def build_services(
             admissions,
             snapshot,
             caps,
-            slurm.sync if slurm is not None else None,
+            *_slurm_for_kube(slurm.sync if slurm is not None else None),
             metrics,
             dependencies["kubernetes"],
             clock,
@@ -163,6 +165,19 @@ def build_services(
         job_hints=slurm.hints if slurm is not None else None,
         extender=kube.extender if kube is not None else None,
     )
+
+
+def _slurm_for_kube(sync: SlurmSync | None) -> tuple[SlurmSizes, Callable[[], Health | None]]:
+    """What the Kubernetes controllers read of the Slurm sync, a node's size and the sync's
+    health (None without it): built here, so that app.kube knows nothing of app.slurm."""
+
+    def sizes(name: str) -> Resources | None:
+        return sync.state.snapshot().node_size(name) if sync is not None else None
+
+    def health() -> Health | None:
+        return sync.health() if sync is not None else None
+
+    return sizes, health
 
 
 @contextmanager
