@@ -36,7 +36,7 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.ledger.service import Admission, Ledger
-from app.metrics.logs import log_context
+from app.logs import log_context
 from app.metrics.registry import NO_METRICS, AdmissionPath, AdmissionTimer, Metrics, ReleasePath
 
 log = logging.getLogger(__name__)

@@ -141,11 +141,10 @@ def allocated_devices(
     node: str,
     drivers: Collection[str],
     attribute: str = "index",
-    uuid_attribute: str = "uuid",
 ) -> tuple[AllocatedDevice, ...]:
     """The devices of ``drivers`` allocated to ``claims`` (a pod's), on ``node``, with their
     indices read from ``attribute`` in the node's ``slices``, in claim and result order,
-    and their UUIDs from ``uuid_attribute`` (a string; "" when missing or not one the
+    and their UUIDs from the string attribute ``uuid`` ("" when missing or not one the
     ledger keeps: never an error). Raises ClaimDevicesError when a claim is not allocated,
     a device is not in the slices, or its index attribute is missing or not a non-negative
     int. Results of other drivers, and admin-access results (which do not own the device),
@@ -177,15 +176,15 @@ def allocated_devices(
                 reason = f"{where}: attribute {attribute!r} is {dict(value)}, not an index"
                 raise ClaimDevicesError(name, reason, retryable=False)
             request = str(result.get("request") or "")
-            uuid = _uuid(attributes, uuid_attribute, driver)
+            uuid = _uuid(attributes, driver)
             found.append(AllocatedDevice(name, request, driver, pool, device_name, index, uuid))
     return tuple(found)
 
 
-def _uuid(attributes: Mapping[str, Any], name: str, driver: str) -> str:
-    """The device's UUID from its string attribute ``name``, "" when it has none the ledger
+def _uuid(attributes: Mapping[str, Any], driver: str) -> str:
+    """The device's UUID from its string attribute ``uuid``, "" when it has none the ledger
     can keep (app.core.devices.valid_uuid)."""
-    value = _attribute(attributes, name, driver)
+    value = _attribute(attributes, "uuid", driver)
     uuid = value.get("string") if value is not None else None
     return uuid if isinstance(uuid, str) and valid_uuid(uuid) else ""
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.core.counts import MIB, K8sCounts, current_counts, desired_counts, job_on, withheld
+from app.core.counts import MIB, current_counts, desired_counts, job_on, withheld
 from app.core.gres import gres_count
 from app.core.records import EventKind, HolderKind, Holding, NodeView, SnapshotEntry
 from app.core.resources import Resources
@@ -49,10 +49,11 @@ class PlannedEvent:
 
 @dataclass(frozen=True, slots=True)
 class Push:
-    """Slurm's counts differ from what the ledger withholds: push ``counts`` again."""
+    """Slurm's counts differ from what the ledger withholds: push them again. No counts
+    here: the pusher computes them under the node's lock, from the view as it is then
+    (an admission may have changed it since this plan)."""
 
     slurm_name: str
-    counts: K8sCounts
 
     def drift_event(self, pushed: str) -> PlannedEvent:
         """The event for a push that found Slurm had lost the pushed counts; ``pushed`` is
@@ -109,7 +110,7 @@ def plan_node(
         return NodePlan(health, None, None)
     holdings = slurm_snapshot(node, jobs, unlisted)
     desired = desired_counts(node, withheld(view))
-    push = None if current_counts(node) == desired else Push(node.name, desired)
+    push = None if current_counts(node) == desired else Push(node.name)
     if _same(view, holdings):
         return NodePlan(health, None, push)
     if _outdated(view, holdings, listed_at):

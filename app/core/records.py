@@ -196,8 +196,7 @@ class NodeTotals:
     health_reason: str | None
     held_by_kind: dict[HolderKind, Resources]
     headroom: NodeHeadroom = NO_HEADROOM
-    # As NodeView's: computed once.
-    # Plain fields rather than properties: the cheapest reads for the extender's loop.
+    # Computed once, as NodeView's; plain fields so that the two read alike.
     allocatable: Resources = field(init=False, repr=False, compare=False)
     free: Resources = field(init=False, repr=False, compare=False)  # < 0: overcommitted
     # Why no new holding is admitted here, or None when the node is admissible.

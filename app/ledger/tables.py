@@ -139,7 +139,7 @@ class EventRow(Base):
 
 class SlurmJobHintRow(Base):
     """A "job N changed" hint from slurmctld, kept until the Slurm sync leader takes it
-    (app.slurm.hints): any replica may receive it, only the leader applies it."""
+    (app.slurm.hint_queue): any replica may receive it, only the leader applies it."""
 
     __tablename__ = "slurm_job_hints"
 

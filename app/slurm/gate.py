@@ -89,16 +89,16 @@ class SlurmGate:
         pusher: Pusher,
         caps: KubeCaps,
         *,
+        holds: HoldJobs,
         fail_open: bool = False,
         jobs_on: JobsOn = _no_jobs,
         refusal: Refusal = _no_refusal,
         later: Later | None = None,
-        holds: HoldJobs | None = None,
         contended: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
         ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None.
-        ``holds``: hold jobs for holdings that name GPU devices (none: such are refused).
+        ``holds``: hold jobs for holdings that name GPU devices.
         ``contended``: the ledger nodes where Slurm jobs wait for resources (the sync's)."""
         self.contended = contended
         self.holds = holds
@@ -158,8 +158,6 @@ class SlurmGate:
         """The hold job's id, once Slurm holds the holding's devices and its counts withhold
         the pod's CPUs, memory and GPU count (module docstring); the hold first, since a
         device a job has is the usual refusal and costs no push then."""
-        if self.holds is None:
-            raise AdmissionRejected("GPU devices named, but this service holds none in Slurm")
         view = self.pusher.ledger.get_node(holding.node)
         self._within_cap(view)
         what = f"GPU devices {list(holding.devices)} on node {view.slurm_name}"
@@ -186,7 +184,7 @@ class SlurmGate:
     def released(self, holding: Holding) -> None:
         """``holding`` left the ledger: end its hold job, if it has one (the sync ends one
         this misses, app.slurm.sync)."""
-        if holding.slurm_hold is None or self.holds is None:
+        if holding.slurm_hold is None:
             return
         try:
             slurm_name: str | None = self.pusher.ledger.get_node(holding.node).slurm_name

@@ -26,7 +26,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from app.core.ledger_errors import AdmissionRejected, HoldingNotFound, LedgerError
+from app.core.errors import NodeledgerError
+from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.plan import hold_gone
 from app.core.records import EventKind, HolderKind, Holding
 from app.core.slurm_models import SlurmJob
@@ -116,7 +117,7 @@ class HoldSweep:
         for holding in lost(self.ledger.held_in_slurm(), holds_in(jobs).values(), listed_at):
             try:
                 self._hold_again(holding)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{holding.holder.id}: {exc}")
         return failures
 

@@ -12,7 +12,7 @@ Each step (``step()``, which tests call directly):
    listing brought news (app.slurm.reconcile: health, Slurm-job holdings, counts), and
    have slurmctld evaluate again the jobs it held back for counts that since rose
    (app.slurm.held_back).
-3. Apply job hints (app.slurm.hinted), also every HINT_POLL seconds between steps and
+3. Apply job hints (app.slurm.hint_sync), also every HINT_POLL seconds between steps and
    during a long pass, so they are never held up for long.
 With several replicas only the one holding the ``slurm-sync`` leadership (app.db.locks)
 writes; the others keep reading Slurm (step 1: cheap, and their node sizes stay current for
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from app.core.components import Health
-from app.core.ledger_errors import LedgerError
+from app.core.errors import NodeledgerError
 from app.core.records import NodeView
 from app.db.locks import Leadership
 from app.ledger.service import Ledger
@@ -40,8 +40,8 @@ from app.slurm.abandoned import AbandonedHolds
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.held_back import HeldBackJobs
-from app.slurm.hinted import HintedJobs
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
+from app.slurm.hint_sync import HintSync
 from app.slurm.hold_sweep import HoldSweep
 from app.slurm.holds import HoldJobs
 from app.slurm.listings import ListingReader
@@ -65,16 +65,16 @@ class SlurmSync:
         ledger: Ledger,
         pusher: Pusher,
         *,
+        holds: HoldJobs,
         interval: float = 1.0,
         full_sync_interval: float | None = None,
-        hints: JobHints | None = None,
+        hints: HintQueue | None = None,
         register_nodes: bool = False,
         pending_timeout: float = 60.0,
         leadership: Leadership | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: Metrics = NO_METRICS,
         views: NodeViews | None = None,
-        holds: HoldJobs | None = None,
     ) -> None:
         """``full_sync_interval``: seconds between full listings, read in the background,
         when slurmctld sends hints; None: listings every ``interval``, read in the step.
@@ -104,11 +104,11 @@ class SlurmSync:
         self.abandoned = AbandonedHolds(
             ledger, pusher, timeout=pending_timeout, monotonic=monotonic
         )
-        self.hold_sweep = HoldSweep(holds, ledger) if holds is not None else None
+        self.hold_sweep = HoldSweep(holds, ledger)
         self.held_back = HeldBackJobs(client)
-        self.hinted: HintedJobs | None = None
+        self.hinted: HintSync | None = None
         if hints is not None:
-            self.hinted = HintedJobs(
+            self.hinted = HintSync(
                 client,
                 hints,
                 self.state,
@@ -254,7 +254,7 @@ class SlurmSync:
             )
 
     def apply_hints(self) -> list[str]:
-        """Apply the job hints now (app.slurm.hinted); failures, by node or job."""
+        """Apply the job hints now (app.slurm.hint_sync); failures, by node or job."""
         assert self.hinted is not None
         return self.hinted.apply()
 
@@ -274,9 +274,8 @@ class SlurmSync:
             renamed = self.reconciler.track(views)
         self._steps += 1
         failures: list[str] = []
-        if changed and self.hold_sweep is not None:
-            failures += self.hold_sweep.sweep(self.state.jobs())
         if changed:
+            failures += self.hold_sweep.sweep(self.state.jobs())
             failures += self.held_back.release(self.state.nodes(), self.state.held_back())
         if changed or renamed or not self._steps % FULL_PASS_EVERY:
             failures += self._pass(views)
@@ -294,7 +293,7 @@ class SlurmSync:
         for view in views:
             try:
                 drifted += self.reconciler.sync(view)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{view.name}: {exc}")
             if self.hinted is not None and self.monotonic() - hinted >= HINT_POLL:
                 # A long pass (every node pushed after a slurmctld restart: minutes at
@@ -315,7 +314,7 @@ class SlurmSync:
     def _hold_lost(self) -> list[str]:
         """Hold again what lost its hold job (app.slurm.hold_sweep); failures, by holder."""
         listed_at = self._jobs_listed_at()
-        if self.hold_sweep is None or listed_at is None:
+        if listed_at is None:
             return []
         return self.hold_sweep.hold_lost(self.state.jobs(), listed_at)
 
@@ -343,7 +342,7 @@ class SlurmSync:
         for name in names:
             try:
                 self.pusher.push(name, reason=reason)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{name}: {exc}")
         return failures
 

@@ -16,7 +16,7 @@ from app.slurm.client import SlurmClient
 from app.slurm.deferred import DeferredPushes
 from app.slurm.drains import SlurmDrains
 from app.slurm.gate import SlurmGate
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
 from app.slurm.holds import HoldJobs
 from app.slurm.plugins import PluginCheck
 from app.slurm.push import Pusher
@@ -30,7 +30,7 @@ from app.slurm.witness import SlurmWitness
 class SlurmParts:
     sync: SlurmSync
     gate: SlurmGate
-    hints: JobHints
+    hints: HintQueue
     components: tuple[Component, ...]  # in start order
     drains: SlurmDrains  # for the Kubernetes side's cordons
 
@@ -69,7 +69,7 @@ def build_slurm(
     # slurmctld (30 s at least: a full pass at scale takes a while).
     witness = SlurmWitness(max_age=max(30.0, 10 * settings.sync_interval))
     pusher = Pusher(client, ledger, metrics=metrics, witness=witness)
-    hints = JobHints(db)
+    hints = HintQueue(db)
     holds = HoldJobs(client)
     sync = SlurmSync(
         client,

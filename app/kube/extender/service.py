@@ -17,7 +17,8 @@ from dataclasses import replace
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
 from app.core.claims import ClaimDevicesError, device_indices, device_uuids
-from app.core.ledger_errors import HoldingNotFound, LedgerError
+from app.core.errors import NodeledgerError
+from app.core.ledger_errors import HoldingNotFound
 from app.core.placement import filter_nodes, prioritize
 from app.core.pods import pod_requests
 from app.core.quantities import QuantityError
@@ -100,7 +101,7 @@ class Extender:
             admission = self.admissions.admit(
                 node, holder, requests, path="extender", devices=devices, device_uuids=uuids
             )
-        except (LedgerError, QuantityError, KubeError, ClaimDevicesError) as exc:
+        except NodeledgerError as exc:
             log.info("extender bind %s/%s on %s refused: %s", namespace, name, node, exc)
             return ExtenderBindingResult(Error=str(exc))
         try:
