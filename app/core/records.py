@@ -40,6 +40,7 @@ class EventKind(StrEnum):
     SLURM_PUSHED = "slurm_pushed"
     SLURM_DRIFT = "slurm_drift"
     HEADROOM = "headroom"
+    MAINTENANCE = "maintenance"  # a drain, cordon or taint relayed between the two sides
 
 
 @dataclass(frozen=True, slots=True)

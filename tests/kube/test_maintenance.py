@@ -33,6 +33,10 @@ def ours(coloc: Coloc, name: str) -> list[dict[str, Any]]:
     return [t for t in node(coloc, name)["spec"].get("taints") or () if t["key"] == TAINT_KEY]
 
 
+def events(coloc: Coloc, node: str) -> list[str]:
+    return [e["message"] for e in coloc.get("/v1/events", node=node, kind="maintenance")]
+
+
 def unschedulable(coloc: Coloc, pod: str) -> bool:
     found = coloc.kube.get("pod", pod, "default")
     assert found is not None
@@ -75,6 +79,8 @@ def test_a_slurm_drain_keeps_every_scheduler_off_the_node_and_a_resume_lifts_onl
     taints = node(coloc, "kn1")["spec"]["taints"]
     assert [{k: t[k] for k in ("key", "value", "effect")} for t in taints] == [RACK]
     assert REASON_ANNOTATION not in node(coloc, "kn1")["metadata"].get("annotations", {})
+    assert any(m.startswith("Node tainted nodeledger.io/") for m in events(coloc, "kn1"))
+    assert any("taint lifted" in m for m in events(coloc, "kn1"))
 
 
 def test_turned_off_the_service_removes_its_own_taints(
@@ -110,6 +116,9 @@ def test_a_cordon_drains_slurm_and_the_uncordon_resumes_it(
     wait_until(lambda: "DRAIN" not in slurm_node(coloc, "n1")[0], 60, what="n1 resumed")
     wait_until(lambda: coloc.slurm.job_state(job) == "RUNNING", 60, what="the job running")
     coloc.slurm.scancel(job)
+    said = events(coloc, "kn1")
+    assert any(m.startswith("Slurm node n1 drained: nodeledger: cordoned") for m in said)
+    assert "Slurm node n1 resumed: the Node was uncordoned" in said
 
 
 def test_an_uncordon_leaves_an_administrators_drain_alone(
@@ -133,6 +142,8 @@ def test_an_uncordon_leaves_an_administrators_drain_alone(
     state, reason = slurm_node(coloc, "n2")
     assert "DRAIN" in state
     assert reason == "bad DIMM"
+    left = "Slurm node n2 left as it is: the Node was uncordoned, and Slurm node n2 is DRAIN"
+    assert any(m.startswith(left) and "bad DIMM" in m for m in events(coloc, "kn2"))
     coloc.kube.kubectl("uncordon", "kn3")
     wait_until(lambda: "DRAIN" not in slurm_node(coloc, "n3")[0], 60, what="n3 resumed")
     coloc.slurm.run("scontrol", "update", "nodename=n2", "state=resume")

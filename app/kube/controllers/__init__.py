@@ -96,6 +96,7 @@ class KubeControllers:
             self.discovery.cordoned,
             drains if settings.cordon_drains_slurm else None,
             clock,
+            ledger.record_event,
             slurm_taints=settings.slurm_taints,
             evict=settings.slurm_taints_evict,
             node_selector=settings.node_selector,

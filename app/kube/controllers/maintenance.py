@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from app.core.maintenance import (
+    TAINT_KEY,
     SlurmAction,
     SlurmTaint,
     carried,
@@ -32,6 +33,7 @@ from app.core.maintenance import (
     slurm_action,
     slurm_taint,
 )
+from app.core.records import EventKind
 from app.kube.client import KubeClient, KubeError
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot, Views
@@ -39,6 +41,7 @@ from app.outages import log_failure
 
 log = logging.getLogger(__name__)
 POLL = 0.5  # seconds between looks at the snapshot
+Record = Callable[[EventKind, str, str, dict[str, Any]], None]
 
 
 class SlurmDrains(Protocol):
@@ -59,6 +62,7 @@ class Maintenance:
         cordoned: Callable[[str], bool],
         drains: SlurmDrains | None,
         clock: Clock,
+        record: Record,
         *,
         slurm_taints: bool,
         evict: bool,
@@ -67,18 +71,21 @@ class Maintenance:
     ) -> None:
         """``managed``: the Nodes discovery put in the ledger (others are never touched);
         ``cordoned``: whether a Node is (discovery's watch); ``drains``: the Slurm side of a
-        cordon (None: cordons are not relayed, e.g. Slurm off)."""
+        cordon (None: cordons are not relayed, e.g. Slurm off); ``record``: appends a
+        ledger event (``Ledger.record_event``), one per transition relayed."""
         self.snapshot = snapshot
         self.client = client
         self.managed = managed
         self.cordoned = cordoned
         self.drains = drains
         self.clock = clock
+        self.record = record
         self.enabled = slurm_taints
         self.evict = evict
         self.node_selector = node_selector
         self.resync_period = resync_period
         self.asked: dict[str, SlurmAction] = {}  # per node: what Slurm was last asked to do
+        self.seen: dict[str, bool] = {}  # per node: its cordon as last relayed
         # What each Node carries of ours, as last written or listed: a node whose wanted
         # taint equals it costs nothing.
         self.carried: dict[str, SlurmTaint | None] = {}
@@ -151,11 +158,13 @@ class Maintenance:
                     body=patch.body(version),
                     content_type="application/merge-patch+json",
                 )
-                log.info(
-                    "Node %s: %s", name,
-                    f"tainted {wanted.value}:{wanted.effect} ({wanted.reason})"
-                    if wanted is not None else "Slurm taint removed",
-                )  # fmt: skip
+                message = (
+                    f"Node tainted {TAINT_KEY}={wanted.value}:{wanted.effect}: {wanted.reason}"
+                    if wanted is not None
+                    else f"Node's {TAINT_KEY} taint lifted: Slurm returned the node"
+                )
+                log.info("%s: %s", name, message)
+                self.record(EventKind.MAINTENANCE, name, message, {"side": "kubernetes"})
         except KubeError as exc:
             if exc.status == 404:  # no such Node: nothing to carry
                 self.carried.pop(name, None)
@@ -172,16 +181,41 @@ class Maintenance:
         view = views.get(name)
         if view is None:
             return
-        action = slurm_action(self.cordoned(name), view.health_reason)
+        cordoned = self.cordoned(name)
+        before, self.seen[name] = self.seen.get(name), cordoned
+        action = slurm_action(cordoned, view.health_reason)
         if action is None:
             self.asked.pop(name, None)
+            if before is not None and before != cordoned and view.health_reason is not None:
+                # A cordon or uncordon that Slurm's state makes a no-op: say why.
+                what = "cordoned" if cordoned else "uncordoned"
+                message = (
+                    f"Slurm node {view.slurm_name} left as it is: the Node was {what}, "
+                    f"and {view.health_reason}"
+                )
+                self.record(EventKind.MAINTENANCE, name, message, {"side": "slurm"})
             return
         if self.asked.get(name) is action:
             return  # asked already: the sync has not seen Slurm's answer yet
+        slurm = view.slurm_name
         if action is SlurmAction.DRAIN:
-            drains.drain(view.slurm_name, cordon_reason(self.clock()))
+            reason = cordon_reason(self.clock())
+            done = drains.drain(slurm, reason)
+            message = (
+                f"Slurm node {slurm} drained: {reason}"
+                if done
+                else f"Slurm node {slurm} left as it is: the Node was cordoned, and it is "
+                "drained already"
+            )
         else:
-            drains.resume(view.slurm_name)
+            done = drains.resume(slurm)
+            message = (
+                f"Slurm node {slurm} resumed: the Node was uncordoned"
+                if done
+                else f"Slurm node {slurm} left drained: the Node was uncordoned, but the "
+                "drain is no longer nodeledger's"
+            )
+        self.record(EventKind.MAINTENANCE, name, message, {"side": "slurm", "action": action})
         self.asked[name] = action
 
     def mark(self, names: Collection[str]) -> None:
