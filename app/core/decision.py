@@ -108,12 +108,12 @@ def decide_admission(
 ) -> AdmissionDecision:
     """The decision on holding ``request`` on ``node`` (module docstring).
 
-    ``gated``: a gate confirms what is held (PENDING), and applies ``caps`` then; without
-    it the cap refuses here. ``headroom``: the policy, when the node's headroom may be used.
-    ``held``: the request is among the node's holdings
-    already (the gate confirming a hold): only the cap is checked (app.core.verdict).
-    ``devices``: the GPU device indices ``holder`` names, and ``held_devices`` the node's
-    holders with theirs (read only when devices are named)."""
+    ``gated``: a gate confirms what is held (PENDING) and applies ``caps`` to it; here they
+    then only keep the headroom's path within them. Without a gate they refuse here.
+    ``headroom``: the policy, when the node's headroom may be used. ``held``: the request
+    is among the node's holdings already (the gate confirming a hold): only the cap is
+    checked (app.core.verdict). ``devices``: the GPU device indices ``holder`` names, and
+    ``held_devices`` the node's holders with theirs (read only when devices are named)."""
     if devices:
         assert holder is not None, "devices are named by a holder"
         gpus = node.spec.capacity.gpus
@@ -128,8 +128,7 @@ def decide_admission(
     if headroom is None or devices:
         # Devices never skip the gate: Slurm must hold them first.
         return NEEDS_GATE
-    within_cap = over_cap(node, request, caps) is None
-    step = admit_step(node, request, headroom, within_cap=within_cap)
+    step = admit_step(node, request, headroom, lambda: over_cap(node, request, caps) is None)
     if step is None:
         return NEEDS_GATE
     outcome = Outcome.HELD_NOW if step.fast else Outcome.NEEDS_GATE

@@ -100,18 +100,22 @@ class AdmitStep:
 
 
 def admit_step(
-    node: HeadroomNode, request: Resources, policy: HeadroomPolicy, *, within_cap: bool = True
+    node: HeadroomNode,
+    request: Resources,
+    policy: HeadroomPolicy,
+    within_cap: Callable[[], bool] = lambda: True,
 ) -> AdmitStep | None:
     """The step for ``request`` on ``node``, which the admission decision's verdict
     admitted (app.core.decision); None when the node has no headroom (every admission there
-    goes through the gate, as without). ``within_cap``: the verdict's Kubernetes cap check
-    passes (over it, the gate refuses the hold with that check's reason)."""
+    goes through the gate, as without). ``within_cap``: whether the verdict's Kubernetes
+    cap check passes (over it, the gate refuses the hold with that check's reason); asked
+    only of a request inside the grant."""
     headroom = node.headroom
     amount = policy.amount_for(node.spec.labels)
     if amount.is_zero():
         return None
     after = held(node) + request
-    if within_cap and after.fits_within(headroom.granted):
+    if after.fits_within(headroom.granted) and within_cap():
         return AdmitStep(True, headroom.target, _low(headroom.granted - after, headroom, policy))
     if headroom.target.is_zero():
         return AdmitStep(False, amount)  # the first admission after idle: push the headroom

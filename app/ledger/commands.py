@@ -248,7 +248,9 @@ class LedgerCommands:
             decision = decide_admission(
                 current,
                 requests,
-                caps=self.headroom.caps,
+                # The Kubernetes cap is not the ledger's: the gate applies it to the hold,
+                # and the decision keeps the headroom's path within it.
+                caps=self.headroom.caps if gated else None,
                 gated=gated,
                 headroom=self.headroom if headroom and gated else None,
                 holder=holder,
