@@ -2,9 +2,9 @@
 
 Filter: a node passes when it is managed and the admission decision (app.core.decision) on
 the pod, the Kubernetes cap included, does not refuse it; every other node gets its
-verdict's reason. Unmanaged nodes are out
-(the extender is for co-located nodes). Prioritize: prefer nodes where Slurm holds least,
-then the most free CPU, on kube-scheduler's 0..10 scale.
+verdict's reason. Unmanaged nodes are out (the extender is for co-located nodes).
+Prioritize: prefer nodes where Slurm holds least, then the most free CPU, on
+kube-scheduler's 0..10 scale.
 """
 
 from __future__ import annotations
