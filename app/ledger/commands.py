@@ -1,5 +1,5 @@
 """The ledger's changes, each one transaction: lock the node -> read its view -> decide
-(app.core.verdict for an admission) -> write the change and its event (app.ledger.events).
+(app.core.decision for an admission) -> write the change and its event (app.ledger.events).
 
 Concurrency contract (see app.db.engine): every operation that changes a node's holdings
 or capacity takes that node's row lock first and decides on the view it reads under the
@@ -24,16 +24,15 @@ from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
 from app.core.arithmetic import SnapshotDiff, diff_snapshot
-from app.core.devices import device_refusal, paired
+from app.core.decision import Outcome, decide_admission
+from app.core.devices import paired
 from app.core.headroom import (
     NO_POLICY,
     HeadroomPolicy,
-    admit_step,
     released_target,
     settled_target,
 )
 from app.core.ledger_errors import (
-    AdmissionRejected,
     CapacityBelowHoldings,
     DeviceTaken,
     HolderConflict,
@@ -60,7 +59,6 @@ from app.core.records import (
     SnapshotEntry,
 )
 from app.core.resources import Resources
-from app.core.verdict import verdict
 from app.ledger import events
 from app.ledger.clock import Clock
 from app.ledger.repository import LedgerStatements, holding_record, node_headroom, totals_record
@@ -242,19 +240,27 @@ class LedgerCommands:
         devices, device_uuids = named
         now = self.clock()
         with self.store.write_hot() as repo:
+            # 1. One read of the node (its devices only when named: the common admission
+            # costs no statement for them), 2. one decision on it, 3. write it.
             row = repo.lock_node_state(node)
-            # The Kubernetes cap is not the ledger's: the Slurm gate applies it to the hold,
-            # and the headroom's step to an admission that skips the gate.
             current = totals_record(row, repo.held_on(row.id))
-            decided = verdict(current, requests)
-            # Devices are read only when named: the common admission costs what it did.
-            taken = _device_refusal(repo, row, holder, requests, devices) if devices else None
-            if decided.admitted and taken is None:
-                step = None
-                if headroom and state is HoldingState.PENDING and not devices:
-                    step = admit_step(current, requests, self.headroom)
-                fast = step is not None and step.fast
-                held = HoldingState.HELD if fast else state
+            gated = state is HoldingState.PENDING
+            decision = decide_admission(
+                current,
+                requests,
+                # The Kubernetes cap is not the ledger's: the gate applies it to the hold,
+                # and the decision keeps the headroom's path within it.
+                caps=self.headroom.caps if gated else None,
+                gated=gated,
+                headroom=self.headroom if headroom and gated else None,
+                holder=holder,
+                devices=devices,
+                held_devices=repo.devices_on(row.id) if devices else (),
+            )
+            if not decision.recorded:
+                raise decision.error
+            if not decision.refused:
+                held = HoldingState.HELD if decision.outcome is Outcome.HELD_NOW else state
                 # A holder that holds already (a retry) is found only by the insert that
                 # fails: the common case, a new holder, costs no look up front.
                 values = _holding_values(row.id, holder, requests, held, now)
@@ -264,8 +270,9 @@ class LedgerCommands:
                         values["device_uuids"] = list(device_uuids)
                 if not repo.insert_new_holding(values):
                     return _existing(repo, holder, node, requests, devices)
-                if step is not None:
-                    _use_headroom(repo, row.id, current.headroom, step.target, now)
+                if decision.target is not None:
+                    _use_headroom(repo, row.id, current.headroom, decision.target, now)
+                fast = decision.within_headroom
                 repo.insert_event(
                     events.admitted(
                         now, node, holder, requests, held, within_headroom=fast, devices=devices
@@ -274,15 +281,17 @@ class LedgerCommands:
                 holding = Holding(
                     node, holder, requests, held, now, now, devices, device_uuids=device_uuids
                 )
-                return Admission(holding, True, refill=step is not None and step.refill)
+                return Admission(holding, True, refill=decision.refill)
             # A retry of a holder whose own holding fills the node: that holding answers.
             if (existing := _holding_of(repo, holder.id, holder.kind)) is not None:
                 return Admission(_same_holding(existing, node, requests, devices), False)
-            if taken is None:
-                repo.insert_event(events.rejected(now, node, holder, requests, decided))
+            if isinstance(decision.devices, DeviceTaken):
+                repo.insert_event(
+                    events.device_taken(now, holder, requests, devices, decision.devices)
+                )
             else:
-                repo.insert_event(events.device_taken(now, holder, requests, devices, taken))
-        raise taken or AdmissionRejected(decided.message, decided.shortfalls)
+                repo.insert_event(events.rejected(now, node, holder, requests, decision.verdict))
+        raise decision.error
 
     def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
         """Record a holding that already exists outside the ledger (a pod another scheduler
@@ -539,23 +548,6 @@ def _same_holding(
             f" on node {existing.node_name!r}; release it first"
         )
     return holding
-
-
-def _device_refusal(
-    repo: LedgerStatements,
-    row: Row[Any],
-    holder: Holder,
-    requests: Resources,
-    devices: tuple[int, ...],
-) -> DeviceTaken | None:
-    """Whether ``holder`` may hold ``devices`` on the locked node (app.core.devices): None,
-    or the DeviceTaken to answer (after the REJECTED event); InvalidDevices is raised."""
-    refusal = device_refusal(
-        row.name, holder, devices, requests.gpus, row.gpus, repo.devices_on(row.id)
-    )
-    if refusal is None or isinstance(refusal, DeviceTaken):
-        return refusal
-    raise refusal
 
 
 def _holding_values(

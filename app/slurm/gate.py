@@ -1,7 +1,8 @@
 """Admission confirmed by Slurm (the AdmissionGate the admission service calls).
 
-1. Cap: Kubernetes may hold only its share of the node (app.core.caps), checked on the
-   ledger's node as the push reads it, before anything is sent.
+1. Cap: Kubernetes may hold only its share of the node (app.core.caps), checked by the
+   admission decision (app.core.decision) on the ledger's node as the push reads it, before
+   anything is sent.
 2. Push the lowered counts (the hold is already in the ledger, so the push includes it); the
    push ends with a read of that one node, made after the update landed.
 3. From that read: if Slurm's jobs already use more than the remainder (a job started
@@ -53,11 +54,11 @@ from typing import Protocol
 
 from app.core.caps import KubeCaps
 from app.core.counts import slurm_overlap
+from app.core.decision import decide_admission
 from app.core.ledger_errors import AdmissionRejected, NodeNotFound
 from app.core.records import Holding, NodeView
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmJob
-from app.core.verdict import verdict
 from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.holds import HoldJobs, hold_for
 from app.slurm.push import Pusher
@@ -193,8 +194,10 @@ class SlurmGate:
         self.holds.cancel(holding.slurm_hold, slurm_node=slurm_name)
 
     def _within_cap(self, node: NodeView) -> None:
-        if not (decided := verdict(node, Resources.ZERO, self.caps, held=True)).admitted:
-            raise AdmissionRejected(decided.message)
+        # The admission decision on the hold, which is among the node's holdings: its cap.
+        decision = decide_admission(node, Resources.ZERO, caps=self.caps, held=True)
+        if decision.refused:
+            raise decision.error
 
     def changed(self, node: str) -> None:
         self.pusher.push(node, reason="holdings changed")
