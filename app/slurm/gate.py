@@ -162,7 +162,7 @@ class SlurmGate:
             raise AdmissionRejected("GPU devices named, but this service holds none in Slurm")
         view = self.pusher.ledger.get_node(holding.node)
         self._within_cap(view)
-        what = f"GPU devices {list(holding.devices)} on node {view.slurm_name}"
+        what = f"GPU devices {list(holding.device_indices)} on node {view.slurm_name}"
         try:
             job = hold_for(self.holds, view.slurm_name, holding)
         except SlurmError as exc:
