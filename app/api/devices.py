@@ -52,7 +52,7 @@ def _object(value: Any) -> Any:
 DeviceNamed = Annotated[DeviceIn, BeforeValidator(_object)]
 
 
-def held_devices(
+def from_request(
     devices: Sequence[DeviceIn], device_uuids: Sequence[str]
 ) -> tuple[HeldDevice, ...]:
     """The devices a request names. ``device_uuids`` (deprecated) gives their UUIDs by place,

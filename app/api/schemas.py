@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.api.devices import EXAMPLE_UUID, DeviceNamed, DeviceOut, held_devices
+from app.api.devices import EXAMPLE_UUID, DeviceNamed, DeviceOut, from_request
 from app.core.arithmetic import Shortfall
 from app.core.devices import MAX_DEVICES
 from app.core.headroom import free as headroom_free
@@ -265,7 +265,7 @@ class AdmissionIn(StrictModel):
     )
 
     def held_devices(self) -> tuple[HeldDevice, ...]:
-        return held_devices(self.devices, self.device_uuids)
+        return from_request(self.devices, self.device_uuids)
 
 
 class Amounts(BaseModel):

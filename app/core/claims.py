@@ -196,7 +196,7 @@ def _uuid(attributes: Mapping[str, Any], name: str, driver: str) -> str:
     return uuid if isinstance(uuid, str) and valid_uuid(uuid) else ""
 
 
-def held_devices(devices: Iterable[AllocatedDevice]) -> tuple[HeldDevice, ...]:
+def held_by_index(devices: Iterable[AllocatedDevice]) -> tuple[HeldDevice, ...]:
     """What the pod holds of ``devices``: index and UUID, by index; ClaimDevicesError if one
     is allocated twice (two claims of the pod naming one device: a pod cannot hold it
     twice)."""

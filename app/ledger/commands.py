@@ -217,7 +217,7 @@ class LedgerCommands:
         devices first. Without devices, nothing of this costs a statement. Their UUIDs are
         kept with the holding and shown, never checked against anything: a retry is the same
         admission whatever its UUIDs; the existing holding, with the UUIDs it has, answers it."""
-        named = held_devices(devices)
+        named = held_devices(devices)  # rule 1, the part that needs no node
         admission = self._admit(node, holder, requests, state, headroom, named)
         if admission is None:
             # The holding the insert collided with was released meanwhile: once more.

@@ -43,7 +43,7 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
-from app.ledger.tables import EventRow, HoldingRow, NodeRow, held_devices
+from app.ledger.tables import EventRow, HoldingRow, NodeRow, stored_devices
 
 T = TypeVar("T")
 SINGLE_NODE_KINDS = (HolderKind.POD.value, HolderKind.MANUAL.value)
@@ -200,7 +200,7 @@ def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Sequence[Any]]) -> list
                     state,
                     created,
                     updated,
-                    held_devices(devices),
+                    stored_devices(devices),
                     hold,
                 )
             )
@@ -246,7 +246,7 @@ def holding_record(row: HoldingRow | Row[Any], node_name: str) -> Holding:
         state=_HOLDING_STATES[row.state],
         created_at=row.created_at,
         updated_at=row.updated_at,
-        devices=held_devices(row.devices),
+        devices=stored_devices(row.devices),
         slurm_hold=row.slurm_hold,
     )
 

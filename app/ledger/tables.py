@@ -42,7 +42,7 @@ def device_objects(devices: Iterable[HeldDevice]) -> list[dict[str, Any]]:
     return [{"index": d.index, "uuid": d.uuid} for d in devices]
 
 
-def held_devices(stored: list[dict[str, Any]] | None) -> tuple[HeldDevice, ...]:
+def stored_devices(stored: list[dict[str, Any]] | None) -> tuple[HeldDevice, ...]:
     """The devices ``holdings.devices`` keeps (device_objects), as records."""
     return tuple(HeldDevice(d["index"], d.get("uuid", "")) for d in stored) if stored else ()
 

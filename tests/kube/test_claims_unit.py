@@ -12,7 +12,7 @@ from app.core.claims import (
     ClaimDevicesError,
     ClaimRef,
     allocated_devices,
-    held_devices,
+    held_by_index,
     pod_claims,
 )
 from app.core.records import HeldDevice
@@ -146,7 +146,7 @@ def test_held_devices_carry_their_uuids_by_index() -> None:
     claims = [claim("a", result("gpu-2")), claim("b", result("gpu-1"), result("gpu-0"))]
     found = allocated_devices(claims, [NVIDIA_SLICE], node=NODE, drivers={NVIDIA})
     # gpu-2 publishes no UUID
-    assert held_devices(found) == (HeldDevice(0, "GPU-a"), HeldDevice(1, "GPU-b"), HeldDevice(2))
+    assert held_by_index(found) == (HeldDevice(0, "GPU-a"), HeldDevice(1, "GPU-b"), HeldDevice(2))
 
 
 @pytest.mark.parametrize(
@@ -208,10 +208,10 @@ def test_held_devices_are_sorted_and_one_device_twice_is_refused() -> None:
     def device(claim_name: str, index: int) -> AllocatedDevice:
         return AllocatedDevice(claim_name, "gpu", NVIDIA, NODE, f"gpu-{index}", index)
 
-    assert held_devices([device("ml/a", 3), device("ml/b", 1)]) == (HeldDevice(1), HeldDevice(3))
-    assert held_devices([]) == ()
+    assert held_by_index([device("ml/a", 3), device("ml/b", 1)]) == (HeldDevice(1), HeldDevice(3))
+    assert held_by_index([]) == ()
     with pytest.raises(ClaimDevicesError, match="ml/b: device index 1 is also allocated to ml/a"):
-        held_devices([device("ml/a", 1), device("ml/b", 1)])
+        held_by_index([device("ml/a", 1), device("ml/b", 1)])
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
-from app.core.claims import ClaimDevicesError, held_devices
+from app.core.claims import ClaimDevicesError, held_by_index
 from app.core.ledger_errors import HoldingNotFound, LedgerError
 from app.core.placement import filter_nodes, prioritize
 from app.core.pods import pod_requests
@@ -87,7 +87,7 @@ class Extender:
             devices: tuple[HeldDevice, ...] = ()
             if self.devices is not None:
                 allocated = self.devices.of(pod, node)
-                devices = held_devices(allocated)
+                devices = held_by_index(allocated)
                 if devices:
                     if requests.gpus:
                         reason = (
