@@ -130,7 +130,7 @@ def pod_body(uid: str, devices: list[int] | None) -> dict[str, Any]:
         "requests": {"cpu": POD_CPU, "memory": POD_MEMORY, "gpu": len(devices or [0])},
     }
     if devices is not None:
-        body["devices"] = devices
+        body["devices"] = [{"index": d} for d in devices]
     return body
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from app.core.devices import valid_uuid
 from app.core.errors import NodeledgerError
+from app.core.records import HeldDevice
 
 
 class ClaimDevicesError(NodeledgerError):
@@ -62,6 +63,11 @@ class AllocatedDevice:
     device: str
     index: int
     uuid: str = ""
+
+    @property
+    def held(self) -> HeldDevice:
+        """The device as a holding keeps it: the ledger needs no more of the claim."""
+        return HeldDevice(self.index, self.uuid)
 
 
 def pod_claims(pod: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
@@ -189,9 +195,10 @@ def _uuid(attributes: Mapping[str, Any], driver: str) -> str:
     return uuid if isinstance(uuid, str) and valid_uuid(uuid) else ""
 
 
-def device_indices(devices: Iterable[AllocatedDevice]) -> tuple[int, ...]:
-    """The indices of ``devices``, sorted; ClaimDevicesError if one is allocated twice
-    (two claims of the pod naming one device: a pod cannot hold it twice)."""
+def held_by_index(devices: Iterable[AllocatedDevice]) -> tuple[HeldDevice, ...]:
+    """What the pod holds of ``devices``: index and UUID, by index; ClaimDevicesError if one
+    is allocated twice (two claims of the pod naming one device: a pod cannot hold it
+    twice)."""
     seen: dict[int, AllocatedDevice] = {}
     for device in devices:
         other = seen.get(device.index)
@@ -199,11 +206,4 @@ def device_indices(devices: Iterable[AllocatedDevice]) -> tuple[int, ...]:
             reason = f"device index {device.index} is also allocated to {other.claim}"
             raise ClaimDevicesError(device.claim, reason, retryable=False)
         seen[device.index] = device
-    return tuple(sorted(seen))
-
-
-def device_uuids(devices: Iterable[AllocatedDevice]) -> tuple[str, ...]:
-    """The UUIDs of ``devices`` in the order of device_indices' indices ("" for one without);
-    () when none has one."""
-    uuids = tuple(device.uuid for device in sorted(devices, key=lambda d: d.index))
-    return uuids if any(uuids) else ()
+    return tuple(seen[index].held for index in sorted(seen))

@@ -189,7 +189,8 @@ def holds_gone(view: NodeView, jobs: Iterable[SlurmJob], listed_at: datetime | N
     if not gone:
         return None
     named = ", ".join(
-        f"{h.holder.display_name or h.holder.id} (devices {list(h.devices)}, job {h.slurm_hold})"
+        f"{h.holder.display_name or h.holder.id} "
+        f"(devices {list(h.device_indices)}, job {h.slurm_hold})"
         for h in gone[:3]
     )
     return f"Slurm hold jobs of GPU devices gone, held again soon: {named}"

@@ -15,7 +15,7 @@ GenericNode mirror) learns of changes, from any replica, only that way.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.core.arithmetic import SnapshotDiff, diff_snapshot
 from app.core.decision import Outcome, decide_admission
-from app.core.devices import paired
+from app.core.devices import held_devices
 from app.core.headroom import (
     NO_POLICY,
     HeadroomPolicy,
@@ -46,6 +46,7 @@ from app.core.presentation import describe_resources
 from app.core.records import (
     Admission,
     EventKind,
+    HeldDevice,
     Holder,
     HolderKind,
     Holding,
@@ -63,7 +64,7 @@ from app.ledger import events
 from app.ledger.clock import Clock
 from app.ledger.repository import LedgerStatements, holding_record, node_headroom, totals_record
 from app.ledger.store import Store
-from app.ledger.tables import HoldingRow, NodeRow
+from app.ledger.tables import HoldingRow, NodeRow, device_objects
 
 TOUCH_EVERY = timedelta(seconds=1)
 
@@ -197,8 +198,7 @@ class LedgerCommands:
         *,
         state: HoldingState = HoldingState.HELD,
         headroom: bool = False,
-        devices: tuple[int, ...] = (),
-        device_uuids: tuple[str, ...] = (),
+        devices: Iterable[HeldDevice] = (),
     ) -> Admission:
         """Atomic check-and-hold. Idempotent by holder: the same holder asking the same
         node for the same amounts (and devices) gets its existing holding (created=False).
@@ -207,19 +207,15 @@ class LedgerCommands:
         (app.core.headroom); an admission inside what Slurm was confirmed to withhold is
         HELD at once, else the node's target is set for the gate's push.
 
-        ``devices``: GPU device indices on the node that the holder holds by identity
-        (issue 23; app.core.devices has the rules): InvalidDevices when they cannot be the
+        ``devices``: GPU devices on the node that the holder holds by identity (issue 23;
+        app.core.devices has the rules): InvalidDevices when they cannot be the
         request's GPUs, DeviceTaken when another holding has one. Checked under the same
         row lock as the fit, so of two admissions of one device exactly one gets it. Such
         an admission never skips the gate through the headroom: Slurm must hold the
-        devices first. Without devices, nothing of this costs a statement.
-
-        ``device_uuids``: those devices' UUIDs, in their order ("" for one not known), kept
-        with the holding and shown, never checked against anything (InvalidDeviceUuids only
-        when they are not one per device). A retry is the same admission whatever its
-        UUIDs: the existing holding, with the UUIDs it has, answers it."""
-        devices, device_uuids = paired(devices, device_uuids)
-        named = (devices, device_uuids)
+        devices first. Without devices, nothing of this costs a statement. Their UUIDs are
+        kept with the holding and shown, never checked against anything: a retry is the same
+        admission whatever its UUIDs; the existing holding, with the UUIDs it has, answers it."""
+        named = held_devices(devices)  # rule 1, the part that needs no node
         admission = self._admit(node, holder, requests, state, headroom, named)
         if admission is None:
             # The holding the insert collided with was released meanwhile: once more.
@@ -235,9 +231,8 @@ class LedgerCommands:
         requests: Resources,
         state: HoldingState,
         headroom: bool,
-        named: tuple[tuple[int, ...], tuple[str, ...]],
+        devices: tuple[HeldDevice, ...],
     ) -> Admission | None:
-        devices, device_uuids = named
         now = self.clock()
         with self.store.write_hot() as repo:
             # 1. One read of the node (its devices only when named: the common admission
@@ -254,7 +249,7 @@ class LedgerCommands:
                 gated=gated,
                 headroom=self.headroom if headroom and gated else None,
                 holder=holder,
-                devices=devices,
+                devices=tuple(d.index for d in devices),
                 held_devices=repo.devices_on(row.id) if devices else (),
             )
             if not decision.recorded:
@@ -265,9 +260,7 @@ class LedgerCommands:
                 # fails: the common case, a new holder, costs no look up front.
                 values = _holding_values(row.id, holder, requests, held, now)
                 if devices:
-                    values["devices"] = list(devices)
-                    if device_uuids:
-                        values["device_uuids"] = list(device_uuids)
+                    values["devices"] = device_objects(devices)
                 if not repo.insert_new_holding(values):
                     return _existing(repo, holder, node, requests, devices)
                 if decision.target is not None:
@@ -278,9 +271,7 @@ class LedgerCommands:
                         now, node, holder, requests, held, within_headroom=fast, devices=devices
                     )
                 )
-                holding = Holding(
-                    node, holder, requests, held, now, now, devices, device_uuids=device_uuids
-                )
+                holding = Holding(node, holder, requests, held, now, now, devices)
                 return Admission(holding, True, refill=decision.refill)
             # A retry of a holder whose own holding fills the node: that holding answers.
             if (existing := _holding_of(repo, holder.id, holder.kind)) is not None:
@@ -524,7 +515,7 @@ def _existing(
     holder: Holder,
     node: str,
     requests: Resources,
-    devices: tuple[int, ...],
+    devices: tuple[HeldDevice, ...],
 ) -> Admission | None:
     """The holder's holding, that an insert collided with: the answer if it is the same
     request (created=False), else a conflict; None if it went meanwhile."""
@@ -535,14 +526,20 @@ def _existing(
 
 
 def _same_holding(
-    existing: Row[Any], node: str, requests: Resources, devices: tuple[int, ...]
+    existing: Row[Any], node: str, requests: Resources, devices: tuple[HeldDevice, ...]
 ) -> Holding:
-    """The holder's existing holding when it is the same request, else a conflict."""
+    """The holder's existing holding when it is the same request (the same devices, whatever
+    their UUIDs), else a conflict."""
     holding = holding_record(existing, existing.node_name)
-    if existing.node_name != node or holding.resources != requests or holding.devices != devices:
+    indices = tuple(d.index for d in devices)
+    if (
+        existing.node_name != node
+        or holding.resources != requests
+        or holding.device_indices != indices
+    ):
         held = describe_resources(holding.resources)
         if holding.devices:
-            held += f" (GPU devices {', '.join(map(str, holding.devices))})"
+            held += f" (GPU devices {', '.join(map(str, holding.device_indices))})"
         raise HolderConflict(
             f"holder {existing.holder_id!r} already holds {held}"
             f" on node {existing.node_name!r}; release it first"

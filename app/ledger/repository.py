@@ -43,7 +43,7 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
-from app.ledger.tables import EventRow, HoldingRow, NodeRow
+from app.ledger.tables import EventRow, HoldingRow, NodeRow, stored_devices
 
 T = TypeVar("T")
 SINGLE_NODE_KINDS = (HolderKind.POD.value, HolderKind.MANUAL.value)
@@ -158,7 +158,6 @@ _HOLDING_VALUES = select(
     HOLDINGS.c.updated_at,
     HOLDINGS.c.devices,
     HOLDINGS.c.slurm_hold,
-    HOLDINGS.c.device_uuids,
 )
 _HOLDINGS_OF_NODES = _HOLDING_VALUES.where(
     HOLDINGS.c.node_id.in_(bindparam("node_ids", expanding=True))
@@ -188,7 +187,6 @@ def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Sequence[Any]]) -> list
         updated,
         devices,
         hold,
-        uuids,
     ) in holdings:
         on_node = by_node.get(node_id)
         if on_node is not None:
@@ -202,9 +200,8 @@ def _views(nodes: Sequence[Row[Any]], holdings: Iterable[Sequence[Any]]) -> list
                     state,
                     created,
                     updated,
-                    tuple(devices) if devices else (),
+                    stored_devices(devices),
                     hold,
-                    tuple(uuids) if uuids else (),
                 )
             )
     return [_node_view(n, by_node[n.id]) for n in nodes]
@@ -249,9 +246,8 @@ def holding_record(row: HoldingRow | Row[Any], node_name: str) -> Holding:
         state=_HOLDING_STATES[row.state],
         created_at=row.created_at,
         updated_at=row.updated_at,
-        devices=tuple(row.devices) if row.devices else (),
+        devices=stored_devices(row.devices),
         slurm_hold=row.slurm_hold,
-        device_uuids=tuple(row.device_uuids) if row.device_uuids else (),
     )
 
 
@@ -408,7 +404,7 @@ class LedgerStatements:
         """The holders on the node that hold GPU devices by identity, with those devices."""
         rows = self.session.execute(_DEVICES_ON, {"node_id": node_id})
         return [
-            (Holder(_HOLDER_KINDS[kind], holder_id, display), tuple(devices))
+            (Holder(_HOLDER_KINDS[kind], holder_id, display), tuple(d["index"] for d in devices))
             for kind, holder_id, display, devices in rows
             if devices
         ]

@@ -237,7 +237,7 @@ class _Families:
             for holding in view.holdings:
                 who = holding.holder
                 labels = [who.kind.value, who.display_name or who.id]
-                for device in holding.devices:
+                for device in holding.device_indices:
                     self.gpu_device_holder.add_metric([name, str(device), *labels], 1.0)
 
 

@@ -161,7 +161,7 @@ class SlurmGate:
         device a job has is the usual refusal and costs no push then."""
         view = self.pusher.ledger.get_node(holding.node)
         self._within_cap(view)
-        what = f"GPU devices {list(holding.devices)} on node {view.slurm_name}"
+        what = f"GPU devices {list(holding.device_indices)} on node {view.slurm_name}"
         try:
             job = hold_for(self.holds, view.slurm_name, holding)
         except SlurmError as exc:

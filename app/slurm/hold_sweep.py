@@ -125,7 +125,7 @@ class HoldSweep:
         node = self.ledger.get_node(holding.node)
         holder = holding.holder.display_name or holding.holder.id
         what = f"Slurm hold job {holding.slurm_hold} of {holder}"
-        details = {"holder_id": holding.holder.id, "devices": list(holding.devices)}
+        details = {"holder_id": holding.holder.id, "devices": list(holding.device_indices)}
         try:
             job = hold_for(self.holds, node.slurm_name, holding)
         except AdmissionRejected as exc:
@@ -138,7 +138,9 @@ class HoldSweep:
         except HoldingNotFound:
             self.holds.cancel(job, slurm_node=node.slurm_name)  # released meanwhile
             return
-        message = f"{what} is gone: GPU devices {list(holding.devices)} held again by job {job}"
+        message = (
+            f"{what} is gone: GPU devices {list(holding.device_indices)} held again by job {job}"
+        )
         log.warning("%s", message)
         self.ledger.record_event(
             EventKind.SLURM_DRIFT, holding.node, message, {**details, "slurm_hold": job}

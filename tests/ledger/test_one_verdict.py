@@ -24,6 +24,7 @@ from app.core.headroom import HeadroomPolicy
 from app.core.ledger_errors import AdmissionRejected, DeviceTaken, LedgerError
 from app.core.placement import filter_nodes
 from app.core.records import (
+    HeldDevice,
     Holder,
     HolderKind,
     HoldingState,
@@ -36,7 +37,7 @@ from app.core.records import (
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.ledger.service import Ledger
-from app.ledger.tables import HoldingRow
+from app.ledger.tables import HoldingRow, device_objects
 
 GIB = 2**30
 NAMES = itertools.count()
@@ -111,9 +112,11 @@ def test_the_ledger_the_extender_and_the_gate_decide_alike(database: Database, c
     name = node(ledger, case)
     before = ledger.get_node(name)
     holder = Holder(HolderKind.POD, f"{name}-new")
-    named = tuple(sorted(case.named))
+    # Named once each: a device named twice is a malformed request (app.core.devices
+    # .held_devices refuses it before any node is read), not the node's decision.
+    named = tuple(sorted(set(case.named)))
     # The devices other holdings have, as the ledger reads them when devices are named.
-    held_devices = [(h.holder, h.devices) for h in before.holdings if h.devices]
+    held_devices = [(h.holder, h.device_indices) for h in before.holdings if h.devices]
     decided = decide(before, case, holder, named, held_devices)
     # The decision never cares which view of the node it got.
     assert summary(decide(totals(before), case, holder, named, held_devices)) == summary(decided)
@@ -129,7 +132,7 @@ def test_the_ledger_the_extender_and_the_gate_decide_alike(database: Database, c
             case.request,
             state=HoldingState.PENDING,
             headroom=case.open,
-            devices=named,
+            devices=tuple(HeldDevice(d) for d in named),
         )
     except LedgerError as exc:
         refused = exc
@@ -189,7 +192,7 @@ def node(ledger: Ledger, case: Case) -> str:
                 repo.session.execute(
                     update(HoldingRow)
                     .where(HoldingRow.holder_id == holder_id)
-                    .values(devices=list(devices))
+                    .values(devices=device_objects(HeldDevice(d) for d in devices))
                 )
         repo.set_headroom(row.id, case.headroom)
     if case.health:

@@ -20,6 +20,7 @@ from app.core.plan import (
 )
 from app.core.records import (
     EventKind,
+    HeldDevice,
     Holder,
     HolderKind,
     Holding,
@@ -329,7 +330,7 @@ GPU_COUNT_POD = Holding(
 def device_pod(hold: str | None, confirmed: datetime = T0) -> Holding:
     return Holding(
         "n1", Holder(HolderKind.POD, "gpu-pod"), Resources(1000, 0, 1), HoldingState.HELD,
-        confirmed, confirmed, devices=(0,), slurm_hold=hold,
+        confirmed, confirmed, devices=(HeldDevice(0),), slurm_hold=hold,
     )  # fmt: skip
 
 
