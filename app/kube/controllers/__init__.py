@@ -165,9 +165,9 @@ class KubeControllers:
         self._spawn("housekeeping", lambda: self.housekeeping.run(stop))
 
     def _follow(self) -> None:
-        """Stop leading: signal this term's threads and wait for them (a bounded wait: a
-        watch ends at its next event or request timeout), so that no thread of an old
-        term writes beside a new leader."""
+        """Stop leading: signal this term's threads and wait for them, so that no thread of
+        an old term writes beside a new leader. A watch's stream is shut when signalled
+        (app.kube.client); the wait stays bounded for a request under way."""
         self.metrics.leader("kube-controllers", False)
         self._stop.set()
         deadline = time.monotonic() + STOP_TIMEOUT
