@@ -26,7 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from app.core.components import Health
 from app.core.ledger_errors import LedgerError
@@ -97,7 +97,11 @@ class SlurmSync:
         # What other threads read: ``state.snapshot()`` (node sizes, the jobs on a node).
         self.state = SlurmState()
         self.listings = ListingReader(
-            client, self.state, full_sync_interval=full_sync_interval, monotonic=monotonic
+            client,
+            self.state,
+            full_sync_interval=full_sync_interval,
+            monotonic=monotonic,
+            clock=ledger.clock,
         )
         self.reconciler = NodeReconciler(
             client, ledger, pusher, self.state, metrics=metrics, listed_at=self._jobs_listed_at
@@ -302,10 +306,7 @@ class SlurmSync:
 
     def _jobs_listed_at(self) -> datetime | None:
         """When the last full job listing began, in the ledger's clock."""
-        listed = self.state.jobs_listed_at
-        if listed is None:
-            return None
-        return self.ledger.clock() - timedelta(seconds=self.monotonic() - listed)
+        return self.listings.jobs_listed_at
 
     def _hold_lost(self) -> list[str]:
         """Hold again what lost its hold job (app.slurm.hold_sweep); failures, by holder."""
