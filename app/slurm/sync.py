@@ -26,7 +26,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
 
 from app.core.components import Health
 from app.core.ledger_errors import LedgerError
@@ -104,7 +103,12 @@ class SlurmSync:
             clock=ledger.clock,
         )
         self.reconciler = NodeReconciler(
-            client, ledger, pusher, self.state, metrics=metrics, listed_at=self._jobs_listed_at
+            client,
+            ledger,
+            pusher,
+            self.state,
+            metrics=metrics,
+            listed_at=lambda: self.listings.jobs_listed_at,
         )
         self.abandoned = AbandonedHolds(
             ledger, pusher, timeout=pending_timeout, monotonic=monotonic
@@ -304,13 +308,9 @@ class SlurmSync:
         self.metrics.slurm_drifted_nodes(drifted)
         return failures
 
-    def _jobs_listed_at(self) -> datetime | None:
-        """When the last full job listing began, in the ledger's clock."""
-        return self.listings.jobs_listed_at
-
     def _hold_lost(self) -> list[str]:
         """Hold again what lost its hold job (app.slurm.hold_sweep); failures, by holder."""
-        listed_at = self._jobs_listed_at()
+        listed_at = self.listings.jobs_listed_at
         if self.hold_sweep is None or listed_at is None:
             return []
         return self.hold_sweep.hold_lost(self.state.jobs(), listed_at)
