@@ -22,13 +22,13 @@ node_features plugin.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from app.core.components import Health
+from app.loops import Loop
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmUnavailable
@@ -120,8 +120,9 @@ class PluginCheck:
         self.metrics = metrics
         self.monotonic = monotonic
         self.status: PluginStatus | None = None  # None: not checked yet, or Slurm unreachable
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Loop(
+            "slurm-plugins", self._recheck, interval=interval, logger=log, what="Slurm plugin check"
+        )
         self._last_error = ""  # the last failure of the check logged, not an outage
 
     def check(self) -> PluginStatus | None:
@@ -158,25 +159,15 @@ class PluginCheck:
     # Component
 
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="slurm-plugins", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._loop.stop(timeout=30)
 
     def health(self) -> Health:
         if self.status is None:
             return Health("ok", "not checked yet")
         return Health("ok" if self.status.safe else "degraded", self.status.message)
 
-    def _run(self) -> None:
-        while True:
-            try:
-                self.check()
-            except Exception:  # keep checking; a bug must not stop the service
-                log.exception("Slurm plugin check")
-            if self._stop.wait(self.interval):
-                return
+    def _recheck(self) -> None:
+        self.check()

@@ -23,10 +23,9 @@ node discovery) and stand by. The loop is a thin shell around ``step()`` and
 from __future__ import annotations
 
 import logging
-import threading
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
 
 from app.core.components import Health
 from app.core.errors import NodeledgerError
@@ -34,6 +33,7 @@ from app.core.records import NodeView
 from app.db.locks import Leadership
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeViews
+from app.loops import Loop
 from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import log_failure
 from app.slurm.abandoned import AbandonedHolds
@@ -96,10 +96,19 @@ class SlurmSync:
         # What other threads read: ``state.snapshot()`` (node sizes, the jobs on a node).
         self.state = SlurmState()
         self.listings = ListingReader(
-            client, self.state, full_sync_interval=full_sync_interval, monotonic=monotonic
+            client,
+            self.state,
+            full_sync_interval=full_sync_interval,
+            monotonic=monotonic,
+            clock=ledger.clock,
         )
         self.reconciler = NodeReconciler(
-            client, ledger, pusher, self.state, metrics=metrics, listed_at=self._jobs_listed_at
+            client,
+            ledger,
+            pusher,
+            self.state,
+            metrics=metrics,
+            listed_at=lambda: self.listings.jobs_listed_at,
         )
         self.abandoned = AbandonedHolds(
             ledger, pusher, timeout=pending_timeout, monotonic=monotonic
@@ -124,11 +133,12 @@ class SlurmSync:
         self._steps = 0
         self._error: str | None = None
         self._last_ok: float | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._due = -math.inf  # when the next step is (monotonic)
+        self._loop = Loop(
+            "slurm-sync", self._round, interval=interval, logger=log, what="Slurm sync"
+        )
         if hints is not None:
-            hints.on_hint(self._wake.set)
+            hints.on_hint(self._loop.wake)
 
     # ------------------------------------------------------------------ component
 
@@ -139,15 +149,10 @@ class SlurmSync:
             self._witnessed()
         except SlurmError as exc:
             self._doubted(f"Slurm unreachable: {exc.message}")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="slurm-sync", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval + 10)
+        self._loop.stop(timeout=self.interval + 10)
         self.listings.close()
         if self.leadership is not None:
             self.leadership.release()
@@ -162,27 +167,25 @@ class SlurmSync:
             return Health("ok", f"standby (another replica syncs); read Slurm {ago}")
         return Health("ok", f"synced {ago}")
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = self.monotonic()
+    def _round(self) -> float:
+        """The loop's step: a step every ``interval``; between steps, hints as they come
+        (woken by this replica's own) and the ones other replicas stored, every HINT_POLL.
+        The seconds until the next round."""
+        if self.monotonic() >= self._due:
+            self._due = self.monotonic() + self.interval
             try:
                 with self.metrics.slurm_sync_step():
                     self.step()
             except Exception as exc:  # keep syncing whatever one step hit; health() says why
                 log_failure(log, "Slurm sync step failed", exc)
-            # Between steps: hints as they come (woken by this replica's own), and the ones
-            # other replicas stored, every HINT_POLL.
-            while (left := self.interval - (self.monotonic() - started)) > 0:
-                self._wake.wait(min(left, HINT_POLL) if self.hinted is not None else left)
-                self._wake.clear()  # before taking: a hint stored from now on wakes us again
-                if self._stop.is_set():
-                    return
-                if self.hinted is not None and not self._standby and self._last_ok is not None:
-                    try:
-                        if failures := self.apply_hints():
-                            self._report(failures)
-                    except Exception as exc:
-                        log_failure(log, "applying Slurm job hints failed", exc)
+        elif self.hinted is not None and not self._standby and self._last_ok is not None:
+            try:
+                if failures := self.apply_hints():
+                    self._report(failures)
+            except Exception as exc:
+                log_failure(log, "applying Slurm job hints failed", exc)
+        left = self._due - self.monotonic()
+        return min(left, HINT_POLL) if self.hinted is not None else left
 
     # ------------------------------------------------------------------ one step
 
@@ -304,16 +307,9 @@ class SlurmSync:
         self.metrics.slurm_drifted_nodes(drifted)
         return failures
 
-    def _jobs_listed_at(self) -> datetime | None:
-        """When the last full job listing began, in the ledger's clock."""
-        listed = self.state.jobs_listed_at
-        if listed is None:
-            return None
-        return self.ledger.clock() - timedelta(seconds=self.monotonic() - listed)
-
     def _hold_lost(self) -> list[str]:
         """Hold again what lost its hold job (app.slurm.hold_sweep); failures, by holder."""
-        listed_at = self._jobs_listed_at()
+        listed_at = self.listings.jobs_listed_at
         if listed_at is None:
             return []
         return self.hold_sweep.hold_lost(self.state.jobs(), listed_at)

@@ -26,8 +26,8 @@ from app.kube.controllers.watch import ListWatch
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
+from app.loops import Loop, Stop
 from app.metrics.registry import NO_METRICS, Metrics
-from app.outages import log_failure
 
 log = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL = 1.0
@@ -126,8 +126,17 @@ class KubeControllers:
             if settings.leader_election
             else None
         )
-        self._stop = threading.Event()
+        self._stop = Stop()
         self._threads: list[threading.Thread] = []
+        self._rounds = 0
+        self.housekeeping = Loop(
+            "housekeeping",
+            self._housekeep,
+            interval=HOUSEKEEPING_INTERVAL,
+            logger=log,
+            what="Kubernetes housekeeping",
+            wait_first=True,
+        )
 
     # Component
     def start(self) -> None:
@@ -155,13 +164,12 @@ class KubeControllers:
     # leadership
     def _lead(self) -> None:
         self.metrics.leader("kube-controllers", True)
-        self._stop = threading.Event()
-        stop = self._stop
+        self._stop = stop = Stop()
         nodes = self.watches[0]
         self._spawn("watch-nodes", lambda: nodes.run(stop))
         self._spawn("start-controllers", lambda: self._after_nodes(stop))
 
-    def _after_nodes(self, stop: threading.Event) -> None:
+    def _after_nodes(self, stop: Stop) -> None:
         """Nodes first: pods are only accounted on managed nodes, so a pod listed before
         discovery put its node in the ledger would be skipped until the next resync (at
         15,000 new nodes discovery takes minutes)."""
@@ -173,12 +181,12 @@ class KubeControllers:
             self._spawn(f"watch-{watch.name}", lambda w=watch: w.run(stop))  # type: ignore[misc]
         self._spawn("genericnode-status", lambda: self.mirror.run(stop))
         self._spawn("maintenance", lambda: self.maintenance.run(stop))
-        self._spawn("housekeeping", lambda: self._housekeeping(stop))
+        self._spawn("housekeeping", lambda: self.housekeeping.run(stop))
 
     def _follow(self) -> None:
-        """Stop leading: signal this term's threads and wait for them (a bounded wait: a
-        watch ends at its next event or request timeout), so that no thread of an old
-        term writes beside a new leader."""
+        """Stop leading: signal this term's threads and wait for them, so that no thread of
+        an old term writes beside a new leader. A watch's stream is shut when signalled
+        (app.kube.client); the wait stays bounded for a request under way."""
         self.metrics.leader("kube-controllers", False)
         self._stop.set()
         deadline = time.monotonic() + STOP_TIMEOUT
@@ -194,13 +202,8 @@ class KubeControllers:
         thread.start()
         self._threads.append(thread)
 
-    def _housekeeping(self, stop: threading.Event) -> None:
-        rounds = 0
-        while not stop.wait(HOUSEKEEPING_INTERVAL):
-            rounds += 1
-            try:
-                self.accounting.sweep()
-                if rounds % REFRESH_EVERY == 0:
-                    self.discovery.refresh()
-            except Exception as exc:  # next round retries
-                log_failure(log, "Kubernetes housekeeping", exc)
+    def _housekeep(self) -> None:
+        self._rounds += 1
+        self.accounting.sweep()
+        if self._rounds % REFRESH_EVERY == 0:
+            self.discovery.refresh()

@@ -37,7 +37,7 @@ from app.core.records import EventKind
 from app.kube.client import KubeClient, KubeError
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot, Views
-from app.outages import log_failure
+from app.loops import Loop, Stop
 
 log = logging.getLogger(__name__)
 POLL = 0.5  # seconds between looks at the snapshot
@@ -91,22 +91,26 @@ class Maintenance:
         self.carried: dict[str, SlurmTaint | None] = {}
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
+        self._resynced: float | None = None
+        self._loop = Loop(
+            "maintenance", self.step, interval=POLL, logger=log, what="node maintenance"
+        )
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Stop) -> None:
+        """Reconcile until ``stop`` (the leadership term's): at each change, and at least
+        every ``POLL`` seconds (the snapshot's refresh marks what changed)."""
         unsubscribe = self.snapshot.subscribe(self.mark)
         try:
-            resynced: float | None = None
-            while not stop.is_set():
-                try:
-                    if resynced is None or time.monotonic() - resynced > self.resync_period:
-                        self.resync()
-                        resynced = time.monotonic()
-                    self.flush()
-                except Exception as exc:  # the next pass retries
-                    log_failure(log, "node maintenance (taints, cordons)", exc)
-                stop.wait(POLL)
+            self._loop.run(stop)
         finally:
             unsubscribe()
+
+    def step(self) -> None:
+        now = time.monotonic()
+        if self._resynced is None or now - self._resynced > self.resync_period:
+            self.resync()
+            self._resynced = now
+        self.flush()
 
     def wanted(self, views: Views, name: str) -> SlurmTaint | None:
         view = views.get(name)
@@ -223,6 +227,8 @@ class Maintenance:
         their cordon did)."""
         with self._dirty_lock:
             self._dirty.update(names)
+        if names:
+            self._loop.wake()
 
 
 def _name_and_taint(node: dict[str, Any]) -> tuple[str, SlurmTaint | None]:
