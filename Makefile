@@ -22,11 +22,13 @@ run: venv
 deps:
 	bash scripts/install-system-deps.sh
 
-lint: venv
+# deps: shellcheck comes from Debian's packages, installed there on a fresh machine.
+lint: venv deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	bash scripts/lint-shell.sh
 
 # Slurm releases with a test cluster each; 25.11 is only built against (plugins, C tests).
 SLURM_CLUSTERS := 24.11 26.05
