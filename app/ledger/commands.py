@@ -20,7 +20,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
 from app.core.arithmetic import SnapshotDiff, diff_snapshot
@@ -62,9 +61,19 @@ from app.core.records import (
 from app.core.resources import Resources
 from app.ledger import events
 from app.ledger.clock import Clock
-from app.ledger.repository import LedgerStatements, holding_record, node_headroom, totals_record
+from app.ledger.columns import (
+    StoredHolding,
+    assign,
+    event_values,
+    holding_values,
+    node_headroom,
+    resource_values,
+    resources_of,
+    spec_values,
+)
+from app.ledger.statements import LedgerStatements
 from app.ledger.store import Store
-from app.ledger.tables import HoldingRow, NodeRow, device_objects
+from app.ledger.tables import NodeRow, device_objects
 
 TOUCH_EVERY = timedelta(seconds=1)
 
@@ -237,8 +246,8 @@ class LedgerCommands:
         with self.store.write_hot() as repo:
             # 1. One read of the node (its devices only when named: the common admission
             # costs no statement for them), 2. one decision on it, 3. write it.
-            row = repo.lock_node_state(node)
-            current = totals_record(row, repo.held_on(row.id))
+            locked = repo.lock_node_state(node)
+            current = locked.totals(repo.held_on(locked.id))
             gated = state is HoldingState.PENDING
             decision = decide_admission(
                 current,
@@ -250,7 +259,7 @@ class LedgerCommands:
                 headroom=self.headroom if headroom and gated else None,
                 holder=holder,
                 devices=tuple(d.index for d in devices),
-                held_devices=repo.devices_on(row.id) if devices else (),
+                held_devices=repo.devices_on(locked.id) if devices else (),
             )
             if not decision.recorded:
                 raise decision.error
@@ -258,13 +267,13 @@ class LedgerCommands:
                 held = HoldingState.HELD if decision.outcome is Outcome.HELD_NOW else state
                 # A holder that holds already (a retry) is found only by the insert that
                 # fails: the common case, a new holder, costs no look up front.
-                values = _holding_values(row.id, holder, requests, held, now)
+                values = holding_values(locked.id, holder, requests, held, now)
                 if devices:
                     values["devices"] = device_objects(devices)
                 if not repo.insert_new_holding(values):
                     return _existing(repo, holder, node, requests, devices)
                 if decision.target is not None:
-                    _use_headroom(repo, row.id, current.headroom, decision.target, now)
+                    _use_headroom(repo, locked.id, current.headroom, decision.target, now)
                 fast = decision.within_headroom
                 repo.insert_event(
                     events.admitted(
@@ -274,7 +283,7 @@ class LedgerCommands:
                 holding = Holding(node, holder, requests, held, now, now, devices)
                 return Admission(holding, True, refill=decision.refill)
             # A retry of a holder whose own holding fills the node: that holding answers.
-            if (existing := _holding_of(repo, holder.id, holder.kind)) is not None:
+            if (existing := repo.holding_of(holder.id, holder.kind)) is not None:
                 return Admission(_same_holding(existing, node, requests, devices), False)
             if isinstance(decision.devices, DeviceTaken):
                 repo.insert_event(
@@ -291,20 +300,20 @@ class LedgerCommands:
         holding with other amounts or on another node (in-place resize) is replaced."""
         now = self.clock()
         with self.store.write() as repo:
-            row = repo.lock_node_state(node)
-            existing = _holding_of(repo, holder.id, holder.kind)
+            locked = repo.lock_node_state(node)
+            existing = repo.holding_of(holder.id, holder.kind)
             if existing is not None:
-                holding = holding_record(existing, existing.node_name)
-                if existing.node_name == node and holding.resources == requests:
+                holding = existing.holding
+                if holding.node == node and holding.resources == requests:
                     return Admission(holding, False)
-                repo.delete_holding_returning(existing.id)
-                if existing.node_name != node:  # the event below names only the new node
-                    old = existing.node_name
+                repo.delete_holdings([existing.id])
+                if holding.node != node:  # the event below names only the new node
+                    old = holding.node
                     repo.insert_event(
                         events.moved(now, old, node, holding.holder, holding.resources, reason)
                     )
             held = HoldingState.HELD
-            repo.insert_holding(_holding_values(row.id, holder, requests, held, now))
+            repo.insert_holdings([holding_values(locked.id, holder, requests, held, now)])
             repo.insert_event(events.recorded(now, node, holder, requests, reason))
             return Admission(Holding(node, holder, requests, held, now, now), True)
 
@@ -335,10 +344,12 @@ class LedgerCommands:
         latest = {(e.holder.kind, e.holder.id): e for e in entries}  # the last entry wins
         with self.store.write_hot() as repo:
             node_ids = repo.lock_nodes([e.node for e in latest.values()])
-            existing: dict[tuple[HolderKind, str], Row[Any]] = {}
+            existing: dict[tuple[HolderKind, str], StoredHolding] = {}
             for kind in {kind for kind, _ in latest}:
                 ids = [holder_id for k, holder_id in latest if k is kind]
-                existing.update(((kind, r.holder_id), r) for r in repo.holdings_of(kind, ids))
+                existing.update(
+                    ((kind, s.holding.holder.id), s) for s in repo.holdings_of(kind, ids)
+                )
             unknown: list[Recording] = []
             stale: list[int] = []
             holdings: list[dict[str, Any]] = []
@@ -351,26 +362,24 @@ class LedgerCommands:
                     continue
                 old = existing.get(key)
                 if old is not None:
-                    amounts = Resources(old.cpu_millis, old.memory_bytes, old.gpus)
-                    if old.node_name == entry.node and amounts == entry.resources:
+                    was, amounts = old.holding.node, old.holding.resources
+                    if was == entry.node and amounts == entry.resources:
                         continue
                     stale.append(old.id)
-                    if old.node_name != entry.node:  # its own event: followers go by node
-                        changed.add(old.node_name)
+                    if was != entry.node:  # its own event: followers go by node
+                        changed.add(was)
                         written.append(
-                            events.moved(
-                                now, old.node_name, entry.node, entry.holder, amounts, reason
-                            )
+                            events.moved(now, was, entry.node, entry.holder, amounts, reason)
                         )
                 held = HoldingState.HELD
-                holdings.append(_holding_values(node_id, entry.holder, entry.resources, held, now))
+                holdings.append(holding_values(node_id, entry.holder, entry.resources, held, now))
                 written.append(
                     events.recorded(now, entry.node, entry.holder, entry.resources, reason)
                 )
                 changed.add(entry.node)
             repo.delete_holdings(stale)
             repo.insert_holdings(holdings)
-            repo.append_events(written)
+            repo.insert_events(written)
         return Recorded(frozenset(changed), tuple(unknown))
 
     def confirm(
@@ -380,10 +389,9 @@ class LedgerCommands:
         Slurm job that holds the holding's GPU devices (issue 23), stored with it (None
         keeps what an earlier confirmation stored)."""
         with self.store.write_hot() as repo:
-            found, _ = _locked_holding_of(repo, holder_id, kind)
+            found, _ = repo.lock_holding_of(holder_id, kind)
             now = self.clock()
-            confirmed = repo.confirm_holding_returning(found.id, now, slurm_hold)
-            holding = holding_record(confirmed, found.node_name)
+            holding = repo.confirm_holding_returning(found.id, found.holding.node, now, slurm_hold)
             repo.insert_event(events.confirmed(now, holding))
             return holding
 
@@ -402,11 +410,10 @@ class LedgerCommands:
         if kind is HolderKind.SLURM_JOB:  # only the Slurm sync writes those (replace_holdings)
             raise InvalidRequest("slurm_job holdings are released by the Slurm sync only")
         with self.store.write_hot() as repo:
-            found, node = _locked_holding_of(repo, holder_id, kind)
-            deleted = repo.delete_holding_returning(found.id)
-            if deleted is None:
+            found, node = repo.lock_holding_of(holder_id, kind)
+            holding = repo.delete_holding_returning(found.id, found.holding.node)
+            if holding is None:
                 raise HoldingNotFound(holder_id)
-            holding = holding_record(deleted, found.node_name)
             repo.insert_event(events.released(self.clock(), holding, reason))
             # A pending hold's counts may not be Slurm's yet; a holding that moved meanwhile
             # is on a node not locked here: either is told to Slurm as before.
@@ -416,8 +423,8 @@ class LedgerCommands:
                 or node.id != found.node_id
             ):
                 return Release(holding)
-            current = node_headroom(node)
-            target = released_target(node.labels or {}, current, holding.resources, self.headroom)
+            current = node.headroom
+            target = released_target(node.spec.labels, current, holding.resources, self.headroom)
             if target != current.target:
                 repo.set_headroom(node.id, replace(current, target=target))
             # Withheld = held + target: it fell unless the target took all that was freed.
@@ -433,34 +440,22 @@ class LedgerCommands:
             row = repo.lock_node(node)
             rows = {h.holder_id: h for h in repo.holdings_on(row.id, kind)}
             diff = diff_snapshot(
-                {k: Resources(h.cpu_millis, h.memory_bytes, h.gpus) for k, h in rows.items()},
+                {k: resources_of(h) for k, h in rows.items()},
                 {k: e.resources for k, e in snapshot.items()},
             )
             if diff.is_empty:
                 return diff
-            for holder_id in diff.removed:
-                repo.delete_holding(rows[holder_id])
+            repo.delete_holdings([rows[holder_id].id for holder_id in diff.removed])
             for holder_id in diff.changed:
                 entry = snapshot[holder_id]
-                _apply_amounts(rows[holder_id], entry.resources)
+                assign(rows[holder_id], resource_values(entry.resources))
                 rows[holder_id].display_name = entry.display_name
                 rows[holder_id].updated_at = now
-            for holder_id in diff.added:
-                entry = snapshot[holder_id]
-                repo.add_holding(
-                    HoldingRow(
-                        node_id=row.id,
-                        holder_kind=kind.value,
-                        holder_id=holder_id,
-                        display_name=entry.display_name,
-                        cpu_millis=entry.resources.cpu_millis,
-                        memory_bytes=entry.resources.memory_bytes,
-                        gpus=entry.resources.gpus,
-                        state=HoldingState.HELD.value,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
+            held = HoldingState.HELD
+            added = [(Holder(kind, i, snapshot[i].display_name), snapshot[i]) for i in diff.added]
+            repo.insert_holdings(
+                [holding_values(row.id, h, entry.resources, held, now) for h, entry in added]
+            )
             total = Resources.total([e.resources for e in snapshot.values()])
             repo.insert_event(events.holdings_replaced(now, node, kind, diff, total))
             return diff
@@ -470,7 +465,7 @@ class LedgerCommands:
     ) -> None:
         """Append an event for something that happened outside the ledger (a Slurm push)."""
         with self.store.write_hot() as repo:
-            repo.append_event(self.clock(), kind, node, message, details=details)
+            repo.insert_event(event_values(self.clock(), kind, node, message, details=details))
 
 
 def _use_headroom(
@@ -483,33 +478,6 @@ def _use_headroom(
         repo.set_headroom(node_id, replace(headroom, target=target, used_at=now))
 
 
-def _holding_of(repo: LedgerStatements, holder_id: str, kind: HolderKind | None) -> Row[Any] | None:
-    """The holding this holder already has, with its node's name, or None: the one answer
-    to "does this holder hold something already" (a pod or manual holder holds on one node
-    at most). Without a kind, an id that both a pod and a manual holder use is a conflict."""
-    rows = repo.single_node_holdings(holder_id, kind)
-    if kind is None and len(rows) > 1:
-        raise HolderConflict(
-            f"holder id {holder_id!r} exists as both pod and manual; say which kind"
-        )
-    return rows[0] if rows else None
-
-
-def _locked_holding_of(
-    repo: LedgerStatements, holder_id: str, kind: HolderKind | None
-) -> tuple[Row[Any], Row[Any]]:
-    """The holder's holding, re-read under its node's lock, and the node's columns as
-    locked; HoldingNotFound if none."""
-    found = _holding_of(repo, holder_id, kind)
-    if found is None:
-        raise HoldingNotFound(holder_id)
-    node = repo.lock_node_id(found.node_id)
-    locked = _holding_of(repo, holder_id, HolderKind(found.holder_kind))
-    if locked is None:
-        raise HoldingNotFound(holder_id)
-    return locked, node
-
-
 def _existing(
     repo: LedgerStatements,
     holder: Holder,
@@ -519,63 +487,31 @@ def _existing(
 ) -> Admission | None:
     """The holder's holding, that an insert collided with: the answer if it is the same
     request (created=False), else a conflict; None if it went meanwhile."""
-    existing = _holding_of(repo, holder.id, holder.kind)
+    existing = repo.holding_of(holder.id, holder.kind)
     if existing is None:
         return None
     return Admission(_same_holding(existing, node, requests, devices), False)
 
 
 def _same_holding(
-    existing: Row[Any], node: str, requests: Resources, devices: tuple[HeldDevice, ...]
+    existing: StoredHolding, node: str, requests: Resources, devices: tuple[HeldDevice, ...]
 ) -> Holding:
     """The holder's existing holding when it is the same request (the same devices, whatever
     their UUIDs), else a conflict."""
-    holding = holding_record(existing, existing.node_name)
+    holding = existing.holding
     indices = tuple(d.index for d in devices)
-    if (
-        existing.node_name != node
-        or holding.resources != requests
-        or holding.device_indices != indices
-    ):
+    if holding.node != node or holding.resources != requests or holding.device_indices != indices:
         held = describe_resources(holding.resources)
         if holding.devices:
             held += f" (GPU devices {', '.join(map(str, holding.device_indices))})"
         raise HolderConflict(
-            f"holder {existing.holder_id!r} already holds {held}"
-            f" on node {existing.node_name!r}; release it first"
+            f"holder {holding.holder.id!r} already holds {held}"
+            f" on node {holding.node!r}; release it first"
         )
     return holding
 
 
-def _holding_values(
-    node_id: int, holder: Holder, requests: Resources, state: HoldingState, now: datetime
-) -> dict[str, Any]:
-    return {
-        "node_id": node_id,
-        "holder_kind": holder.kind.value,
-        "holder_id": holder.id,
-        "display_name": holder.display_name,
-        "cpu_millis": requests.cpu_millis,
-        "memory_bytes": requests.memory_bytes,
-        "gpus": requests.gpus,
-        "state": state.value,
-        "created_at": now,
-        "updated_at": now,
-    }
-
-
-def _apply_amounts(row: NodeRow | HoldingRow, resources: Resources) -> None:
-    row.cpu_millis = resources.cpu_millis
-    row.memory_bytes = resources.memory_bytes
-    row.gpus = resources.gpus
-
-
 def _apply_spec(row: NodeRow, spec: NodeSpec, cordon_reason: str | None, now: datetime) -> None:
-    _apply_amounts(row, spec.capacity)
-    row.reserved_cpu_millis = spec.reserved.cpu_millis
-    row.reserved_memory_bytes = spec.reserved.memory_bytes
-    row.reserved_gpus = spec.reserved.gpus
-    row.slurm_name = spec.slurm_name
-    row.labels = dict(spec.labels)
+    assign(row, spec_values(spec))
     row.cordon_reason = cordon_reason
     row.updated_at = now
