@@ -25,7 +25,7 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.core.verdict import Verdict
-from app.ledger.repository import event_values
+from app.ledger.columns import event_values
 from app.ledger.tables import device_objects
 
 Event = dict[str, Any]

@@ -60,7 +60,7 @@ from app.core.records import EventKind, NodeView
 from app.core.resources import Resources
 from app.core.slurm_comment import node_comment, ours
 from app.core.slurm_models import SlurmJob, SlurmNode
-from app.ledger.repository import event_values
+from app.ledger.columns import event_values
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
