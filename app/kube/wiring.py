@@ -12,7 +12,7 @@ from app.kube.claims import PodDevices
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
 from app.kube.controllers.discovery import SlurmSizes
-from app.kube.controllers.maintenance import SlurmDrains
+from app.kube.controllers.maintenance import DrainPort
 from app.kube.extender.service import Extender
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
@@ -37,7 +37,7 @@ def build_kube(
     metrics: Metrics,
     availability: Dependency,
     clock: Clock,
-    drains: SlurmDrains | None = None,
+    drains: DrainPort | None = None,
 ) -> KubeParts:
     """The controllers (discovery, pod accounting, GenericNodes, status mirror) and the
     scheduler extender. ``slurm_sizes``, ``slurm_health``: a Slurm node's size and the Slurm

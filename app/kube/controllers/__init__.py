@@ -20,7 +20,7 @@ from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.controllers.admission_requests import AdmissionRequests
 from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
 from app.kube.controllers.leader import LeaderElector
-from app.kube.controllers.maintenance import Maintenance, SlurmDrains
+from app.kube.controllers.maintenance import DrainPort, Maintenance
 from app.kube.controllers.mirror import StatusMirror
 from app.kube.controllers.watch import ListWatch
 from app.kube.settings import KubeSettings
@@ -50,7 +50,7 @@ class KubeControllers:
         *,
         metrics: Metrics = NO_METRICS,
         devices: PodDevices | None = None,
-        drains: SlurmDrains | None = None,
+        drains: DrainPort | None = None,
     ) -> None:
         """``devices``: reads a pod's co-managed GPU devices from its claims (none: the
         feature is off); ``drains``: drains and resumes Slurm nodes for cordons (none:

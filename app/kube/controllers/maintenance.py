@@ -1,6 +1,6 @@
 """One maintenance on both sides of a co-managed node (app.core.maintenance decides):
 Slurm's drains, downs and failures become the Node's taint, and a cordoned Node drains its
-Slurm node (through the ``SlurmDrains`` port: app.slurm.drains).
+Slurm node (through ``DrainPort``, which app.slurm.drains implements).
 
 Leader-only, like the status mirror: it follows the node snapshot (health is a ledger
 field the Slurm sync writes, so what any replica's sync saw counts) and discovery's Node
@@ -44,7 +44,7 @@ POLL = 0.5  # seconds between looks at the snapshot
 Record = Callable[[EventKind, str, str, dict[str, Any]], None]
 
 
-class SlurmDrains(Protocol):
+class DrainPort(Protocol):
     """The Slurm side of a cordon (app.slurm.drains): each reads the node first and acts
     only on a state that allows it; whether it acted."""
 
@@ -60,7 +60,7 @@ class Maintenance:
         client: KubeClient,
         managed: Callable[[str], bool],
         cordoned: Callable[[str], bool],
-        drains: SlurmDrains | None,
+        drains: DrainPort | None,
         clock: Clock,
         record: Record,
         *,
@@ -179,7 +179,7 @@ class Maintenance:
         self.carried[name] = wanted
         return True
 
-    def relay_cordon(self, views: Views, name: str, drains: SlurmDrains) -> None:
+    def relay_cordon(self, views: Views, name: str, drains: DrainPort) -> None:
         """Drain the Slurm node of a cordoned Node, resume it at the uncordon (the port
         checks Slurm's state first); each once, until the ledger's view of Slurm changes."""
         view = views.get(name)
