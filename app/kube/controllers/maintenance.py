@@ -18,7 +18,6 @@ service can no longer lift must not outlive the setting.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
@@ -35,6 +34,7 @@ from app.core.maintenance import (
 )
 from app.core.records import EventKind
 from app.kube.client import KubeClient, KubeError
+from app.kube.controllers.dirty import DirtyNames
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot, Views
 from app.loops import Loop, Stop
@@ -89,8 +89,7 @@ class Maintenance:
         # What each Node carries of ours, as last written or listed: a node whose wanted
         # taint equals it costs nothing.
         self.carried: dict[str, SlurmTaint | None] = {}
-        self._dirty: set[str] = set()
-        self._dirty_lock = threading.Lock()
+        self._dirty = DirtyNames()
         self._resynced: float | None = None
         self._loop = Loop(
             "maintenance", self.step, interval=POLL, logger=log, what="node maintenance"
@@ -131,8 +130,7 @@ class Maintenance:
         """Reconcile every node marked since the last pass (the snapshot's refresh marks
         the nodes that changed); a node that fails is marked again."""
         views = self.snapshot.views(max_age=POLL)  # its refresh marks changed nodes
-        with self._dirty_lock:
-            names, self._dirty = self._dirty, set()
+        names = self._dirty.take()
         again: list[str] = []
         try:
             for name in names:
@@ -225,8 +223,7 @@ class Maintenance:
     def mark(self, names: Collection[str]) -> None:
         """Reconcile these nodes on the next pass (the snapshot: they changed; discovery:
         their cordon did)."""
-        with self._dirty_lock:
-            self._dirty.update(names)
+        self._dirty.add(names)
         if names:
             self._loop.wake()
 
