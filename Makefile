@@ -22,11 +22,13 @@ run: venv
 deps:
 	bash scripts/install-system-deps.sh
 
-lint: venv
+# deps: shellcheck comes from Debian's packages, installed there on a fresh machine.
+lint: venv deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	bash scripts/lint-shell.sh
 
 # Slurm releases with a test cluster each; 25.11 is only built against (plugins, C tests).
 SLURM_CLUSTERS := 24.11 26.05
@@ -53,9 +55,13 @@ testenv-down:
 	-for v in $(SLURM_RELEASES); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh down; done
 	-bash testenv/postgres/pg.sh down
 
+# Scenarios and their thresholds: bench/scenarios.toml (`python -m bench` lists them). Both
+# run; the target fails after them if either missed an enforced threshold.
 bench: venv testenv
-	$(BIN)/python -m bench.http_admissions
-	$(BIN)/python -m bench.slurm_admission
+	status=0; \
+	$(BIN)/python -m bench http_admissions || status=$$?; \
+	$(BIN)/python -m bench slurm_admission || status=$$?; \
+	exit $$status
 
 # The service's OCI image (image/build.sh): prints the archive's path. IMAGE=REF names it
 # (default registry.nodeledger.test/nodeledger:<version>); push with

@@ -25,11 +25,13 @@ from app.auth.guard import Guard
 from app.auth.reviews import AccessReviewer, Reviews, TokenReviewer
 from app.auth.static import StaticTokens
 from app.core.caps import KubeCaps
-from app.core.components import Component
+from app.core.components import Component, Health
 from app.core.headroom import NO_POLICY
+from app.core.resources import Resources
 from app.db import migrate
 from app.db.engine import Database, Liveness
 from app.kube.client import KubeClient
+from app.kube.controllers.discovery import SlurmSizes
 from app.kube.extender.service import Extender
 from app.kube.reviews import KubeReviews
 from app.kube.wiring import KubeParts, build_kube
@@ -39,7 +41,7 @@ from app.metrics.nodes import LedgerCollector
 from app.metrics.registry import Metrics
 from app.outages import Dependency
 from app.settings import Settings
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
 from app.slurm.sync import SlurmSync
 from app.slurm.wiring import SlurmParts, build_slurm
 
@@ -60,7 +62,7 @@ class Services:
     dependencies: Mapping[str, Dependency]
     components: tuple[Component, ...] = ()  # in start order
     slurm: SlurmSync | None = None
-    job_hints: JobHints | None = None  # with the Slurm integration on
+    job_hints: HintQueue | None = None  # with the Slurm integration on
     extender: Extender | None = None  # with the Kubernetes integration on
 
     @property
@@ -138,10 +140,11 @@ def build_services(
             admissions,
             snapshot,
             caps,
-            slurm.sync if slurm is not None else None,
+            *_slurm_for_kube(slurm.sync if slurm is not None else None),
             metrics,
             dependencies["kubernetes"],
             clock,
+            slurm.drains if slurm is not None else None,
         )
     components: list[Component] = []
     if integrated:
@@ -163,6 +166,19 @@ def build_services(
         job_hints=slurm.hints if slurm is not None else None,
         extender=kube.extender if kube is not None else None,
     )
+
+
+def _slurm_for_kube(sync: SlurmSync | None) -> tuple[SlurmSizes, Callable[[], Health | None]]:
+    """What the Kubernetes controllers read of the Slurm sync, a node's size and the sync's
+    health (None without it): built here, so that app.kube knows nothing of app.slurm."""
+
+    def sizes(name: str) -> Resources | None:
+        return sync.state.snapshot().node_size(name) if sync is not None else None
+
+    def health() -> Health | None:
+        return sync.health() if sync is not None else None
+
+    return sizes, health
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from app import __version__
 from app.db import migrate
 from app.db.engine import create_db_engine
-from app.metrics.logs import configure_logging, uvicorn_log_options
+from app.logs import configure_logging, uvicorn_log_options
 from app.settings import Settings
 
 

@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AuthSettings
 from app.kube.settings import KubeSettings
-from app.metrics.logs import LogFormat
+from app.logs import LogFormat
 from app.metrics.settings import MetricsSettings
 from app.slurm.settings import SlurmSettings
 
@@ -68,7 +68,10 @@ class Settings(BaseSettings):
         default=10.0,
         gt=0,
         le=600,
-        description="A request body must arrive whole within this many seconds (else 408)",
+        description=(
+            "A request's head, then its body, must each arrive whole within this many seconds "
+            "(a slow head has its connection closed; a slow body gets 408)"
+        ),
     )
     migrate_on_start: bool = Field(default=True, description="Run Alembic upgrade before serving")
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)

@@ -30,38 +30,31 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.http_admissions import percentile
-from bench.slurm_admission import pod, raw_updates, summary, timed
-from tests.support.databases import migrated
-from tests.support.realenv import wait_until
-from tests.support.service import running_service
-from tests.support.slurm_cluster import REST_API, SlurmCluster, cluster_sh
+from bench._fixtures import (
+    REST_API,
+    SlurmCluster,
+    cluster,
+    pod,
+    raw_updates,
+    sqlite_services,
+    wait_until,
+)
+from bench._stats import against, interleaved, summary, timed
 
 HOLD_API = "v0.0.45"  # EXTERNAL_JOB is in slurmrestd's job flags from v0.0.44 on
 HOLD_NODE = "n3"  # holds here; raw updates on n2 (as bench.slurm_admission), pods on n1
+RAW_NODE = "n2"
 FREE_NODE = "n2"  # the "immediate" probes while a job pends on HOLD_NODE
 TOP_PRIORITY = 4294967293  # one below NO_VAL: what slurm-facts.md saw work; SlurmUser/root only
 POD_CPUS, POD_MEMORY_MB = 1, 1024  # the pod's requests: cpu "1", memory "1Gi"
-
-
-def ms_summary(samples: list[float], raw: list[float]) -> dict[str, float]:
-    """p50/p99 and their ratios to the raw update's."""
-    return {
-        **summary(samples),
-        "to_raw_update_p50": round(statistics.median(samples) / statistics.median(raw), 2),
-        "to_raw_update_p99": round(percentile(samples, 99) / percentile(raw, 99), 2),
-    }
 
 
 def hold_body(node: str, cpus: int, memory_mb: int, *, priority: bool = False) -> dict[str, Any]:
@@ -221,46 +214,15 @@ def release_to_start(holds: Holds, how: str, delay: float) -> tuple[float, str, 
     return seconds, answer(probes[0][0]), answer(probes[1][0])
 
 
-def seconds_summary(samples: list[float]) -> dict[str, float]:
-    return {
-        "min": round(min(samples), 3),
-        "p50": round(statistics.median(samples), 3),
-        "max": round(max(samples), 3),
-        "n": len(samples),
-    }
-
-
 @contextmanager
 def services(slurm: SlurmCluster) -> Iterator[tuple[str, str]]:
     """The Slurm-confirmed service and the ledger-only one, n1 (16 CPUs, 32000 MiB, Slurm's
     sizes) the only node of each, so nothing else the bench touches is theirs to push."""
-    slurm_env = {
-        **slurm.service_env,
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        confirmed_db = migrated(f"sqlite:///{tmp}/confirmed.db")
-        ledger_db = migrated(f"sqlite:///{tmp}/ledger.db")
-        with (
-            running_service(confirmed_db, Path(tmp), env=slurm_env, name="confirmed") as confirmed,
-            running_service(ledger_db, Path(tmp), name="ledger") as ledger,
-        ):
-            for url in (confirmed.url, ledger.url):
-                body = {"capacity": {"cpu": "16", "memory": "32000Mi"}}
-                httpx.put(f"{url}/v1/nodes/n1", json=body, timeout=30).raise_for_status()
-            yield confirmed.url, ledger.url
-
-
-def interleaved(
-    rounds: int, per_round: int, paths: dict[str, Callable[[int], dict[str, list[float]]]]
-) -> dict[str, dict[str, list[float]]]:
-    """Each path ``per_round`` samples a round, in an order rotating by one each round."""
-    names = list(paths)
-    samples: dict[str, dict[str, list[float]]] = {name: {} for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            for key, values in paths[name](per_round).items():
-                samples[name].setdefault(key, []).extend(values)
-    return samples
+    with sqlite_services({"confirmed": slurm.service_env, "ledger": {}}) as found:
+        for process in found.values():
+            body = {"capacity": {"cpu": "16", "memory": "32000Mi"}}
+            httpx.put(f"{process.url}/v1/nodes/n1", json=body, timeout=30).raise_for_status()
+        yield found["confirmed"].url, found["ledger"].url
 
 
 def scheduler_parameters(slurm: SlurmCluster) -> str:
@@ -271,15 +233,14 @@ def scheduler_parameters(slurm: SlurmCluster) -> str:
     )
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300, help="per path")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--trials", type=int, default=5, help="release-to-start, each way")
     parser.add_argument("--slurm", default="26.05", help="Slurm release of the test cluster")
-    args = parser.parse_args()
-    cluster_sh(args.slurm, "up", timeout=1800)
-    slurm = SlurmCluster.from_env(args.slurm)
+    args = parser.parse_args(argv)
+    slurm = cluster(args.slurm)
     slurm.reset()
     scheduling = scheduler_parameters(slurm)
     found = re.search(r"bf_interval=(\d+)", scheduling)
@@ -297,7 +258,7 @@ def main() -> None:
                 args.rounds,
                 max(1, args.samples // args.rounds),
                 {
-                    "raw": lambda n: {"ms": raw_updates(slurm, n)},
+                    "raw": lambda n: {"ms": raw_updates(slurm, RAW_NODE, n)},
                     "slurm_confirmed": lambda n: admit_release(confirmed, f"c{next(rounds)}", n),
                     "ledger_only": lambda n: admit_release(ledger, f"l{next(rounds)}", n),
                     "slurm_hold": lambda n: hold_release(holds, n),
@@ -323,12 +284,12 @@ def main() -> None:
         "rounds": args.rounds,
         "raw_node_update_ms": summary(raw),
         **{
-            path: {key: ms_summary(values, raw) for key, values in got.items()}
+            path: {key: against(values, raw) for key, values in got.items()}
             for path, got in samples.items()
         },
         "slurm_hold_answers": dict(holds.answers),
         "release_to_start_s": {
-            way: seconds_summary([t[0] for t in got]) for way, got in trials.items()
+            way: summary([t[0] for t in got], digits=3, spread=True) for way, got in trials.items()
         },
         "hold_while_job_pends": {
             "plain": dict(Counter(t[1] for t in probes)),

@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -54,6 +54,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from bench._fixtures import SlurmCluster, cluster_sh, free_port, migrated, postgres_server_url
 from bench.chaos.api import Api, Findings, Traffic
 from bench.chaos.checks import counts_check, holdings_check
 from bench.chaos.kills import Killer, KillStats
@@ -66,9 +67,6 @@ from bench.chaos.observe import (
 from bench.chaos.replicas import Replica, ReplicaPool, service_env
 from bench.chaos.slurm import ChaosSlurm
 from bench.chaos.workload import Book, JobStats, JobSubmitter, PodClient
-from tests.support.databases import migrated, postgres_server_url
-from tests.support.net import free_port
-from tests.support.slurm_cluster import SlurmCluster, cluster_sh
 
 NODES = ("n1", "n2", "n3")
 Target = tuple[str, Callable[[], None]]  # a thread's name and what it runs
@@ -299,7 +297,7 @@ def report(run: Run, driven: Driven, checks: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("--kills", type=int, default=50)
@@ -319,7 +317,7 @@ def parse_args() -> argparse.Namespace:
     add("--max-gap", type=float, help="... at most (2.5; 6 with one replica)")
     add("--sync-interval", type=float, default=0.5)
     add("--sample-interval", type=float, default=0.2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     # A lone replica must also serve between kills, not only restart.
     alone = args.replicas == 1
     args.min_gap = args.min_gap if args.min_gap is not None else (3.0 if alone else 0.5)
@@ -385,8 +383,8 @@ def database(server_url: str) -> Iterator[str]:
         admin.dispose()
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
     cluster_environment(args)
     cluster_sh(args.slurm, "up", timeout=1800)
     cluster = SlurmCluster.from_env(args.slurm)

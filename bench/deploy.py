@@ -22,9 +22,11 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench._stats import percentile
 from bench.image import figures as image_figures
 from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb
 from tests.support.deploy import (
@@ -47,11 +49,6 @@ from tests.support.kube_cluster import KubeCluster
 
 def say(message: str) -> None:
     print(f"bench.deploy: {message}", file=sys.stderr, flush=True)
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
 
 def container_pid(pod_uid: str, command: str) -> int:
@@ -98,8 +95,8 @@ def create_to_running(kube: KubeCluster, count: int) -> dict[str, Any]:
         figures[scheduler] = {
             "pods": count,
             "running": len(seconds),
-            "p50_s": percentile(seconds, 0.5) if seconds else None,
-            "p99_s": percentile(seconds, 0.99) if seconds else None,
+            "p50_s": round(percentile(seconds, 50), 3) if seconds else None,
+            "p99_s": round(percentile(seconds, 99), 3) if seconds else None,
             "mean_s": round(statistics.fmean(seconds), 3) if seconds else None,
         }
     kube.kubectl("delete", "pods", "-l", "bench=deploy", "--grace-period=1", timeout=300)
@@ -125,17 +122,21 @@ def one_at_a_time(kube: KubeCluster, count: int) -> dict[str, Any]:
             samples.append(time.monotonic() - started)
     kube.kubectl("delete", "pods", "-l", "bench=deploy-seq", "--grace-period=1", timeout=300)
     return {
-        scheduler: {"pods": count, "p50_s": percentile(s, 0.5), "p99_s": percentile(s, 0.99)}
+        scheduler: {
+            "pods": count,
+            "p50_s": round(percentile(s, 50), 3),
+            "p99_s": round(percentile(s, 99), 3),
+        }
         for scheduler, s in seconds.items()
     }
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--one-at-a-time", type=int, default=20, help="pods per scheduler")
     parser.add_argument("--keep", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     say("starting the cluster with nodes, Slurm and PostgreSQL")
     kube, slurm, postgres = start_kube(), start_slurm(), start_postgres()

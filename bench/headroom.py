@@ -25,8 +25,8 @@ the same run:
 - profile: where a within-headroom admission's time goes: the service's own phase
   timers, GET /healthz (the HTTP floor) and the same admissions on a third service with
   the Slurm integration off (ledger only);
-- targets: the issue's (on: within-headroom p50 <= 1x, burst <= 2x the raw update p50)
-  next to what the run measured.
+- targets: the issue's (within-headroom p50 and burst against the raw update p50, their
+  bounds in bench/scenarios.toml) next to what the run measured.
 
     [NODELEDGER_SLURM_NODES=20] python -m bench.headroom [--samples 300] [--rounds 10]
         [--burst-pods 200] [--nodes N] [--bursts 2] [--jobs 3] [--slurm 26.05]
@@ -42,36 +42,40 @@ import asyncio
 import json
 import math
 import os
-import re
 import statistics
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import httpx
 
-from bench.admission_paths import interleaved
-from bench.slurm_admission import pod, summary, timed
-from tests.support.databases import migrated
-from tests.support.realenv import wait_until
-from tests.support.service import running_service
-from tests.support.slurm_cluster import REST_API, SlurmCluster, cluster_sh
+from bench._fixtures import (
+    NODE_CPUS,
+    NODE_MEMORY_MIB,
+    REST_API,
+    Service,
+    SlurmCluster,
+    cluster,
+    headroom_services,
+    pod,
+    raw_updates,
+    release_all,
+    service_arguments,
+    wait_until,
+)
+from bench._scenarios import threshold
+from bench._stats import against, interleaved, summary, timed
 
 CONFIGS = ("off", "on")
 SINGLE_NODE = {"off": "n1", "on": "n2"}
 RAW_NODE = "n3"  # raw updates here while n1 and n2 take pods
 JOB_NODE = "n3"
 LEDGER_NODE = "l1"  # the ledger-only service's node: no Slurm node behind it
-NODE_CPUS, NODE_MEMORY_MIB = 16, 32000  # the test cluster's nodes (cluster.sh)
-NODE_BODY = {"capacity": {"cpu": str(NODE_CPUS), "memory": f"{NODE_MEMORY_MIB}Mi"}}
 MIB = 1024 * 1024
 
 Samples = dict[str, list[float]]
@@ -80,174 +84,26 @@ Samples = dict[str, list[float]]
 # ---------------------------------------------------------------------------- figures
 
 
-def ms_summary(samples: list[float], raw: list[float]) -> dict[str, float]:
-    """p50/p99 and the p50's ratio to the raw update's (empty samples: n 0)."""
-    if not samples:
-        return {"n": 0}
-    return {
-        **summary(samples),
-        "to_raw_update_p50": round(statistics.median(samples) / statistics.median(raw), 2),
-    }
-
-
 def by_path(samples: list[tuple[str, float]], within: dict[str, bool], raw: list[float]) -> Any:
     """Admission latencies overall and split by the path each took (its ADMITTED event)."""
     inside = [ms for uid, ms in samples if within.get(uid, False)]
     slurm = [ms for uid, ms in samples if not within.get(uid, False)]
     return {
-        "overall": ms_summary([ms for _, ms in samples], raw),
-        "within_headroom": ms_summary(inside, raw),
-        "through_slurm": ms_summary(slurm, raw),
+        "overall": against([ms for _, ms in samples], raw),
+        "within_headroom": against(inside, raw),
+        "through_slurm": against(slurm, raw),
         "share_without_slurm_call": round(len(inside) / len(samples), 3) if samples else 0,
     }
 
 
-# ---------------------------------------------------------------------------- the service
-
-
-@dataclass
-class Service:
-    name: str
-    url: str
-    client: httpx.Client
-    events_seen: list[dict[str, Any]] = field(default_factory=list)
-
-    def take(self, nodes: list[str]) -> None:
-        """The Slurm nodes become this service's (its ledger's, Slurm's sizes)."""
-        for node in nodes:
-            self.client.put(f"/v1/nodes/{node}", json=NODE_BODY).raise_for_status()
-
-    def give_back(self, nodes: list[str], slurm: SlurmCluster) -> None:
-        """Release every pod on ``nodes``, delete them from the ledger, and put Slurm's
-        counts back as the cluster started (the next owner starts from there)."""
-        for node in nodes:
-            release_all(self.client, node)
-            # A Slurm job's holding goes with the sync's next look at the node.
-            wait_until(partial(self.delete, node), 30, what=f"{node} deleted")
-        for node in nodes:
-            slurm.set_gres(node, SlurmCluster.full_gres(node))
-            slurm.rest("POST", f"node/{node}", json={"extra": ""}).raise_for_status()
-
-    def delete(self, node: str) -> bool:
-        return self.client.delete(f"/v1/nodes/{node}").status_code == 204
-
-    def events(self) -> list[dict[str, Any]]:
-        """Every event of the ledger so far (fetched once: the ledger keeps them)."""
-        after = self.events_seen[-1]["id"] if self.events_seen else 0
-        while True:
-            page = self.client.get("/v1/events", params={"after": after, "limit": 1000}).json()
-            self.events_seen.extend(page)
-            if len(page) < 1000:
-                return self.events_seen
-            after = page[-1]["id"]
-
-    def within_headroom(self) -> dict[str, bool]:
-        """By pod uid: whether its admission was confirmed inside the headroom."""
-        return {
-            e["holder_id"]: bool(e["details"].get("within_headroom"))
-            for e in self.events()
-            if e["kind"] == "admitted"
-        }
-
-    def metrics(self) -> dict[str, float]:
-        return scrape(self.client.get("/metrics").text)
-
-
-def release_all(client: httpx.Client, node: str) -> list[float]:
-    """Release every pod on ``node`` one after the other; each release's ms."""
-    rows = client.get(
-        "/v1/holdings", params={"node": node, "holder_kind": "pod", "limit": 1000}
-    ).json()
-    return [
-        timed(lambda u=r["holder"]["id"]: client.delete(f"/v1/admissions/{u}").raise_for_status())
-        for r in rows
-    ]
-
-
-METRIC_LINE = re.compile(r"^(nodeledger_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN)$")
-
-
-def scrape(text: str) -> dict[str, float]:
-    """The service's admission and Slurm request figures, by series."""
-    wanted = (
-        "nodeledger_admission_duration_seconds_sum",
-        "nodeledger_admission_duration_seconds_count",
-        "nodeledger_admissions_within_headroom_total",
-        "nodeledger_slurm_request_duration_seconds_sum",
-        "nodeledger_slurm_request_duration_seconds_count",
-        "nodeledger_slurm_pushes_total",
-        "nodeledger_slurm_pushes_coalesced_total",
-    )
-    figures = {}
-    for line in text.splitlines():
-        found = METRIC_LINE.match(line)
-        if found and found.group(1) in wanted:
-            figures[found.group(1) + (found.group(2) or "")] = float(found.group(3))
-    return figures
+# ---------------------------------------------------------------------------- metrics
 
 
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
 
 
-def service_arguments(parser: argparse.ArgumentParser, *, idle_seconds: float) -> None:
-    """The arguments ``services`` and ``cluster`` read: the "on" service's headroom and the
-    Slurm release of the test cluster."""
-    parser.add_argument("--headroom-cpu", default="2")
-    parser.add_argument("--headroom-memory", default="4Gi")
-    parser.add_argument("--idle-seconds", type=float, default=idle_seconds)
-    parser.add_argument("--slurm", default="26.05", help="Slurm release of the test cluster")
-
-
-def cluster(args: argparse.Namespace) -> SlurmCluster:
-    """The test cluster of ``--slurm``, brought up (built and cached the first time)."""
-    cluster_sh(args.slurm, "up", timeout=1800)
-    return SlurmCluster.from_env(args.slurm)
-
-
-@contextmanager
-def services(slurm: SlurmCluster, args: argparse.Namespace) -> Iterator[dict[str, Service]]:
-    """The two services, each with its own SQLite ledger, and a third with the Slurm
-    integration off ("ledger": one ledger transaction per admission, the reference)."""
-    common = {
-        **slurm.service_env,
-    }
-    headroom = {
-        "NODELEDGER_SLURM_HEADROOM_CPU": args.headroom_cpu,
-        "NODELEDGER_SLURM_HEADROOM_MEMORY": args.headroom_memory,
-        "NODELEDGER_SLURM_HEADROOM_IDLE_SECONDS": str(args.idle_seconds),
-    }
-    env: dict[str, dict[str, str]] = {"off": common, "on": {**common, **headroom}, "ledger": {}}
-    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        found = {}
-        for name in (*CONFIGS, "ledger"):
-            database = migrated(f"sqlite:///{tmp}/{name}.db")
-            process = stack.enter_context(
-                running_service(database, Path(tmp), env=env[name], name=name)
-            )
-            client = stack.enter_context(httpx.Client(base_url=process.url, timeout=30))
-            found[name] = Service(name, process.url, client)
-        yield found
-
-
 # ---------------------------------------------------------------------------- single admissions
-
-
-def raw_updates(slurm: SlurmCluster, node: str, count: int) -> list[float]:
-    """``count`` raw node updates of ``node`` (its k8scpu count between 16 and 15)."""
-    headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
-    url = f"{slurm.url}/slurm/{REST_API}/node/{node}"
-    full = SlurmCluster.full_gres(node)
-    with httpx.Client(headers=headers, timeout=10) as client:
-        client.post(url, json={"gres": full})  # warm the connection
-        return [
-            timed(
-                lambda i=i: client.post(
-                    url, json={"gres": full.replace("k8scpu:16", f"k8scpu:{16 - i % 2}")}
-                ).raise_for_status()
-            )
-            for i in range(count)
-        ]
 
 
 class Filler:
@@ -647,22 +503,26 @@ def profile(
     }
 
 
-# ---------------------------------------------------------------------------- main
+# ---------------------------------------------------------------------------- the run
 
 
 def targets(
     single: list[tuple[str, float]], within: dict[str, bool], raw: list[float], bursts: Any
 ) -> dict[str, Any]:
-    """The issue's targets next to what this run measured (ratios to the raw update p50)."""
+    """The issue's targets (bench/scenarios.toml, where `python -m bench headroom` checks
+    them) next to what this run measured (ratios to the raw update p50)."""
     inside = [ms for uid, ms in single if within.get(uid)]
     ratio = round(statistics.median(inside) / statistics.median(raw), 2) if inside else None
     on = bursts.get("on", {})
     per_admission = {k: v["overall"].get("to_raw_update_p50") for k, v in on.items()}
     per_pod = {k: v["wall_ms_per_pod_to_raw_update_p50"] for k, v in on.items()}
     return {
-        "on_single_within_headroom_p50": {"target": "<= 1", "measured": ratio},
+        "on_single_within_headroom_p50": {
+            "target": threshold("headroom", "on_single_within_headroom_p50").bound,
+            "measured": ratio,
+        },
         "on_burst_overall_p50": {
-            "target": "<= 2",
+            "target": threshold("headroom", "on_burst_overall_p50").bound,
             "measured_per_admission": per_admission,
             "measured_wall_per_pod": per_pod,
             "note": "per admission: each pod's own latency, which in a burst includes "
@@ -677,7 +537,7 @@ def alternate(r: int) -> tuple[str, ...]:
     return CONFIGS if r % 2 == 0 else CONFIGS[::-1]
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300, help="single admissions per config")
     parser.add_argument("--rounds", type=int, default=10)
@@ -698,106 +558,216 @@ def main() -> None:
     parser.add_argument("--job-pods", type=int, default=4, help="pods added per job probe")
     parser.add_argument("--job-wait", type=float, default=6.0, help="seconds for a job to start")
     service_arguments(parser, idle_seconds=3600.0)
-    args = parser.parse_args()
-    started = time.monotonic()
-    load_start = [round(x, 2) for x in os.getloadavg()]
-    slurm = cluster(args)
-    if args.nodes is not None and not 1 <= args.nodes <= len(slurm.nodes):
-        parser.error(
-            f"--nodes {args.nodes}: the cluster has {len(slurm.nodes)} nodes; "
-            f"NODELEDGER_SLURM_NODES={args.nodes} brings it up with more"
+    return parser
+
+
+@dataclass
+class Run:
+    """One run's settings and what its three phases measured, for the report."""
+
+    args: argparse.Namespace
+    slurm: SlurmCluster
+    nodes: list[str]  # the burst's
+    started: float = field(default_factory=time.monotonic)
+    load_start: list[float] = field(default_factory=lambda: [round(x, 2) for x in os.getloadavg()])
+    single: dict[str, Filler] = field(default_factory=dict)
+    samples: dict[str, Samples] = field(default_factory=dict)
+    before: dict[str, dict[str, float]] = field(default_factory=dict)  # metrics
+    after: dict[str, dict[str, float]] = field(default_factory=dict)
+    bursts: list[Burst] = field(default_factory=list)
+    raw_burst: list[float] = field(default_factory=list)
+    raw_burst_walls: list[float] = field(default_factory=list)
+    jobs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    phase_start: dict[str, float] = field(default_factory=dict)
+    end: float = 0.0
+    within: dict[str, dict[str, bool]] = field(default_factory=dict)
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def single_admissions(run: Run, svc: dict[str, Service]) -> None:
+    """Off on n1, on on n2, the ledger-only service on its own node, raw updates on n3 and
+    the HTTP floor, interleaved round by round."""
+    args, slurm = run.args, run.slurm
+    run.phase_start["single"] = time.time()
+    for name in CONFIGS:
+        svc[name].take([SINGLE_NODE[name]])
+        # Unmeasured: connections, caches, the first sync (and on: the headroom).
+        Filler(svc[name], SINGLE_NODE[name], f"warm-{name}", 3, "100m", "100Mi").admit(3)
+        release_all(svc[name].client, SINGLE_NODE[name])
+        run.single[name] = Filler(
+            svc[name], SINGLE_NODE[name], f"s-{name}", args.fill, args.pod_cpu, args.pod_memory
         )
-    slurm.reset()
-    nodes = list(slurm.nodes[: args.nodes])  # the burst's
-    single: dict[str, Filler] = {}
-    bursts: list[Burst] = []
-    raw_burst: list[float] = []
-    raw_burst_walls: list[float] = []
-    jobs: dict[str, list[dict[str, Any]]] = {}
-    phase_start: dict[str, float] = {}
-    try:
-        with services(slurm, args) as svc:
-            # Single admissions: off on n1, on on n2, raw updates on n3, interleaved.
-            phase_start["single"] = time.time()
-            for name in CONFIGS:
-                svc[name].take([SINGLE_NODE[name]])
-                # Unmeasured: connections, caches, the first sync (and on: the headroom).
-                Filler(svc[name], SINGLE_NODE[name], f"warm-{name}", 3, "100m", "100Mi").admit(3)
-                release_all(svc[name].client, SINGLE_NODE[name])
-                single[name] = Filler(
-                    svc[name], SINGLE_NODE[name], f"s-{name}", args.fill, args.pod_cpu,
-                    args.pod_memory,
-                )  # fmt: skip
-            svc["ledger"].take([LEDGER_NODE])
-            single["ledger"] = Filler(
-                svc["ledger"], LEDGER_NODE, "s-l", args.fill, args.pod_cpu, args.pod_memory
-            )
-            single["ledger"].admit(3)  # unmeasured, as above
-            on = svc["on"].client
-            before = {name: svc[name].metrics() for name in CONFIGS}
-            samples: dict[str, Samples] = interleaved(
-                args.rounds,
-                max(1, args.samples // args.rounds),
-                {
-                    "raw": lambda n: {"ms": raw_updates(slurm, RAW_NODE, n)},
-                    "off": single["off"].admit,
-                    "on": single["on"].admit,
-                    "ledger": single["ledger"].admit,
-                    "http": lambda n: {
-                        "ms": [
-                            timed(lambda: on.get("/healthz").raise_for_status()) for _ in range(n)
-                        ]
-                    },
-                },
-            )
-            after = {name: svc[name].metrics() for name in CONFIGS}
-            for name in CONFIGS:
-                svc[name].give_back([SINGLE_NODE[name]], slurm)
-            # Bursts over the burst's nodes, the configurations alternating.
-            phase_start["burst"] = time.time()
-            for r in range(args.bursts):
-                for name in alternate(r):
-                    svc[name].take(nodes)
-                    for kind in ("cold", "warm"):
-                        bursts.append(burst(svc[name], nodes, f"b{r}-{name}-{kind}", args, kind))
-                    svc[name].give_back(nodes, slurm)
-                wall, ms = asyncio.run(_raw_burst(slurm, nodes, args.burst_pods, args.concurrency))
-                raw_burst_walls.append(wall)
-                raw_burst += ms
-                slurm.reset()
-            # Jobs beside pods: do they start with the headroom withheld too?
-            phase_start["jobs"] = time.time()
-            with blockers(slurm, [n for n in slurm.nodes if n != JOB_NODE]):
-                for name in CONFIGS:
-                    svc[name].take([JOB_NODE])
-                    jobs[name] = job_probes(svc[name], slurm, args, f"j-{name}")
-                    svc[name].give_back([JOB_NODE], slurm)
-            end = time.time()
-            within = {name: svc[name].within_headroom() for name in CONFIGS}
-            events = {name: svc[name].events() for name in CONFIGS}
-    finally:
+    svc["ledger"].take([LEDGER_NODE])
+    run.single["ledger"] = Filler(
+        svc["ledger"], LEDGER_NODE, "s-l", args.fill, args.pod_cpu, args.pod_memory
+    )
+    run.single["ledger"].admit(3)  # unmeasured, as above
+    on = svc["on"].client
+    run.before = {name: svc[name].metrics() for name in CONFIGS}
+    run.samples = interleaved(
+        args.rounds,
+        max(1, args.samples // args.rounds),
+        {
+            "raw": lambda n: {"ms": raw_updates(slurm, RAW_NODE, n)},
+            "off": run.single["off"].admit,
+            "on": run.single["on"].admit,
+            "ledger": run.single["ledger"].admit,
+            "http": lambda n: {
+                "ms": [timed(lambda: on.get("/healthz").raise_for_status()) for _ in range(n)]
+            },
+        },
+    )
+    run.after = {name: svc[name].metrics() for name in CONFIGS}
+    for name in CONFIGS:
+        svc[name].give_back([SINGLE_NODE[name]], slurm)
+
+
+def bursts(run: Run, svc: dict[str, Service]) -> None:
+    """Bursts over the burst's nodes, the configurations alternating, each round followed
+    by a burst of raw updates."""
+    args, slurm, nodes = run.args, run.slurm, run.nodes
+    run.phase_start["burst"] = time.time()
+    for r in range(args.bursts):
+        for name in alternate(r):
+            svc[name].take(nodes)
+            for kind in ("cold", "warm"):
+                run.bursts.append(burst(svc[name], nodes, f"b{r}-{name}-{kind}", args, kind))
+            svc[name].give_back(nodes, slurm)
+        wall, ms = asyncio.run(_raw_burst(slurm, nodes, args.burst_pods, args.concurrency))
+        run.raw_burst_walls.append(wall)
+        run.raw_burst += ms
         slurm.reset()
-    raw = samples["raw"]["ms"]
-    phases = sorted(phase_start.items(), key=lambda p: p[1])
+
+
+def jobs_beside_pods(run: Run, svc: dict[str, Service]) -> None:
+    """Jobs beside pods: do they start with the headroom withheld too?"""
+    slurm = run.slurm
+    run.phase_start["jobs"] = time.time()
+    with blockers(slurm, [n for n in slurm.nodes if n != JOB_NODE]):
+        for name in CONFIGS:
+            svc[name].take([JOB_NODE])
+            run.jobs[name] = job_probes(svc[name], slurm, run.args, f"j-{name}")
+            svc[name].give_back([JOB_NODE], slurm)
+
+
+def measure(run: Run) -> None:
+    """The three phases against the same three services, then the services' events."""
+    try:
+        with headroom_services(run.slurm, run.args) as svc:
+            single_admissions(run, svc)
+            bursts(run, svc)
+            jobs_beside_pods(run, svc)
+            run.end = time.time()
+            run.within = {name: svc[name].within_headroom() for name in CONFIGS}
+            run.events = {name: svc[name].events() for name in CONFIGS}
+    finally:
+        run.slurm.reset()
+
+
+def slurm_costs(run: Run) -> dict[str, Any]:
+    """Per configuration and phase: what Slurm was withheld beyond the pods."""
+    phases = sorted(run.phase_start.items(), key=lambda p: p[1])
 
     def phase_of(at: float) -> str:
         return [name for name, start in phases if start <= at][-1]
 
     cost: dict[str, Any] = {}
     for name in CONFIGS:
-        intervals = withheld_intervals(events[name], end)
+        intervals = withheld_intervals(run.events[name], run.end)
         cost[name] = {
             phase: cost_summary([i for i in intervals if phase_of(i["start"]) == phase])
             for phase, _ in phases
         }
-    result_bursts = burst_figures(bursts, {**within["off"], **within["on"]}, raw, raw_burst)
-    result = {
+    return cost
+
+
+def single_report(run: Run, raw: list[float]) -> dict[str, Any]:
+    args = run.args
+    return {
+        "method": "one client (httpx), POST /v1/admissions one after the other; off on "
+        f"n1, on on n2, raw updates on {RAW_NODE}, {args.rounds} rounds in a rotating "
+        f"order; pods of {args.pod_cpu}/{args.pod_memory} accumulate, all released "
+        f"once {args.fill} are held; path per pod from its ADMITTED event "
+        "(details.within_headroom)",
+        **{
+            name: {
+                "admission_ms": by_path(run.single[name].admitted, run.within[name], raw),
+                "release_ms": against(run.samples[name].get("release_ms", []), raw),
+            }
+            for name in CONFIGS
+        },
+    }
+
+
+def burst_report(run: Run, figures: dict[str, Any]) -> dict[str, Any]:
+    args = run.args
+    return {
+        "method": f"{args.burst_pods} pods of {args.burst_cpu}/{args.burst_memory} "
+        f"round-robin over {len(run.nodes)} nodes, all submitted at once with "
+        f"{args.concurrency} in flight (aiohttp); cold: nodes just created in the "
+        "ledger, no headroom yet; warm: right after the cold burst's pods were all "
+        "released (the headroom kept); off and on alternate, "
+        f"{args.bursts} of each; latency per pod, wall time per burst",
+        "raw_node_update_burst": {
+            "method": f"{args.burst_pods} POST /node/{{name}} over the same nodes, "
+            f"{args.concurrency} in flight, after each round of bursts",
+            "wall_s": [round(w, 3) for w in run.raw_burst_walls],
+            **summary(run.raw_burst),
+        },
+        **figures,
+    }
+
+
+def jobs_report(run: Run) -> dict[str, Any]:
+    args = run.args
+    return {
+        "method": f"the other nodes filled by batch jobs; on {JOB_NODE}, the service's "
+        f"only node: {args.job_pods} more pods of {args.pod_cpu} per trial, then sbatch "
+        "-c C --mem=100 with C the even CPUs (whole cores) the node's 16 leave beside pods "
+        "(rounded up to whole CPUs) and other running jobs, once pinned (-w) and once "
+        "free to go anywhere; each watched for "
+        f"{args.job_wait:g} s (bf_interval=5) and cancelled. Pended by the headroom: "
+        "PENDING with reason Resources (BadConstraints for a pinned one, or GRES) while "
+        "it would have fit without it; a pinned job sbatch refuses outright is counted "
+        "apart",
+        **{name: jobs_summary(run.jobs[name]) for name in CONFIGS},
+    }
+
+
+def profile_report(run: Run, raw: list[float]) -> dict[str, Any]:
+    return {
+        "method": "single admissions' client-side mean next to the service's own "
+        "nodeledger_admission_duration_seconds per phase (sums over the same "
+        "admissions) and its slurmrestd requests; client mean - ledger phase = HTTP, "
+        "FastAPI, the worker-thread hop and the client. Interleaved with the single "
+        "admissions: http_floor, GET /healthz of the 'on' service (a sync endpoint: "
+        "HTTP, FastAPI and one worker-thread hop, no database), and ledger_only, the "
+        "same admissions on a third service with the Slurm integration off (one ledger "
+        "transaction, no worker-thread hop)",
+        "http_floor_ms": against(run.samples["http"]["ms"], raw),
+        "ledger_only_admission_ms": against(run.samples["ledger"]["admission_ms"], raw),
+        **{
+            name: profile(
+                run.before[name], run.after[name], run.single[name].admitted, run.within[name]
+            )
+            for name in CONFIGS
+        },
+    }
+
+
+def report(run: Run) -> dict[str, Any]:
+    """The run's figures: the JSON object the bench prints."""
+    args, slurm = run.args, run.slurm
+    raw = run.samples["raw"]["ms"]
+    within = {**run.within["off"], **run.within["on"]}
+    figures = burst_figures(run.bursts, within, raw, run.raw_burst)
+    return {
         "slurm": f"{slurm.release} (real slurmctld + slurmrestd, JWT)",
         "database": "sqlite",
         "nodes": {
             "cluster": len(slurm.nodes),
-            "burst": len(nodes),
-            "names": nodes,
+            "burst": len(run.nodes),
+            "names": run.nodes,
             "size": f"{NODE_CPUS} CPUs, {NODE_MEMORY_MIB} MiB",
             "how": "every one a registered slurmd (testenv/slurm/cluster.sh, "
             "NODELEDGER_SLURM_NODES; n3 has the GPUs), all on this host: the issue's burst "
@@ -813,36 +783,8 @@ def main() -> None:
             "max_factor": 4.0,
         },
         "raw_node_update_ms": summary(raw),
-        "single": {
-            "method": "one client (httpx), POST /v1/admissions one after the other; off on "
-            f"n1, on on n2, raw updates on {RAW_NODE}, {args.rounds} rounds in a rotating "
-            f"order; pods of {args.pod_cpu}/{args.pod_memory} accumulate, all released "
-            f"once {args.fill} are held; path per pod from its ADMITTED event "
-            "(details.within_headroom)",
-            "off": {
-                "admission_ms": by_path(single["off"].admitted, within["off"], raw),
-                "release_ms": ms_summary(samples["off"].get("release_ms", []), raw),
-            },
-            "on": {
-                "admission_ms": by_path(single["on"].admitted, within["on"], raw),
-                "release_ms": ms_summary(samples["on"].get("release_ms", []), raw),
-            },
-        },
-        "burst": {
-            "method": f"{args.burst_pods} pods of {args.burst_cpu}/{args.burst_memory} "
-            f"round-robin over {len(nodes)} nodes, all submitted at once with "
-            f"{args.concurrency} in flight (aiohttp); cold: nodes just created in the "
-            "ledger, no headroom yet; warm: right after the cold burst's pods were all "
-            "released (the headroom kept); off and on alternate, "
-            f"{args.bursts} of each; latency per pod, wall time per burst",
-            "raw_node_update_burst": {
-                "method": f"{args.burst_pods} POST /node/{{name}} over the same nodes, "
-                f"{args.concurrency} in flight, after each round of bursts",
-                "wall_s": [round(w, 3) for w in raw_burst_walls],
-                **summary(raw_burst),
-            },
-            **result_bursts,
-        },
+        "single": single_report(run, raw),
+        "burst": burst_report(run, figures),
         "slurm_cost": {
             "method": "per node, from the service's events: the last SLURM_PUSHED event's "
             "details.withheld (Slurm units: whole CPUs, MiB) minus the pods held (ADMITTED - "
@@ -851,41 +793,30 @@ def main() -> None:
             "withheld without a headroom), so it is the headroom's own share; clamped at 0 "
             "while a push lags an admission (off is above 0 only while a push lags a "
             "release)",
-            **cost,
+            **slurm_costs(run),
         },
-        "jobs_pended_by_headroom": {
-            "method": f"the other nodes filled by batch jobs; on {JOB_NODE}, the service's "
-            f"only node: {args.job_pods} more pods of {args.pod_cpu} per trial, then sbatch "
-            "-c C --mem=100 with C the even CPUs (whole cores) the node's 16 leave beside pods "
-            "(rounded up to whole CPUs) and other running jobs, once pinned (-w) and once "
-            "free to go anywhere; each watched for "
-            f"{args.job_wait:g} s (bf_interval=5) and cancelled. Pended by the headroom: "
-            "PENDING with reason Resources (BadConstraints for a pinned one, or GRES) while "
-            "it would have fit without it; a pinned job sbatch refuses outright is counted "
-            "apart",
-            **{name: jobs_summary(jobs[name]) for name in CONFIGS},
-        },
-        "profile": {
-            "method": "single admissions' client-side mean next to the service's own "
-            "nodeledger_admission_duration_seconds per phase (sums over the same "
-            "admissions) and its slurmrestd requests; client mean - ledger phase = HTTP, "
-            "FastAPI, the worker-thread hop and the client. Interleaved with the single "
-            "admissions: http_floor, GET /healthz of the 'on' service (a sync endpoint: "
-            "HTTP, FastAPI and one worker-thread hop, no database), and ledger_only, the "
-            "same admissions on a third service with the Slurm integration off (one ledger "
-            "transaction, no worker-thread hop)",
-            "http_floor_ms": ms_summary(samples["http"]["ms"], raw),
-            "ledger_only_admission_ms": ms_summary(samples["ledger"]["admission_ms"], raw),
-            **{
-                name: profile(before[name], after[name], single[name].admitted, within[name])
-                for name in CONFIGS
-            },
-        },
-        "targets": targets(single["on"].admitted, within["on"], raw, result_bursts),
-        "load_average": {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]},
-        "seconds": round(time.monotonic() - started, 1),
+        "jobs_pended_by_headroom": jobs_report(run),
+        "profile": profile_report(run, raw),
+        "targets": targets(run.single["on"].admitted, run.within["on"], raw, figures),
+        "load_average": {"start": run.load_start, "end": [round(x, 2) for x in os.getloadavg()]},
+        "seconds": round(time.monotonic() - run.started, 1),
     }
-    print(json.dumps(result, indent=2))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = arguments()
+    args = parser.parse_args(argv)
+    started, load_start = time.monotonic(), [round(x, 2) for x in os.getloadavg()]
+    slurm = cluster(args.slurm)
+    if args.nodes is not None and not 1 <= args.nodes <= len(slurm.nodes):
+        parser.error(
+            f"--nodes {args.nodes}: the cluster has {len(slurm.nodes)} nodes; "
+            f"NODELEDGER_SLURM_NODES={args.nodes} brings it up with more"
+        )
+    slurm.reset()
+    run = Run(args, slurm, list(slurm.nodes[: args.nodes]), started, load_start)
+    measure(run)
+    print(json.dumps(report(run), indent=2))
 
 
 if __name__ == "__main__":

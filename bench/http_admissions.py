@@ -17,19 +17,15 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.support.databases import migrated, postgres_database, postgres_server_url
-from tests.support.service import running_service
-
-
-def percentile(samples: list[float], p: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+from bench._fixtures import migrated, postgres_database, postgres_server_url, running_service
+from bench._stats import percentile
 
 
 async def drive(
@@ -127,7 +123,7 @@ def run_case(
         )
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -137,7 +133,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--postgres-url", default=os.environ.get("NODELEDGER_TEST_POSTGRES_URL"))
     parser.add_argument("--only", choices=["sqlite", "postgresql"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     results: dict[str, Any] = {
         "cpus": os.cpu_count(),

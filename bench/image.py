@@ -8,8 +8,10 @@ one JSON object.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,8 @@ def figures(archive: Path) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     print(json.dumps(measure(), indent=2))
 
 

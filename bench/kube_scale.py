@@ -25,16 +25,16 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench._fixtures import free_port, postgres_database
 from bench.kubescale.cluster import Api, ControlPlane
 from bench.kubescale.load import PODS_PER_NODE, load
 from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb
 from bench.kubescale.service import Service
 from bench.kubescale.workload import burst, churn, unburst
-from tests.support.databases import postgres_database
-from tests.support.net import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -237,7 +237,7 @@ def measure(
     return result
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("--nodes", default="100,1000", help="sizes, ascending (e.g. 100,1000,15000)")
@@ -252,7 +252,7 @@ def main() -> None:
     add("--burst", type=int, default=500, help="nodes changed at once")
     add("--concurrency", type=int, default=32, help="API requests in flight while loading")
     add("--port-base", type=int, default=22379)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = sorted(int(n) for n in args.nodes.split(","))
 
     plane = ControlPlane(RUNDIR, args.port_base)

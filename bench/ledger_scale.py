@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,9 +44,8 @@ from app.kube.extender.wire import ExtenderArgs
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.settings import Settings
-from tests.support.bulk import fill, node_name
-from tests.support.databases import migrated, postgres_database
-from tests.support.service import running_service
+from bench._fixtures import fill, migrated, node_name, postgres_database, running_service
+from bench._stats import repeated, summary
 
 PODS_PER_NODE = 10
 CANDIDATES = 1000
@@ -59,30 +58,6 @@ users: [{name: none, user: {token: none}}]
 contexts: [{name: none, context: {cluster: none, user: none}}]
 current-context: none
 """
-
-
-def percentile(samples: list[float], p: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
-
-
-def summary(samples: list[float]) -> dict[str, float | int]:
-    return {
-        "p50_ms": round(statistics.median(samples), 2),
-        "p99_ms": round(percentile(samples, 99), 2),
-        "n": len(samples),
-    }
-
-
-def timed(call: Callable[[], Any], samples: int, budget: float) -> list[float]:
-    """Milliseconds per call: ``samples`` calls, fewer (at least 5) past ``budget`` seconds."""
-    times: list[float] = []
-    deadline = time.monotonic() + budget
-    while len(times) < samples and (len(times) < 5 or time.monotonic() < deadline):
-        t0 = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - t0) * 1000)
-    return times
 
 
 def fill_timed(database_url: str, n: int) -> float:
@@ -136,14 +111,14 @@ def in_process(database_url: str, n: int, kubeconfig: Path, args: argparse.Names
         result["list_nodes_s"] = round(time.perf_counter() - t0, 3)
         snapshot = getattr(services, "snapshot", None)
         if snapshot is not None:
-            loads = timed(snapshot.reload, 3, 60)
+            loads = repeated(snapshot.reload, 3, 60)
             result["snapshot_full_load_s"] = round(statistics.median(loads) / 1000, 3)
         extender = services.extender
         names = candidates(n, rng)
         extender_args = ExtenderArgs.model_validate({"Pod": pod(), "NodeNames": names})
         fits = len(extender.filter(extender_args).NodeNames)
         result["filter"] = {
-            **summary(timed(lambda: extender.filter(extender_args), args.samples, args.budget)),
+            **summary(repeated(lambda: extender.filter(extender_args), args.samples, args.budget)),
             "candidates": len(names),
             "fit": fits,
         }
@@ -169,7 +144,7 @@ def after_admissions(
         node = node_name(rng.randrange(n))
         with contextlib.suppress(AdmissionRejected):  # a drained node
             services.admissions.admit(node, holder, Resources(10, 2**24))
-        times.extend(timed(call, 1, args.budget))
+        times.extend(repeated(call, 1, args.budget))
         with contextlib.suppress(HoldingNotFound):
             services.admissions.release(holder.id, HolderKind.POD)
         if time.monotonic() > deadline:
@@ -191,7 +166,7 @@ def during_reloads(snapshot: Any, call: Callable[[], Any], args: argparse.Namesp
     thread = threading.Thread(target=reload, daemon=True)
     thread.start()
     try:
-        times = timed(call, args.samples, args.budget)
+        times = repeated(call, args.samples, args.budget)
     finally:
         stop.set()
         thread.join()
@@ -229,7 +204,7 @@ def over_http(
 
         call("POST", "/v1/extender/filter", 200, body)  # warm-up
         for verb in ("filter", "prioritize"):
-            samples = timed(
+            samples = repeated(
                 lambda v=verb: call("POST", f"/v1/extender/{v}", 200, body),  # type: ignore[misc]
                 args.samples,
                 args.budget,
@@ -252,14 +227,14 @@ def over_http(
                 admitted.append(uid)
 
         admitted: list[str] = []
-        result["admit"] = summary(timed(admit, len(uids), args.budget * 4))
+        result["admit"] = summary(repeated(admit, len(uids), args.budget * 4))
         released = iter(admitted)
         result["release"] = summary(
-            timed(lambda: call("DELETE", f"/v1/admissions/{next(released)}", 200), len(admitted),
+            repeated(lambda: call("DELETE", f"/v1/admissions/{next(released)}", 200), len(admitted),
                   args.budget * 4)
         )  # fmt: skip
         result["get_node"] = summary(
-            timed(
+            repeated(
                 lambda: call("GET", f"/v1/nodes/{node_name(rng.randrange(n))}", 200),
                 args.samples,
                 args.budget,
@@ -279,7 +254,7 @@ def database(server_url: str | None, directory: Path, n: int) -> Iterator[str]:
         yield url
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -290,7 +265,7 @@ def main() -> None:
     parser.add_argument(
         "--max-staleness", type=float, default=0.0, help="NODELEDGER_KUBE_EXTENDER_MAX_STALENESS"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     backend = "sqlite" if args.database_url is None else "postgresql"
     results: dict[str, Any] = {

@@ -21,6 +21,7 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 BENCHES = ("ledger", "kube", "slurm")
@@ -36,11 +37,11 @@ def run(module: str, *args: str) -> Any:
     return json.loads("\n".join(lines[start:]))
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,15000")
     parser.add_argument("--only", default=",".join(BENCHES))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     only = set(args.only.split(","))
     figures: dict[str, Any] = {"sizes": sizes}

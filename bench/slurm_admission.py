@@ -18,52 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
 
 import httpx
 
-from bench.http_admissions import percentile
-from tests.support.databases import migrated
-from tests.support.service import running_service
-from tests.support.slurm_cluster import REST_API, SlurmCluster, cluster_sh
+from bench._fixtures import SlurmCluster, cluster, pod, raw_updates, sqlite_services
+from bench._stats import summary, timed
 
-
-def summary(samples: list[float]) -> dict[str, float]:
-    return {
-        "p50": round(statistics.median(samples), 2),
-        "p99": round(percentile(samples, 99), 2),
-        "n": len(samples),
-    }
-
-
-def timed(call: Any) -> float:
-    t0 = time.perf_counter()
-    call()
-    return (time.perf_counter() - t0) * 1000
-
-
-def raw_updates(slurm: SlurmCluster, samples: int) -> list[float]:
-    headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
-    url = f"{slurm.url}/slurm/{REST_API}/node/n2"
-    with httpx.Client(headers=headers, timeout=10) as client:
-        client.post(url, json={"gres": "k8scpu:16,k8smemory:32000"})  # warm the connection
-        return [
-            timed(
-                lambda i=i: client.post(
-                    url, json={"gres": f"k8scpu:{15 - i % 2},k8smemory:32000"}
-                ).raise_for_status()
-            )
-            for i in range(samples)
-        ]
-
-
-def pod(node: str, uid: str, cpu: str = "1", memory: str = "1Gi") -> dict[str, Any]:
-    holder = {"kind": "pod", "namespace": "bench", "name": uid, "uid": uid}
-    return {"node": node, "holder": holder, "requests": {"cpu": cpu, "memory": memory}}
+RAW_NODE = "n2"  # raw updates here; admissions on n1 (one after the other), n1-n3 (at once)
 
 
 def admissions(url: str, samples: int) -> tuple[list[float], list[float], float]:
@@ -122,30 +86,28 @@ def staleness(
     return seconds
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=10)
     parser.add_argument("--slurm", default="24.11", help="Slurm release of the test cluster")
-    args = parser.parse_args()
-    cluster_sh(args.slurm, "up", timeout=1800)
-    slurm = SlurmCluster.from_env(args.slurm)
+    args = parser.parse_args(argv)
+    slurm = cluster(args.slurm)
     slurm.reset()
-    raw = raw_updates(slurm, args.samples)
+    raw = raw_updates(slurm, RAW_NODE, args.samples)
     slurm.reset()
     env = {
         **slurm.service_env,
         "NODELEDGER_SLURM_REGISTER_NODES": "true",
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        database = migrated(f"sqlite:///{tmp}/bench.db")
-        with running_service(database, Path(tmp), env=env) as service:
-            with httpx.Client(base_url=service.url) as client:
-                deadline = time.monotonic() + 30
-                while len(client.get("/v1/nodes").json()) < 3 and time.monotonic() < deadline:
-                    time.sleep(0.1)
-            admit_ms, release_ms, rate = admissions(service.url, args.samples)
-            stale = staleness(service.url, slurm, args.jobs)
+    with sqlite_services({"nodeledger": env}) as found:
+        service = found["nodeledger"]
+        with httpx.Client(base_url=service.url) as client:
+            deadline = time.monotonic() + 30
+            while len(client.get("/v1/nodes").json()) < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        admit_ms, release_ms, rate = admissions(service.url, args.samples)
+        stale = staleness(service.url, slurm, args.jobs)
     slurm.reset()
     result = {
         "slurm": f"{slurm.release} (real slurmctld + slurmrestd, JWT)",
@@ -157,11 +119,7 @@ def main() -> None:
             statistics.median(admit_ms) / statistics.median(raw), 2
         ),
         "admissions_per_s": round(rate, 1),
-        "staleness_s": {
-            "p50": round(statistics.median(stale), 3),
-            "max": round(max(stale), 3),
-            "n": len(stale),
-        },
+        "staleness_s": summary(stale, digits=3, spread=True),
     }
     print(json.dumps(result, indent=2))
 

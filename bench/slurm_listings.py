@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,8 @@ import httpx
 from app.slurm import payloads
 from app.slurm.client import SlurmClient
 from app.slurm.tokens import StaticToken
+from bench._fixtures import SlurmCluster, cluster_sh, wait_until
 from bench.kubescale.proc import peak_rss_mb
-from tests.support.slurm_cluster import SlurmCluster, cluster_sh, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,14 +120,14 @@ def measure(url: str, kind: str, way: str) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=15003)
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument(
         "--measure", nargs=3, metavar=("URL", "KIND", "WAY"), help=argparse.SUPPRESS
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.measure:  # the child process
         print(json.dumps(measure(*args.measure)))
         return

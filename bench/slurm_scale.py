@@ -29,26 +29,31 @@ import contextlib
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb
-from bench.slurm_admission import admissions, raw_updates, staleness, summary, timed
-from tests.support.databases import migrated, postgres_database
-from tests.support.service import running_service
-from tests.support.slurm_cluster import (
+from bench._fixtures import (
+    ServiceProcess,
     SlurmCluster,
     cluster_sh,
     main_cache,
+    migrated,
+    postgres_database,
+    raw_updates,
+    running_service,
     scale_env,
     seed_cache,
 )
+from bench._scenarios import threshold
+from bench._stats import summary, timed
+from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb
+from bench.slurm_admission import admissions, staleness
 
 VERSION = "26.05"
 API = "v0.0.45"
@@ -57,7 +62,9 @@ CACHE = Path.home() / ".cache" / "nodeledger-scale"
 # points NODELEDGER_CACHE at the scale cluster's).
 MAIN_CACHE = Path(os.environ.get("NODELEDGER_CACHE_MAIN", main_cache()))
 SERVICE_LOG = Path("/tmp/nodeledger-scale-service.log")
-TARGET_S = 0.5  # Slurm -> ledger staleness target (p99)
+# The Slurm -> ledger staleness target (p99, bench/scenarios.toml): a job the ledger let go
+# of later than this after Slurm did is an outlier.
+TARGET_S = threshold("slurm_scale", "staleness_p99").limit
 IDLE_S = 30  # seconds the service is left alone for its idle CPU
 METRICS = (  # what the service says about itself (by prefix; histograms: sum and count)
     "nodeledger_slurm_push",
@@ -168,14 +175,8 @@ def outliers(samples: list[Sample], hook_log: Path, service_log: str) -> list[di
     return found
 
 
-def seconds(samples: list[float]) -> dict[str, Any]:
-    ordered = sorted(samples)
-    return {
-        "p50": round(statistics.median(ordered), 3),
-        "p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 3),
-        "max": round(ordered[-1], 3),
-        "n": len(ordered),
-    }
+def seconds(samples: list[float]) -> dict[str, float]:
+    return summary(samples, digits=3, spread=True)
 
 
 def wait_registered(url: str, names: list[str], timeout: float) -> bool:
@@ -189,7 +190,7 @@ def wait_registered(url: str, names: list[str], timeout: float) -> bool:
     return False
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=15000)
     parser.add_argument("--jobs", type=int, default=20000)
@@ -203,105 +204,143 @@ def main() -> None:
     parser.add_argument(
         "--no-hints", dest="hints", action="store_false", help="poll only (no job hints)"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def fill_cluster(slurm: SlurmCluster, args: argparse.Namespace) -> dict[str, Any]:
+    """The held jobs, the never-registering nodes' counts and two running jobs."""
+    result: dict[str, Any] = {
+        "slurm": f"{slurm.release} (real slurmctld + slurmrestd {API}, JWT)",
+        "nodes": args.nodes + len(slurm.nodes),
+        "jobs_submitted_per_s": round(slurm.submit_held(args.jobs, "scale"), 1),
+    }
+    # The counts node_features/k8s_resources gives a node when it registers (these never
+    # do; 26.05 sizes no node at slurmctld start): else the service's first pass pushes
+    # every one of them, minutes of work at 15,000 nodes that no real site sees.
+    slurm.update_nodes(f"s[1-{args.nodes}]", gres="k8scpu:16,k8smemory:32000")
+    running = [
+        slurm.sbatch("-w", n, "-c", "2", "--mem=500", "--wrap", "sleep 3600") for n in ("n1", "n2")
+    ]
+    result["jobs"] = args.jobs + len(running)
+    return result
+
+
+def floors(slurm: SlurmCluster, samples: int) -> dict[str, Any]:
+    """One node's raw update and read straight to slurmrestd."""
+    raw = raw_updates(slurm, "n2", samples)
+    with httpx.Client(base_url=slurm.url, timeout=30) as client:
+        headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
+        reads = [
+            timed(lambda: client.get(f"/slurm/{API}/node/n2", headers=headers).raise_for_status())
+            for _ in range(samples)
+        ]
+    return {
+        "raw_node_update_ms": summary(raw),
+        "node_read_ms": summary(reads),
+    }
+
+
+def service_env(slurm: SlurmCluster, hints: bool) -> dict[str, str]:
+    env = {
+        **slurm.service_env,
+        "NODELEDGER_SLURM_REGISTER_NODES": "true",  # every Slurm node into the ledger
+        "NODELEDGER_SLURM_TIMEOUT": "120",  # a full listing at this size takes long
+    }
+    if hints:
+        env["NODELEDGER_SLURM_FULL_SYNC_INTERVAL"] = "600"
+    return env
+
+
+def through_service(service: ServiceProcess, samples: int, raw_p50: float) -> dict[str, Any]:
+    """Admissions through the service next to the raw update's p50."""
+    admit_ms, release_ms, rate = admissions(service.url, samples)
+    admission = summary(admit_ms)
+    return {
+        "admission_ms": admission,
+        "release_ms": summary(release_ms),
+        "admission_to_raw_update_p50": round(admission["p50"] / raw_p50, 2),
+        "admissions_per_s": round(rate, 1),
+    }
+
+
+def hinted(service: ServiceProcess, slurm: SlurmCluster, jobs: int) -> dict[str, Any]:
+    """Staleness with job hints: slurmctld's hook posts to the service."""
+    assert slurm.hint_config is not None
+    # The hook's own log, inside the chroot: when each hint was posted.
+    hook_log = slurm.hint_config.parents[2] / "tmp" / "nodeledger-hint.log"
+    hook_log.unlink(missing_ok=True)
+    slurm.hint_config.write_text(f"url={service.url}\ntimeout=2\nlog=/tmp/{hook_log.name}\n")
+    samples = hinted_staleness(service.url, slurm, jobs, limit=300)
+    result = {
+        key: seconds([s.seconds for s in samples if s.event == event])
+        for event, key in (("start", "staleness_s"), ("end", "release_staleness_s"))
+    }
+    ends = [s for s in samples if s.event == "end"]
+    # Slurm holds a COMPLETING job's node: the ledger is stale only after.
+    result["slurm_completing_s"] = seconds([s.slurm_seconds for s in ends])
+    result["release_after_slurm_s"] = seconds([s.seconds - s.slurm_seconds for s in ends])
+    return {**result, "staleness_outliers": outliers(samples, hook_log, service.log())}
+
+
+def service_figures(service: ServiceProcess) -> dict[str, Any]:
+    """Its idle CPU, RSS and metrics, once everything above is done."""
+    pid = service.process.pid
+    idle = CpuWindow(pid).start()
+    time.sleep(IDLE_S)
+    return {
+        "service": {
+            f"idle_cpu_percent_{IDLE_S}s": idle.percent(),
+            "rss_mb": round(rss_mb(pid)),
+            # Since start: every node registered and the first full listings read.
+            "peak_rss_mb": round(peak_rss_mb(pid)),
+        },
+        "service_metrics": [
+            line
+            for line in httpx.get(f"{service.url}/metrics").text.splitlines()
+            if line.startswith(METRICS) and "_bucket" not in line
+        ],
+    }
+
+
+def measure(slurm: SlurmCluster, args: argparse.Namespace) -> dict[str, Any]:
+    result = fill_cluster(slurm, args)
+    result.update(floors(slurm, args.samples))
+    result["job_hints"] = args.hints
+    result["database"] = "postgresql" if args.database_url else "sqlite"
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        database = (
+            stack.enter_context(postgres_database(args.database_url))
+            if args.database_url
+            else migrated(f"sqlite:///{tmp}/bench.db")
+        )
+        t0 = time.monotonic()
+        env = service_env(slurm, args.hints)
+        with running_service(database, Path(tmp), env=env, ready_timeout=900) as service:
+            names = ["n1", "n2", "n3", f"s{args.nodes}"]
+            result["nodes_registered"] = wait_registered(service.url, names, 900)
+            result["startup_to_all_nodes_registered_s"] = round(time.monotonic() - t0, 1)
+            raw_p50 = result["raw_node_update_ms"]["p50"]
+            result.update(through_service(service, args.samples, raw_p50))
+            if args.hints:
+                result.update(hinted(service, slurm, args.staleness_jobs))
+            else:
+                stale = staleness(service.url, slurm, args.staleness_jobs, limit=300, runtime=600)
+                result["staleness_s"] = seconds(stale)
+            result.update(service_figures(service))
+            shutil.copy(service.log_path, SERVICE_LOG)  # for a look at what it did
+    result["cluster_wide_reads"] = cluster_wide_reads(slurm)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = arguments().parse_args(argv)
     # cluster.sh (and so cluster_sh) points at the scale cluster from here on.
     os.environ.update(scale_env(args.nodes, CACHE, "/tmp/nodeledger-scale", 17400))
     seed_cache(VERSION, CACHE, main=MAIN_CACHE)
     cluster_sh(VERSION, "up", timeout=1800)
     try:
-        slurm = SlurmCluster.from_env(VERSION)
-        result: dict[str, Any] = {
-            "slurm": f"{slurm.release} (real slurmctld + slurmrestd {API}, JWT)",
-            "nodes": args.nodes + len(slurm.nodes),
-            "jobs_submitted_per_s": round(slurm.submit_held(args.jobs, "scale"), 1),
-        }
-        # The counts node_features/k8s_resources gives a node when it registers (these never
-        # do; 26.05 sizes no node at slurmctld start): else the service's first pass pushes
-        # every one of them, minutes of work at 15,000 nodes that no real site sees.
-        slurm.update_nodes(f"s[1-{args.nodes}]", gres="k8scpu:16,k8smemory:32000")
-        running = [
-            slurm.sbatch("-w", n, "-c", "2", "--mem=500", "--wrap", "sleep 3600")
-            for n in ("n1", "n2")
-        ]
-        result["jobs"] = args.jobs + len(running)
-        raw = raw_updates(slurm, args.samples)
-        result["raw_node_update_ms"] = summary(raw)
-        with httpx.Client(base_url=slurm.url, timeout=30) as client:
-            headers = {"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.token}
-            reads = [
-                timed(
-                    lambda: client.get(f"/slurm/{API}/node/n2", headers=headers).raise_for_status()
-                )
-                for _ in range(args.samples)
-            ]
-        result["node_read_ms"] = summary(reads)
-        env = {
-            **slurm.service_env,
-            "NODELEDGER_SLURM_REGISTER_NODES": "true",  # every Slurm node into the ledger
-            "NODELEDGER_SLURM_TIMEOUT": "120",  # a full listing at this size takes long
-        }
-        if args.hints:
-            env["NODELEDGER_SLURM_FULL_SYNC_INTERVAL"] = "600"
-        result["job_hints"] = args.hints
-        result["database"] = "postgresql" if args.database_url else "sqlite"
-        with contextlib.ExitStack() as stack:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory())
-            database = (
-                stack.enter_context(postgres_database(args.database_url))
-                if args.database_url
-                else migrated(f"sqlite:///{tmp}/bench.db")
-            )
-            t0 = time.monotonic()
-            with running_service(database, Path(tmp), env=env, ready_timeout=900) as service:
-                names = ["n1", "n2", "n3", f"s{args.nodes}"]
-                result["nodes_registered"] = wait_registered(service.url, names, 900)
-                result["startup_to_all_nodes_registered_s"] = round(time.monotonic() - t0, 1)
-                admit_ms, release_ms, rate = admissions(service.url, args.samples)
-                result["admission_ms"] = summary(admit_ms)
-                result["release_ms"] = summary(release_ms)
-                result["admission_to_raw_update_p50"] = round(
-                    result["admission_ms"]["p50"] / result["raw_node_update_ms"]["p50"], 2
-                )
-                result["admissions_per_s"] = round(rate, 1)
-                if args.hints:
-                    assert slurm.hint_config is not None
-                    # The hook's own log, inside the chroot: when each hint was posted.
-                    hook_log = slurm.hint_config.parents[2] / "tmp" / "nodeledger-hint.log"
-                    hook_log.unlink(missing_ok=True)
-                    slurm.hint_config.write_text(
-                        f"url={service.url}\ntimeout=2\nlog=/tmp/{hook_log.name}\n"
-                    )
-                    samples = hinted_staleness(service.url, slurm, args.staleness_jobs, limit=300)
-                    for event, key in (("start", "staleness_s"), ("end", "release_staleness_s")):
-                        result[key] = seconds([s.seconds for s in samples if s.event == event])
-                    ends = [s for s in samples if s.event == "end"]
-                    # Slurm holds a COMPLETING job's node: the ledger is stale only after.
-                    result["slurm_completing_s"] = seconds([s.slurm_seconds for s in ends])
-                    result["release_after_slurm_s"] = seconds(
-                        [s.seconds - s.slurm_seconds for s in ends]
-                    )
-                    result["staleness_outliers"] = outliers(samples, hook_log, service.log())
-                else:
-                    stale = staleness(
-                        service.url, slurm, args.staleness_jobs, limit=300, runtime=600
-                    )
-                    result["staleness_s"] = seconds(stale)
-                pid = service.process.pid
-                idle = CpuWindow(pid).start()
-                time.sleep(IDLE_S)
-                result["service"] = {
-                    f"idle_cpu_percent_{IDLE_S}s": idle.percent(),
-                    "rss_mb": round(rss_mb(pid)),
-                    # Since start: every node registered and the first full listings read.
-                    "peak_rss_mb": round(peak_rss_mb(pid)),
-                }
-                result["service_metrics"] = [
-                    line
-                    for line in httpx.get(f"{service.url}/metrics").text.splitlines()
-                    if line.startswith(METRICS) and "_bucket" not in line
-                ]
-                shutil.copy(service.log_path, SERVICE_LOG)  # for a look at what it did
-        result["cluster_wide_reads"] = cluster_wide_reads(slurm)
+        result = measure(SlurmCluster.from_env(VERSION), args)
     finally:
         cluster_sh(VERSION, "down", timeout=300, check=False)
     print(json.dumps(result, indent=2))

@@ -52,26 +52,26 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from bench.headroom import (
+from bench._fixtures import (
     NODE_CPUS,
     NODE_MEMORY_MIB,
     Service,
+    SlurmCluster,
     cluster,
+    headroom_services,
+    pod,
     release_all,
     service_arguments,
-    services,
+    wait_until,
 )
-from bench.http_admissions import percentile
-from bench.slurm_admission import pod
-from tests.support.realenv import wait_until
-from tests.support.slurm_cluster import SlurmCluster
+from bench._stats import percentile, summary
 
 NODE = "n1"
 SIDES = ("off", "on")
@@ -82,17 +82,6 @@ FINAL = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "
 
 
 # ---------------------------------------------------------------------------- figures
-
-
-def ms_figures(samples: list[float]) -> dict[str, float]:
-    """p50/p99 in ms (empty: n 0)."""
-    if not samples:
-        return {"n": 0}
-    return {
-        "p50": round(statistics.median(samples), 2),
-        "p99": round(percentile(samples, 99), 2),
-        "n": len(samples),
-    }
 
 
 def ratio(on: float, off: float) -> float | None:
@@ -222,9 +211,9 @@ def pod_figures(admissions: list[Admission], phases: Phases) -> dict[str, Any]:
             {"admitted": c["admitted"], "refused": c["refused"], "other": c["other"]}
             for c in per_phase
         ],
-        "admission_ms": ms_figures(admitted_ms + refused_ms),
-        "admitted_ms": ms_figures(admitted_ms),
-        "refused_ms": ms_figures(refused_ms),
+        "admission_ms": summary(admitted_ms + refused_ms),
+        "admitted_ms": summary(admitted_ms),
+        "refused_ms": summary(refused_ms),
     }
 
 
@@ -581,7 +570,7 @@ def pair(text: str, kind: Callable[[str], Any]) -> tuple[Any, Any]:
     return kind(low), kind(high or low)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", type=int, default=3)
     parser.add_argument("--phase-seconds", type=float, default=40.0)
@@ -604,14 +593,14 @@ def main() -> None:
     parser.add_argument("--order", default="off,on", choices=("off,on", "on,off"))
     parser.add_argument("--seed", type=int, default=31)
     service_arguments(parser, idle_seconds=300.0)  # the service's default
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     started = time.monotonic()
     load_start = [round(x, 2) for x in os.getloadavg()]
-    slurm = cluster(args)
+    slurm = cluster(args.slurm)
     slurm.reset()
     sides: dict[str, dict[str, Any]] = {}
     try:
-        with services(slurm, args) as svc:
+        with headroom_services(slurm, args) as svc:
             for name in args.order.split(","):
                 # The same pods and jobs on both sides: the same seeds.
                 sides[name] = side(name, svc[name], slurm, args, args.seed)

@@ -93,6 +93,7 @@ prepare_build_root() {   # prepare_build_root BASE ROOT
 # The packages' file lists, with /bin, /lib... written as /usr/... (merged /usr).
 runtime_paths() {   # runtime_paths ROOT
   local root=$1
+  # shellcheck disable=SC2016  # ${Package}... are dpkg-query's fields, not shell variables
   chroot "$root" dpkg-query -W -f='${Package}\t${Pre-Depends}\t${Depends}\n' \
     | python3 "$HERE/closure.py" "${RUNTIME_PACKAGES[*]}" "${NOT_AT_RUNTIME[*]}" \
     | while read -r pkg; do cat "$root/var/lib/dpkg/info/$pkg.list" \

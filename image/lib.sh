@@ -15,13 +15,13 @@
 
 IMAGE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$IMAGE_LIB_DIR/.." && pwd)"
+LOG_TAG=image
+# shellcheck source=scripts/lib.sh
+source "$REPO_ROOT/scripts/lib.sh"
 IMAGE_CACHE="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}/image"
 MIRROR="${NODELEDGER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 IMAGE_OUT="$IMAGE_CACHE/out"
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$REPO_ROOT" log -1 --format=%ct 2>/dev/null || echo 0)}"
-
-log() { echo "image: $*" >&2; }
-die() { log "$*"; exit 1; }
 
 # Debian packages for the tools, installed when missing (root on Debian).
 need_tools() {   # need_tools CMD:PACKAGE ...
@@ -125,7 +125,7 @@ oci_archive() {
   local rootfs=$1 ref=$2 output=$3; shift 3
   need_tools umoci:umoci
   local tag=${ref##*:} work
-  [ "$tag" != "$ref" ] && [[ $tag != */* ]] || die "reference needs a tag: $ref"
+  [[ $tag != "$ref" && $tag != */* ]] || die "reference needs a tag: $ref"
   work=$(mktemp -d "$IMAGE_CACHE/work/oci.XXXXXX")
   local layout="$work/layout" created
   created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
@@ -161,7 +161,9 @@ EOF
 
 # Keep the newest KEEP (default 3) archives named NAME-*.oci.tar, with their rootfs/json.
 prune() {   # prune NAME [KEEP]
-  local old
-  old=$(ls -t "$IMAGE_OUT/$1"-*.oci.tar 2>/dev/null | tail -n +"$((${2:-3} + 1))")
-  [ -z "$old" ] || while read -r f; do rm -rf "$f" "$f.rootfs" "$f.json" "$f.lock"; done <<<"$old"
+  local f
+  find "$IMAGE_OUT" -maxdepth 1 -name "$1-*.oci.tar" -printf '%T@ %p\n' | sort -rn \
+    | tail -n +"$((${2:-3} + 1))" | cut -d' ' -f2- | while read -r f; do
+    rm -rf "$f" "$f.rootfs" "$f.json" "$f.lock"
+  done
 }

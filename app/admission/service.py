@@ -26,6 +26,7 @@ from anyio import to_thread
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.records import (
     EventKind,
+    HeldDevice,
     Holder,
     HolderKind,
     Holding,
@@ -36,7 +37,7 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.ledger.service import Admission, Ledger
-from app.metrics.logs import log_context
+from app.logs import log_context
 from app.metrics.registry import NO_METRICS, AdmissionPath, AdmissionTimer, Metrics, ReleasePath
 
 log = logging.getLogger(__name__)
@@ -101,16 +102,13 @@ class Admissions:
         requests: Resources,
         *,
         path: AdmissionPath = "rest",
-        devices: tuple[int, ...] = (),
-        device_uuids: tuple[str, ...] = (),
+        devices: tuple[HeldDevice, ...] = (),
     ) -> Admission:
         """``path``: the way in, for the metrics (rest, extender, genericnode); ``devices``:
         the GPU devices on the node held by identity (Ledger.admit), never inside the
-        headroom: with a gate, always confirmed by it; ``device_uuids``: their UUIDs, kept
-        with the holding (informational)."""
-        named = (devices, device_uuids)
+        headroom: with a gate, always confirmed by it."""
         with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
-            admission = self._hold(node, holder, requests, timer, named)
+            admission = self._hold(node, holder, requests, timer, devices)
             if self._decided(admission):
                 return admission
             return self._confirm(admission, timer)
@@ -122,29 +120,18 @@ class Admissions:
         requests: Resources,
         *,
         path: AdmissionPath = "rest",
-        devices: tuple[int, ...] = (),
-        device_uuids: tuple[str, ...] = (),
+        devices: tuple[HeldDevice, ...] = (),
     ) -> Admission:
         """``admit`` for the event loop: whatever may wait on another host runs in a worker
         thread, and only that. On SQLite the ledger's hold runs here, so an admission inside
         the headroom costs no thread hop (~0.5 ms of GIL hand-offs, a third of it)."""
         if not self.waits_on_network:
-            return self.admit(
-                node, holder, requests, path=path, devices=devices, device_uuids=device_uuids
-            )
+            return self.admit(node, holder, requests, path=path, devices=devices)
         if not self.holds_locally:
-            admit = partial(
-                self.admit,
-                node,
-                holder,
-                requests,
-                path=path,
-                devices=devices,
-                device_uuids=device_uuids,
-            )
+            admit = partial(self.admit, node, holder, requests, path=path, devices=devices)
             return await to_thread.run_sync(admit)
         with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
-            admission = self._hold(node, holder, requests, timer, (devices, device_uuids))
+            admission = self._hold(node, holder, requests, timer, devices)
             if self._decided(admission):
                 return admission
             return await to_thread.run_sync(self._confirm, admission, timer)
@@ -155,16 +142,13 @@ class Admissions:
         holder: Holder,
         requests: Resources,
         timer: AdmissionTimer,
-        named: tuple[tuple[int, ...], tuple[str, ...]],
+        devices: tuple[HeldDevice, ...],
     ) -> Admission:
         """The ledger's hold: HELD without a gate or inside the node's headroom, else
-        PENDING for the gate to confirm. ``named``: the devices and their UUIDs."""
-        devices, device_uuids = named
+        PENDING for the gate to confirm."""
         with timer.phase("ledger"):
             if self.gate is None:
-                return self.ledger.admit(
-                    node, holder, requests, devices=devices, device_uuids=device_uuids
-                )
+                return self.ledger.admit(node, holder, requests, devices=devices)
             return self.ledger.admit(
                 node,
                 holder,
@@ -172,7 +156,6 @@ class Admissions:
                 state=HoldingState.PENDING,
                 headroom=self.gate.headroom_open(node),
                 devices=devices,
-                device_uuids=device_uuids,
             )
 
     def _decided(self, admission: Admission) -> bool:

@@ -47,8 +47,7 @@ async def admit(body: AdmissionIn, request: Request) -> Response:
         body.holder.holder(),
         body.requests.resources(),
         path="rest",
-        devices=tuple(body.devices),
-        device_uuids=tuple(body.device_uuids),
+        devices=body.held_devices(),
     )
     return Response(
         _HOLDING_JSON.dump_json(HoldingOut.of(admission.holding), by_alias=True),

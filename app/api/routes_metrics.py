@@ -3,7 +3,7 @@ request-id middleware.
 
 A request's id is its ``X-Request-ID`` header when that is a sane token (at most 128 of
 letters, digits and ``._:-``), else a new one; it is on every log line of the request
-(app.metrics.logs) and sent back in the response's ``X-Request-ID``.
+(app.logs) and sent back in the response's ``X-Request-ID``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.auth.guard import require_read
 from app.core.errors import NodeledgerError
-from app.metrics.logs import log_context
+from app.logs import log_context
 from app.metrics.registry import Metrics
 
 HEADER = "X-Request-ID"

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from app.api import links
+from app.api.cursors import holding_cursor, holding_key, node_cursor, node_key
 from app.api.deps import LedgerDep
 from app.api.schemas import (
     NAME_PATTERN,
@@ -16,10 +17,6 @@ from app.api.schemas import (
     HoldingOut,
     NodeIn,
     NodeOut,
-    holding_cursor,
-    holding_key,
-    node_cursor,
-    node_key,
 )
 from app.auth.guard import path, require, require_read
 from app.core.records import HolderKind

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from app.api.schemas import ErrorOut
 from app.auth.guard import require
 from app.core.errors import NodeledgerError
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
 
 router = APIRouter(prefix="/v1/slurm", tags=["slurm"])
 
@@ -49,7 +49,7 @@ class JobHintsOut(BaseModel):
 )
 async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut:
     """Queue the jobs for the Slurm sync, which reads each from Slurm; answers at once."""
-    hints: JobHints | None = request.app.state.services.job_hints
+    hints: HintQueue | None = request.app.state.services.job_hints
     if hints is None:
         raise SlurmDisabled("the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
     await run_in_threadpool(hints.post, body.job_ids)

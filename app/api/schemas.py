@@ -7,11 +7,9 @@ Responses carry both the Kubernetes-style string and the integers.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -27,8 +25,9 @@ from pydantic import (
     model_validator,
 )
 
+from app.api.devices import EXAMPLE_UUID, DeviceNamed, DeviceOut, from_request
 from app.core.arithmetic import Shortfall
-from app.core.devices import MAX_DEVICES, MAX_UUID_LENGTH
+from app.core.devices import MAX_DEVICES
 from app.core.headroom import free as headroom_free
 from app.core.presentation import format_amount, format_cpu, format_memory
 from app.core.quantities import (
@@ -41,6 +40,7 @@ from app.core.quantities import (
 from app.core.quantities import memory_bytes as to_memory_bytes
 from app.core.records import (
     NO_HEADROOM,
+    HeldDevice,
     Holder,
     HolderKind,
     Holding,
@@ -49,7 +49,6 @@ from app.core.records import (
     NodeView,
 )
 from app.core.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES, Resources
-from app.ledger.paging import HoldingKey, NodeKey, NodeSort
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL refuses NUL in text, even in a comparison
@@ -105,6 +104,24 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A quantity's base-unit twin (cpu_millis, memory_bytes), as answers carry it beside it.
+BaseUnits = Annotated[int, Strict(), Field(ge=0)]
+
+
+class AmountsIn(StrictModel):
+    """Amounts that may carry the twins an answer gives (Amounts), so that a node read can
+    be written back: each accepted when it agrees with its quantity, else a 422 naming it."""
+
+    @field_validator("cpu_millis", "memory_bytes", check_fields=False)
+    @classmethod
+    def _agrees(cls, twin: int | None, info: ValidationInfo) -> int | None:
+        name = {"cpu_millis": "cpu", "memory_bytes": "memory"}[str(info.field_name)]
+        amount = info.data.get(name)  # absent when the quantity itself was refused
+        if twin is not None and amount is not None and twin != amount:
+            raise ValueError(f"{twin} disagrees with {name}, {amount} in base units")
+        return twin
+
+
 class RequestsIn(StrictModel):
     """What a holder asks for; fractions round up (never hold less than asked)."""
 
@@ -122,12 +139,14 @@ class RequestsIn(StrictModel):
         return self
 
 
-class CapacityIn(StrictModel):
+class CapacityIn(AmountsIn):
     """A node's capacity; fractions round down (never promise more than exists)."""
 
     cpu: CpuDown
     memory: MemDown
     gpu: Gpus = 0
+    cpu_millis: BaseUnits | None = None
+    memory_bytes: BaseUnits | None = None
 
     @model_validator(mode="after")
     def _positive(self) -> Self:
@@ -138,12 +157,14 @@ class CapacityIn(StrictModel):
         return self
 
 
-class ReservedIn(StrictModel):
+class ReservedIn(AmountsIn):
     """Kept back for the system and daemons; rounds up."""
 
     cpu: CpuUp = 0
     memory: MemUp = 0
     gpu: Gpus = 0
+    cpu_millis: BaseUnits | None = None
+    memory_bytes: BaseUnits | None = None
 
 
 class NodeIn(StrictModel):
@@ -154,6 +175,15 @@ class NodeIn(StrictModel):
     cordon_reason: Reason | None = Field(
         default=None, description="Set to stop new admissions on this node; null clears it"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_read_only(cls, body: Any) -> Any:
+        # What a GET answers besides the spec (free, holdings...): the ledger computes it,
+        # so a node read may be PUT back as it is, and that part of it is ignored.
+        if isinstance(body, dict):
+            return {k: v for k, v in body.items() if k not in _NODE_READ_ONLY}
+        return body
 
     @model_validator(mode="after")
     def _reserved_within_capacity(self) -> Self:
@@ -210,49 +240,32 @@ class HolderIn(StrictModel):
         return Holder(HolderKind(self.kind), holder_id, display)
 
 
-def _unique(devices: list[int]) -> list[int]:
-    if len(set(devices)) != len(devices):
-        raise ValueError("each device may be named once")
-    return devices
-
-
-# A GPU's index on its node (issue 23): a JSON integer, not a quantity string.
-DeviceIndex = Annotated[int, Strict(), Field(ge=0, lt=MAX_GPUS)]
-# A GPU's UUID (informational): printable ASCII, "" when not known.
-DeviceUuid = Annotated[str, Strict(), Field(max_length=MAX_UUID_LENGTH, pattern=r"^[ -~]*$")]
-
-
 class AdmissionIn(StrictModel):
     node: NodeName
     holder: HolderIn
     requests: RequestsIn
-    devices: Annotated[list[DeviceIndex], AfterValidator(_unique)] = Field(
+    devices: list[DeviceNamed] = Field(
         default=[],
         max_length=MAX_DEVICES,
         description=(
-            "GPU devices on the node (indices 0..GPUs-1) to hold by identity, one per GPU "
-            "requested; another holding's device is a 409 `device_taken`. Empty: GPUs are "
-            "counted only"
+            "GPU devices on the node to hold by identity, one per GPU requested; another "
+            "holding's device is a 409 `device_taken`. Empty: GPUs are counted only. "
+            "Deprecated: indices alone (`[0, 1]`), with their UUIDs in `device_uuids`"
         ),
-        examples=[[0, 1]],
+        examples=[[{"index": 0, "uuid": EXAMPLE_UUID}, {"index": 1}]],
     )
-    device_uuids: list[DeviceUuid] = Field(
+    device_uuids: list[Annotated[str, Strict()]] = Field(
         default=[],
         max_length=MAX_DEVICES,
         description=(
-            "The UUIDs of those devices, in the same order, one per device ('' for one not "
-            "known); shown with the holding, never checked. Empty: not known"
+            "Deprecated, with `devices` as indices: their UUIDs, in the same order, one per "
+            "device ('' for one not known). Give `devices` as objects instead"
         ),
-        examples=[["GPU-5ad9f3ab-1c4f-4e52-9b1e-0f3c1b2d4e6a", ""]],
+        json_schema_extra={"deprecated": True},
     )
 
-    @field_validator("device_uuids")
-    @classmethod
-    def _one_per_device(cls, uuids: list[str], info: ValidationInfo) -> list[str]:
-        devices = info.data.get("devices")
-        if uuids and devices is not None and len(uuids) != len(devices):
-            raise ValueError(f"give one UUID per device: {len(devices)} device(s) named")
-        return uuids
+    def held_devices(self) -> tuple[HeldDevice, ...]:
+        return from_request(self.devices, self.device_uuids)
 
 
 class Amounts(BaseModel):
@@ -286,11 +299,8 @@ class HoldingOut(BaseModel):
     state: str
     created_at: datetime
     updated_at: datetime
-    devices: list[int] = Field(description="GPU devices held by identity; []: counted only")
+    devices: list[DeviceOut] = Field(description="GPU devices held by identity; []: counted only")
     slurm_hold: str | None = Field(description="The Slurm job holding those devices, if any")
-    device_uuids: list[str] = Field(
-        description="Those devices' UUIDs, in their order ('' for one not known); []: not known"
-    )
 
     @classmethod
     def of(cls, h: Holding) -> HoldingOut:
@@ -301,9 +311,8 @@ class HoldingOut(BaseModel):
             state=h.state.value,
             created_at=h.created_at,
             updated_at=h.updated_at,
-            devices=list(h.devices),
+            devices=[DeviceOut(index=d.index, uuid=d.uuid) for d in h.devices],
             slurm_hold=h.slurm_hold,
-            device_uuids=list(h.device_uuids),
         )
 
 
@@ -382,6 +391,9 @@ class NodeOut(BaseModel):
         )
 
 
+_NODE_READ_ONLY = frozenset(NodeOut.model_fields) - frozenset(NodeIn.model_fields)
+
+
 class ShortfallOut(BaseModel):
     resource: str
     requested: str
@@ -436,66 +448,3 @@ class EventOut(BaseModel):
 class HealthOut(BaseModel):
     status: Literal["ok", "degraded", "unavailable"]
     checks: dict[str, str] = {}
-
-
-# Pagination. A cursor is opaque to clients: base64url of the JSON key where the previous
-# page ended (app.ledger.paging), checked like any other input when it comes back.
-
-BigInt = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]  # what a BIGINT column compares
-KeyText = Annotated[str, Field(max_length=253, pattern=NO_NUL)]
-
-
-class _NodeCursor(StrictModel):
-    sort: NodeSort
-    name: KeyText
-    free: BigInt | None = None
-
-    @model_validator(mode="after")
-    def _free_iff_sorted_by_free(self) -> Self:
-        if (self.free is None) != (self.sort is NodeSort.NAME):
-            raise ValueError("free goes with a sort by free")
-        return self
-
-
-class _HoldingCursor(StrictModel):
-    node: KeyText
-    kind: HolderKind
-    id: KeyText
-
-
-_Cursor = TypeVar("_Cursor", _NodeCursor, _HoldingCursor)
-
-
-def _encode(cursor: BaseModel) -> str:
-    raw = cursor.model_dump_json(exclude_none=True).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(cursor: str, model: type[_Cursor]) -> _Cursor:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        return model.model_validate_json(raw)
-    except (ValueError, binascii.Error):  # pydantic's ValidationError is a ValueError
-        raise ValueError("not a cursor this API gave out (take it from X-Next-Cursor)") from None
-
-
-def node_cursor(key: NodeKey, sort: NodeSort) -> str:
-    return _encode(_NodeCursor(sort=sort, name=key.name, free=key.free))
-
-
-def node_key(cursor: str, sort: NodeSort) -> NodeKey:
-    """The key a node cursor carries; ValueError for anything this API did not give out
-    for ``sort``."""
-    decoded = _decode(cursor, _NodeCursor)
-    if decoded.sort is not sort:
-        raise ValueError(f"this cursor continues a listing with sort={decoded.sort.value}")
-    return NodeKey(decoded.name, decoded.free)
-
-
-def holding_cursor(key: HoldingKey) -> str:
-    return _encode(_HoldingCursor(node=key.node, kind=key.holder_kind, id=key.holder_id))
-
-
-def holding_key(cursor: str) -> HoldingKey:
-    decoded = _decode(cursor, _HoldingCursor)
-    return HoldingKey(decoded.node, decoded.kind, decoded.id)

@@ -20,18 +20,24 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.auth.errors import AuthUnavailable, Unauthenticated
 from app.auth.model import GROUP, Decision, Identity, Permission
+from app.core.errors import DependencyError
 
 log = logging.getLogger(__name__)
 
 
-class ReviewError(Exception):
+class ReviewError(DependencyError):
     """A review failed (no answer, or an error status); the message holds no credential.
-    ``away``: the API server is not answering, an outage its client logs once
-    (app.outages): each request's failure is then only a DEBUG line."""
+    ``unavailable``: the API server is not answering, an outage its client logs once
+    (app.outages): each request's failure is then only a DEBUG line. It reaches no route:
+    the reviewers answer it as AuthUnavailable."""
 
-    def __init__(self, message: str, *, away: bool = False) -> None:
+    code = "review_failed"
+
+    def __init__(self, message: str, *, unavailable: bool = False) -> None:
         super().__init__(message)
-        self.away = away
+        if unavailable:
+            self.http_status = 503
+            self.retryable = self.unavailable = True
 
 
 class Reviews(Protocol):
@@ -68,7 +74,7 @@ class TokenReviewer:
             try:
                 status = await run_in_threadpool(self.reviews.token_review, token)
             except ReviewError as exc:
-                level = logging.DEBUG if exc.away else logging.WARNING
+                level = logging.DEBUG if exc.unavailable else logging.WARNING
                 log.log(level, "TokenReview failed: %s", exc)
                 raise _unavailable("check the bearer token", exc) from None
             cached = self._outcome(status, token)
@@ -109,7 +115,7 @@ class AccessReviewer:
             try:
                 status = await run_in_threadpool(self.reviews.access_review, spec)
             except ReviewError as exc:
-                level = logging.DEBUG if exc.away else logging.WARNING
+                level = logging.DEBUG if exc.unavailable else logging.WARNING
                 log.log(level, "SubjectAccessReview failed: %s", exc)
                 what = f'check whether user "{identity.user}" may {permission}'
                 raise _unavailable(what, exc) from None

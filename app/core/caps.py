@@ -5,9 +5,9 @@ every node's CURRENT total, so if Kubernetes may take whole nodes, large Slurm j
 refused instead of waiting. A cap keeps part of each node always requestable by Slurm.
 Global fractions come from settings; a node's labels can set absolute caps:
 ``nodeledger.io/kube-max-cpu`` and ``nodeledger.io/kube-max-memory`` (quantities). The
-smaller of the two applies. The caps are an input of the admission verdict
-(app.core.verdict), applied only with the Slurm integration on (there is no one to keep
-a share for otherwise).
+smaller of the two applies. The caps are an input of the admission decision
+(app.core.decision, checked in app.core.verdict), applied only with the Slurm integration
+on (there is no one to keep a share for otherwise).
 """
 
 from __future__ import annotations

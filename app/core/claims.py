@@ -24,6 +24,7 @@ from typing import Any
 
 from app.core.devices import valid_uuid
 from app.core.errors import NodeledgerError
+from app.core.records import HeldDevice
 
 
 class ClaimDevicesError(NodeledgerError):
@@ -62,6 +63,11 @@ class AllocatedDevice:
     device: str
     index: int
     uuid: str = ""
+
+    @property
+    def held(self) -> HeldDevice:
+        """The device as a holding keeps it: the ledger needs no more of the claim."""
+        return HeldDevice(self.index, self.uuid)
 
 
 def pod_claims(pod: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
@@ -141,11 +147,10 @@ def allocated_devices(
     node: str,
     drivers: Collection[str],
     attribute: str = "index",
-    uuid_attribute: str = "uuid",
 ) -> tuple[AllocatedDevice, ...]:
     """The devices of ``drivers`` allocated to ``claims`` (a pod's), on ``node``, with their
     indices read from ``attribute`` in the node's ``slices``, in claim and result order,
-    and their UUIDs from ``uuid_attribute`` (a string; "" when missing or not one the
+    and their UUIDs from the string attribute ``uuid`` ("" when missing or not one the
     ledger keeps: never an error). Raises ClaimDevicesError when a claim is not allocated,
     a device is not in the slices, or its index attribute is missing or not a non-negative
     int. Results of other drivers, and admin-access results (which do not own the device),
@@ -177,22 +182,23 @@ def allocated_devices(
                 reason = f"{where}: attribute {attribute!r} is {dict(value)}, not an index"
                 raise ClaimDevicesError(name, reason, retryable=False)
             request = str(result.get("request") or "")
-            uuid = _uuid(attributes, uuid_attribute, driver)
+            uuid = _uuid(attributes, driver)
             found.append(AllocatedDevice(name, request, driver, pool, device_name, index, uuid))
     return tuple(found)
 
 
-def _uuid(attributes: Mapping[str, Any], name: str, driver: str) -> str:
-    """The device's UUID from its string attribute ``name``, "" when it has none the ledger
+def _uuid(attributes: Mapping[str, Any], driver: str) -> str:
+    """The device's UUID from its string attribute ``uuid``, "" when it has none the ledger
     can keep (app.core.devices.valid_uuid)."""
-    value = _attribute(attributes, name, driver)
+    value = _attribute(attributes, "uuid", driver)
     uuid = value.get("string") if value is not None else None
     return uuid if isinstance(uuid, str) and valid_uuid(uuid) else ""
 
 
-def device_indices(devices: Iterable[AllocatedDevice]) -> tuple[int, ...]:
-    """The indices of ``devices``, sorted; ClaimDevicesError if one is allocated twice
-    (two claims of the pod naming one device: a pod cannot hold it twice)."""
+def held_by_index(devices: Iterable[AllocatedDevice]) -> tuple[HeldDevice, ...]:
+    """What the pod holds of ``devices``: index and UUID, by index; ClaimDevicesError if one
+    is allocated twice (two claims of the pod naming one device: a pod cannot hold it
+    twice)."""
     seen: dict[int, AllocatedDevice] = {}
     for device in devices:
         other = seen.get(device.index)
@@ -200,11 +206,4 @@ def device_indices(devices: Iterable[AllocatedDevice]) -> tuple[int, ...]:
             reason = f"device index {device.index} is also allocated to {other.claim}"
             raise ClaimDevicesError(device.claim, reason, retryable=False)
         seen[device.index] = device
-    return tuple(sorted(seen))
-
-
-def device_uuids(devices: Iterable[AllocatedDevice]) -> tuple[str, ...]:
-    """The UUIDs of ``devices`` in the order of device_indices' indices ("" for one without);
-    () when none has one."""
-    uuids = tuple(device.uuid for device in sorted(devices, key=lambda d: d.index))
-    return uuids if any(uuids) else ()
+    return tuple(seen[index].held for index in sorted(seen))

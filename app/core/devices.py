@@ -5,8 +5,11 @@ Counted GPUs cannot tell which physical device a pod and a Slurm job run on
 (docs/gpu-identity.md); a holding that names its devices can. The rules, in the order
 checked (the first that fails is the answer):
 
-1. the devices are valid for the request: each named once, each on the node (indices
-   0..GPUs-1 of its capacity), one device per GPU asked for; else InvalidDevices (422);
+1. the devices are valid for the request: each named once with a UUID the ledger can keep
+   ("" when not known), each on the node (indices 0..GPUs-1 of its capacity), one device
+   per GPU asked for; else InvalidDevices (422). The part that needs no node
+   (held_devices) is the one place these rules are written: the REST API answers its
+   errors as 422s naming the field;
 2. no other holding on the node has any of them; else DeviceTaken (409, naming each
    device and its holder). The holder's own holding is not "another": a retry of the
    same admission is answered by the ledger with the holding it has.
@@ -23,10 +26,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from app.core.ledger_errors import DeviceTaken, InvalidDevices, InvalidDeviceUuids, LedgerError
-from app.core.records import Holder
+from app.core.records import HeldDevice, Holder
 
 MAX_DEVICES = 64  # devices one holding may name: more GPUs than a node has
 MAX_UUID_LENGTH = 128  # a device UUID's characters (NVIDIA's: 40, "GPU-" and a UUID)
+_UUID_RULE = f"a UUID is at most {MAX_UUID_LENGTH} printable ASCII characters"
 
 
 def valid_uuid(value: object) -> bool:
@@ -39,20 +43,37 @@ def valid_uuid(value: object) -> bool:
     )
 
 
-def paired(
-    devices: Sequence[int], device_uuids: Sequence[str]
-) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """``devices`` sorted, and ``device_uuids`` (informational: one per device, "" where not
-    known) in the same order; () when none is known. InvalidDeviceUuids when UUIDs are given
-    but not one per device."""
-    if not any(device_uuids):
-        return tuple(sorted(devices)), ()
-    if len(device_uuids) != len(devices):
+def held_devices(devices: Iterable[HeldDevice]) -> tuple[HeldDevice, ...]:
+    """``devices`` by index, once the part of rule 1 that needs no node holds: each device
+    named once, at most MAX_DEVICES, each UUID one the ledger can keep (valid_uuid); else
+    InvalidDevices."""
+    ordered = tuple(sorted(devices, key=lambda d: d.index))
+    twice = sorted(d for d, n in Counter(d.index for d in ordered).items() if n > 1)
+    if twice:
+        raise InvalidDevices(f"each device may be named once; named more than once: {_list(twice)}")
+    if len(ordered) > MAX_DEVICES:
+        raise InvalidDevices(f"at most {MAX_DEVICES} devices, got {len(ordered)}")
+    unfit = [d.index for d in ordered if not valid_uuid(d.uuid)]
+    if unfit:
+        raise InvalidDevices(f"the UUID of device {_list(unfit)}: {_UUID_RULE}")
+    return ordered
+
+
+def from_parallel(indices: Sequence[int], uuids: Sequence[str]) -> tuple[HeldDevice, ...]:
+    """The devices of the deprecated two-array shape (``devices`` as indices beside
+    ``device_uuids``, one per device in the same order; [] when none is known), for
+    held_devices to judge; InvalidDeviceUuids when the UUIDs are not one per device or one
+    cannot be kept."""
+    if uuids and len(uuids) != len(indices):
         raise InvalidDeviceUuids(
-            f"{len(device_uuids)} UUID(s) for {len(devices)} device(s); give one per device"
+            f"{len(uuids)} UUID(s) for {len(indices)} device(s); give one per device"
         )
-    pairs = sorted(zip(devices, device_uuids, strict=True))
-    return tuple(d for d, _ in pairs), tuple(u for _, u in pairs)
+    unfit = [n for n, uuid in enumerate(uuids) if not valid_uuid(uuid)]
+    if unfit:
+        raise InvalidDeviceUuids(f"entry {_list(unfit)}: {_UUID_RULE}")
+    return tuple(
+        HeldDevice(i, u) for i, u in zip(indices, uuids or [""] * len(indices), strict=True)
+    )
 
 
 def describe_holder(holder: Holder) -> str:
@@ -63,13 +84,8 @@ def describe_holder(holder: Holder) -> str:
 
 
 def invalid_devices(devices: Sequence[int], gpus: int, node_gpus: int) -> str | None:
-    """Why ``devices`` cannot be the GPUs of a request for ``gpus`` on a node with
-    ``node_gpus`` (rule 1), or None."""
-    twice = sorted(d for d, n in Counter(devices).items() if n > 1)
-    if twice:
-        return f"each device may be named once; named more than once: {_list(twice)}"
-    if len(devices) > MAX_DEVICES:
-        return f"at most {MAX_DEVICES} devices, got {len(devices)}"
+    """Why ``devices`` (indices, each once: held_devices) cannot be the GPUs of a request
+    for ``gpus`` on a node with ``node_gpus`` (rule 1), or None."""
     outside = sorted(d for d in devices if not 0 <= d < node_gpus)
     if outside:
         where = f"GPUs 0..{node_gpus - 1}" if node_gpus > 0 else "no GPUs"

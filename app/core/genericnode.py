@@ -130,17 +130,15 @@ def gpus_of(holdings: tuple[Holding, ...]) -> list[dict[str, Any]]:
     its UUID when the holding knows it."""
     held = [
         {
-            "device": device,
-            **({"uuid": uuid} if uuid else {}),
+            "device": device.index,
+            **({"uuid": device.uuid} if device.uuid else {}),
             "holderKind": holding.holder.kind.value,
             "holderID": holding.holder.id,
             "holder": holding.holder.display_name or holding.holder.id,
             **({"slurmHold": holding.slurm_hold} if holding.slurm_hold is not None else {}),
         }
         for holding in holdings
-        for device, uuid in zip(
-            holding.devices, holding.device_uuids or ("",) * len(holding.devices), strict=True
-        )
+        for device in holding.devices
     ]
     return sorted(held, key=lambda entry: int(entry["device"]))
 

@@ -61,8 +61,9 @@ class HeadroomPolicy:
     """The settings (NODELEDGER_SLURM_HEADROOM_*): ``amount`` per node unless its labels
     say otherwise; refill below ``low_water`` (a fraction of the target) free; grow by
     ``grow_step`` times the amount, up to ``max_factor`` times it; give back after
-    ``idle_seconds``. ``caps``: Kubernetes' share of a node, which an admission confirmed
-    without the Slurm gate must respect as the gate does."""
+    ``idle_seconds``. ``caps``: Kubernetes' share of a node, which the ledger's admission
+    decision applies (app.core.decision) so that an admission confirmed without the Slurm
+    gate respects it as the gate does."""
 
     amount: Resources = Resources.ZERO
     low_water: float = 0.5
@@ -98,16 +99,23 @@ class AdmitStep:
     refill: bool = False
 
 
-def admit_step(node: HeadroomNode, request: Resources, policy: HeadroomPolicy) -> AdmitStep | None:
-    """The step for ``request`` on ``node``, which the ledger's verdict admitted; None when
-    the node has no headroom (every admission there goes through the gate, as without)."""
+def admit_step(
+    node: HeadroomNode,
+    request: Resources,
+    policy: HeadroomPolicy,
+    within_cap: Callable[[], bool] = lambda: True,
+) -> AdmitStep | None:
+    """The step for ``request`` on ``node``, which the admission decision's verdict
+    admitted (app.core.decision); None when the node has no headroom (every admission there
+    goes through the gate, as without). ``within_cap``: whether the verdict's Kubernetes
+    cap check passes (over it, the gate refuses the hold with that check's reason); asked
+    only of a request inside the grant."""
     headroom = node.headroom
     amount = policy.amount_for(node.spec.labels)
     if amount.is_zero():
         return None
     after = held(node) + request
-    within_cap = policy.caps is None or policy.caps.violation(node, adding=request) is None
-    if within_cap and after.fits_within(headroom.granted):
+    if after.fits_within(headroom.granted) and within_cap():
         return AdmitStep(True, headroom.target, _low(headroom.granted - after, headroom, policy))
     if headroom.target.is_zero():
         return AdmitStep(False, amount)  # the first admission after idle: push the headroom

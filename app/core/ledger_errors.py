@@ -105,8 +105,9 @@ class InvalidDevices(InvalidRequest):
 
 
 class InvalidDeviceUuids(InvalidDevices):
-    """GPU device UUIDs (issue 23) that cannot go with the holding's devices: given, but
-    not one per device named."""
+    """GPU device UUIDs (issue 23) in the REST API's deprecated ``device_uuids``, beside
+    devices given as indices, that cannot go with them: not one per device, one the ledger
+    cannot keep, or a device with its UUID given in both places."""
 
     field = "device_uuids"
 

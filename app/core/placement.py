@@ -1,9 +1,10 @@
 """kube-scheduler extender decisions over a ledger snapshot. Pure.
 
-Filter: a node passes when it is managed and the admission verdict (app.core.verdict) on
-the pod admits it; every other node gets the verdict's reason. Unmanaged nodes are out
-(the extender is for co-located nodes). Prioritize: prefer nodes where Slurm holds least,
-then the most free CPU, on kube-scheduler's 0..10 scale.
+Filter: a node passes when it is managed and the admission decision (app.core.decision) on
+the pod, the Kubernetes cap included, does not refuse it; every other node gets its
+verdict's reason. Unmanaged nodes are out (the extender is for co-located nodes).
+Prioritize: prefer nodes where Slurm holds least, then the most free CPU, on
+kube-scheduler's 0..10 scale.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.core.caps import KubeCaps
+from app.core.decision import decide_admission
 from app.core.records import NodeView
 from app.core.resources import Resources
-from app.core.verdict import verdict
 
 MAX_SCORE = 10
 
@@ -31,10 +32,10 @@ def filter_nodes(
         view = views.get(name)
         if view is None:
             failed[name] = f"node {name} is not managed by nodeledger"
-        elif (decided := verdict(view, requests, caps)).refusal is None:  # admitted
+        elif not (decided := decide_admission(view, requests, caps=caps)).refused:
             fits.append(name)
         else:
-            failed[name] = decided.reason
+            failed[name] = decided.verdict.reason
     return fits, failed
 
 

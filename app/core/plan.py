@@ -18,12 +18,13 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.core.counts import MIB, K8sCounts, current_counts, desired_counts, job_on, withheld
+from app.core.counts import MIB, current_counts, desired_counts, job_on, withheld
 from app.core.gres import gres_count
 from app.core.records import EventKind, HolderKind, Holding, NodeView, SnapshotEntry
 from app.core.resources import Resources
@@ -48,10 +49,11 @@ class PlannedEvent:
 
 @dataclass(frozen=True, slots=True)
 class Push:
-    """Slurm's counts differ from what the ledger withholds: push ``counts`` again."""
+    """Slurm's counts differ from what the ledger withholds: push them again. No counts
+    here: the pusher computes them under the node's lock, from the view as it is then
+    (an admission may have changed it since this plan)."""
 
     slurm_name: str
-    counts: K8sCounts
 
     def drift_event(self, pushed: str) -> PlannedEvent:
         """The event for a push that found Slurm had lost the pushed counts; ``pushed`` is
@@ -108,7 +110,7 @@ def plan_node(
         return NodePlan(health, None, None)
     holdings = slurm_snapshot(node, jobs, unlisted)
     desired = desired_counts(node, withheld(view))
-    push = None if current_counts(node) == desired else Push(node.name, desired)
+    push = None if current_counts(node) == desired else Push(node.name)
     if _same(view, holdings):
         return NodePlan(health, None, push)
     if _outdated(view, holdings, listed_at):
@@ -132,7 +134,8 @@ def _outdated(
 
 def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
     """Why Slurm makes the node not admissible (its states DOWN, DRAIN, INVALID_REG,
-    NOT_RESPONDING, FAIL, or no such node); None when healthy."""
+    NOT_RESPONDING, FAIL, or no such node); None when healthy. ``slurm_states`` reads the
+    states back."""
     if node is None:
         return f"Slurm has no node {slurm_name!r}"
     bad = node.states & UNHEALTHY_STATES
@@ -140,6 +143,25 @@ def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
         return None
     text = f"Slurm node {node.name} is {'+'.join(sorted(node.states))}"
     return f"{text}: {node.reason}" if node.reason else text
+
+
+_STATED = re.compile(r"Slurm node \S+ is (?P<states>[A-Z_+]+)(?:: |$)")
+
+
+def slurm_states(reason: str | None) -> frozenset[str]:
+    """The states that keep a node out, from a reason ``health_reason`` wrote: what the
+    ledger stores (empty for any other reason, e.g. no such node, or a GPU hold gone)."""
+    stated = _STATED.match(reason or "")
+    if stated is None:
+        return frozenset()
+    return frozenset(stated["states"].split("+")) & UNHEALTHY_STATES
+
+
+def slurm_reason(reason: str | None) -> str:
+    """Slurm's own reason (``scontrol ... reason=``), from a reason ``health_reason``
+    wrote; "" when it gave none."""
+    stated = _STATED.match(reason or "")
+    return (reason or "")[stated.end() :] if stated is not None else ""
 
 
 def hold_gone(holding: Holding, listed: Collection[str], listed_at: datetime) -> bool:
@@ -167,7 +189,8 @@ def holds_gone(view: NodeView, jobs: Iterable[SlurmJob], listed_at: datetime | N
     if not gone:
         return None
     named = ", ".join(
-        f"{h.holder.display_name or h.holder.id} (devices {list(h.devices)}, job {h.slurm_hold})"
+        f"{h.holder.display_name or h.holder.id} "
+        f"(devices {list(h.device_indices)}, job {h.slurm_hold})"
         for h in gone[:3]
     )
     return f"Slurm hold jobs of GPU devices gone, held again soon: {named}"

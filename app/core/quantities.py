@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
 
+from app.core.errors import NodeledgerError
 from app.core.resources import MAX_CPU_MILLIS, MAX_GPUS, MAX_MEMORY_BYTES
 
 # The grammar of resource.Quantity: sign, ASCII digits, optional fraction, then one suffix
@@ -41,8 +42,13 @@ class Rounding(Enum):
     DOWN = ROUND_FLOOR
 
 
-class QuantityError(ValueError):
-    """A quantity that cannot be turned into base units; the message says why."""
+class QuantityError(NodeledgerError, ValueError):
+    """A quantity that cannot be turned into base units; the message says why. A ValueError
+    too: the API's schemas read quantities in pydantic validators, which answer a
+    ValueError as invalid input (422 ``invalid_request``), so it reaches no route itself."""
+
+    code = "invalid_quantity"
+    http_status = 422
 
 
 def to_decimal(value: Quantity) -> Decimal:

@@ -40,6 +40,7 @@ class EventKind(StrEnum):
     SLURM_PUSHED = "slurm_pushed"
     SLURM_DRIFT = "slurm_drift"
     HEADROOM = "headroom"
+    MAINTENANCE = "maintenance"  # a drain, cordon or taint relayed between the two sides
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +54,20 @@ class Holder:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldDevice:
+    """A GPU device held by identity (issue 23): its index on the node, and its UUID ("" when
+    not known), informational only: never checked, not part of what makes a retry the same
+    admission. One object per device, as Kubernetes' own DRA allocation results are."""
+
+    index: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Holding:
-    """What a holder keeps on a node. ``devices``: the GPU device indices on the node it
-    holds by identity, sorted (issue 23; () = its GPUs are counted only, as ever);
-    ``slurm_hold``: the Slurm job that holds those devices for it, once confirmed;
-    ``device_uuids``: those devices' UUIDs, in the same order ("" for one not known; () when
-    none is), informational only."""
+    """What a holder keeps on a node. ``devices``: the GPU devices on the node it holds by
+    identity, by index (issue 23; () = its GPUs are counted only, as ever);
+    ``slurm_hold``: the Slurm job that holds those devices for it, once confirmed."""
 
     node: str
     holder: Holder
@@ -66,9 +75,13 @@ class Holding:
     state: HoldingState
     created_at: datetime
     updated_at: datetime
-    devices: tuple[int, ...] = ()
+    devices: tuple[HeldDevice, ...] = ()
     slurm_hold: str | None = None
-    device_uuids: tuple[str, ...] = ()
+
+    @property
+    def device_indices(self) -> tuple[int, ...]:
+        """The indices of ``devices``: what the rules (app.core.devices) and Slurm go by."""
+        return tuple(d.index for d in self.devices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +209,7 @@ class NodeTotals:
     health_reason: str | None
     held_by_kind: dict[HolderKind, Resources]
     headroom: NodeHeadroom = NO_HEADROOM
-    # As NodeView's: computed once.
-    # Plain fields rather than properties: the cheapest reads for the extender's loop.
+    # Computed once, as NodeView's; plain fields so that the two read alike.
     allocatable: Resources = field(init=False, repr=False, compare=False)
     free: Resources = field(init=False, repr=False, compare=False)  # < 0: overcommitted
     # Why no new holding is admitted here, or None when the node is admissible.

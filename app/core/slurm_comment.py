@@ -15,7 +15,7 @@ the holdings themselves.
 
 from __future__ import annotations
 
-from app.core.counts import SlurmUnits, withheld
+from app.core.counts import SlurmUnits
 from app.core.records import HolderKind, NodeView
 from app.core.resources import Resources
 
@@ -28,9 +28,9 @@ def ours(comment: str) -> bool:
     return comment == "" or comment.startswith(PREFIX)
 
 
-def node_comment(view: NodeView) -> str:
-    """The comment for ``view``: "" when Kubernetes withholds nothing (ours is cleared)."""
-    total = withheld(view)
+def node_comment(view: NodeView, total: SlurmUnits) -> str:
+    """The comment for ``view``, whose counts withhold ``total`` (app.core.counts.withheld,
+    which the push has computed already): "" when that is nothing (ours is cleared)."""
     if total == SlurmUnits(0, 0, 0):
         return ""
     parts = [f"{PREFIX} k8s withholds {_amounts(total)}"]

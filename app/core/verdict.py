@@ -1,9 +1,8 @@
 """The admission verdict: may this request be held on this node now. Pure.
 
-One decision for every caller, so that they cannot disagree: the ledger's admit
-(app.ledger.commands, under the node's lock), the scheduler extender's filter
-(app.core.placement, over the node snapshot), the Slurm gate (app.slurm.gate, on the node
-as its push reads it) and the metrics' admissibility (app.metrics.nodes).
+The node's part of the one admission decision (app.core.decision), which every caller
+reads: the ledger's admit, the scheduler extender's filter, the Slurm gate and the
+metrics' admissibility.
 
 The checks, in this order (the first that fails is the verdict):
 1. admissible: not cordoned, healthy in its integrations (Slurm), not overcommitted;
@@ -95,13 +94,17 @@ def verdict(
             return Verdict(
                 Refusal.INSUFFICIENT, describe_shortfalls(node.name, short), node.name, short
             )
-    if caps is not None:
-        adding = Resources.ZERO if held else request
-        if (violation := caps.violation(node, adding=adding)) is not None:
-            return Verdict(Refusal.OVER_KUBE_CAP, violation, node.name)
-    return ADMITTED
+    return over_cap(node, request, caps, held=held) or ADMITTED
 
 
-def admissible(node: NodeState) -> bool:
-    """Whether the node admits anything at all (an empty request): the metrics' figure."""
-    return verdict(node, Resources.ZERO).admitted
+def over_cap(
+    node: NodeState, request: Resources, caps: Cap | None, *, held: bool = False
+) -> Verdict | None:
+    """Check 3 alone: the refusal when Kubernetes would hold more than its cap with
+    ``request`` (among the holdings already when ``held``), else None."""
+    if caps is None:
+        return None
+    adding = Resources.ZERO if held else request
+    if (violation := caps.violation(node, adding=adding)) is not None:
+        return Verdict(Refusal.OVER_KUBE_CAP, violation, node.name)
+    return None

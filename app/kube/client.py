@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import threading
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from app.core.errors import DependencyError
+from app.loops import Stop
 from app.outages import Dependency
 
 log = logging.getLogger(__name__)
@@ -188,8 +190,18 @@ class KubeClient:
             raise KubeError(f"GET {path}: unreadable list page: {exc}") from exc
 
     def watch(
-        self, path: str, resource_version: str, timeout: int, **query: Any
+        self,
+        path: str,
+        resource_version: str,
+        timeout: int,
+        *,
+        stop: Stop | None = None,
+        **query: Any,
     ) -> Iterator[dict[str, Any]]:
+        """The watch's events until the API server ends it (after ``timeout`` seconds) or
+        ``stop`` is set. Setting ``stop`` shuts the stream's socket for reading, which ends
+        a read blocked on it at once (kopf closes its stream from a done-callback the same
+        way); the events then just end."""
         params = {
             **query,
             "watch": "true",
@@ -198,12 +210,15 @@ class KubeClient:
             "timeoutSeconds": str(timeout),
         }
         response = self._call("GET", path, params, None, "application/json", timeout + 10)
-        try:
-            for line in iter_resp_lines(response):
-                if line:
-                    yield json.loads(line)
-        finally:
-            response.release_conn()
+        with _Stream(response, stop) as stream:
+            try:
+                for line in iter_resp_lines(response):
+                    if line:
+                        yield json.loads(line)
+            except Exception:
+                if not stream.stopped:  # else the broken read is the shutdown's
+                    raise
+            stream.ended = not stream.stopped
 
     def bind(self, namespace: str, pod: str, uid: str, node: str) -> None:
         body = {
@@ -283,6 +298,47 @@ class KubeClient:
             self.availability.failed(what)
         else:
             self.availability.answered()
+
+
+class _Stream:
+    """A watch's response while it is read. Setting ``stop`` shuts its socket, under a lock
+    that keeps the shutdown off a response already closed or given back to the pool (whose
+    connection may serve another request by then). A stream read to its end (``ended``)
+    gives the connection back to the pool; a stopped or broken one closes it."""
+
+    def __init__(self, response: Any, stop: Stop | None) -> None:
+        self.response = response
+        self.stop = stop
+        self.stopped = False
+        self.ended = False
+        self._lock = threading.Lock()
+        self._done = False
+        self._unregister: Callable[[], None] | None = None
+
+    def __enter__(self) -> _Stream:
+        if self.stop is not None:
+            self._unregister = self.stop.on_set(self._shut)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._unregister is not None:
+            self._unregister()
+        with self._lock:
+            self._done = True
+            if self.ended:
+                self.response.release_conn()
+            else:
+                self.response.close()
+
+    def _shut(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.stopped = True
+            try:
+                self.response.shutdown()  # shutdown(SHUT_RD): the blocked read sees the end
+            except (OSError, ValueError, RuntimeError) as exc:  # already closed or released
+                log.debug("shutting a watch's stream: %s", exc)
 
 
 def _reason(body: Any, fallback: Any) -> str:

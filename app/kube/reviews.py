@@ -29,7 +29,7 @@ class KubeReviews:
             answer = self.client.request("POST", TOKENREVIEWS, body=body)
         except KubeError as exc:
             away = self.client.availability.down
-            raise ReviewError(redact(str(exc), token), away=away) from None
+            raise ReviewError(redact(str(exc), token), unavailable=away) from None
         return dict(answer.get("status") or {})
 
     def access_review(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -41,5 +41,5 @@ class KubeReviews:
         try:
             answer = self.client.request("POST", SUBJECTACCESSREVIEWS, body=body)
         except KubeError as exc:
-            raise ReviewError(str(exc), away=self.client.availability.down) from None
+            raise ReviewError(str(exc), unavailable=self.client.availability.down) from None
         return dict(answer.get("status") or {})

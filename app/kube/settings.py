@@ -32,6 +32,22 @@ class KubeSettings(BaseSettings):
         description="ResourceSlice device attribute (an int) that is the device's index N "
         "of /dev/nvidiaN and Slurm's gpu:gN (NVIDIA's driver: minor)",
     )
+    slurm_taints: bool = Field(
+        default=True,
+        description="Taint a co-managed Node (nodeledger.io/slurm-unavailable, NoSchedule) while "
+        "Slurm drains, downs or fails its node (docs/operations.md); off: remove those taints",
+    )
+    cordon_drains_slurm: bool = Field(
+        default=True,
+        description="A cordoned co-managed Node (kubectl cordon, kubectl drain) drains its Slurm "
+        "node with a reason of nodeledger's; uncordon resumes it only while that drain is "
+        "still nodeledger's (docs/operations.md)",
+    )
+    slurm_taints_evict: bool = Field(
+        default=False,
+        description="Taint a DOWN or FAIL node NoExecute instead, evicting its pods (a Slurm "
+        "health check can be wrong: opt in)",
+    )
     resync_period: float = Field(default=300.0, gt=0, description="Seconds between full resyncs")
     status_qps: float = Field(default=20.0, gt=0, description="GenericNode status writes per s")
     status_burst: int = Field(default=50, ge=1, description="GenericNode status write burst")

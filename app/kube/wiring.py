@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
 from app.core.components import Health
-from app.core.resources import Resources
 from app.kube.claims import PodDevices
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
+from app.kube.controllers.discovery import SlurmSizes
+from app.kube.controllers.maintenance import DrainPort
 from app.kube.extender.service import Extender
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics
 from app.outages import Dependency
-from app.slurm.sync import SlurmSync
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,25 +32,23 @@ def build_kube(
     admissions: Admissions,
     views: NodeSnapshot,
     caps: KubeCaps | None,
-    slurm: SlurmSync | None,
+    slurm_sizes: SlurmSizes,
+    slurm_health: Callable[[], Health | None],
     metrics: Metrics,
     availability: Dependency,
     clock: Clock,
+    drains: DrainPort | None = None,
 ) -> KubeParts:
     """The controllers (discovery, pod accounting, GenericNodes, status mirror) and the
-    scheduler extender. ``slurm``: the Slurm sync, for node sizes and health, if on."""
+    scheduler extender. ``slurm_sizes``, ``slurm_health``: a Slurm node's size and the Slurm
+    sync's health, None without the Slurm integration (app.bootstrap reads them from it);
+    ``drains``: the Slurm side of a cordon, None without it."""
     client = KubeClient(
         settings.kubeconfig,
         timeout=settings.request_timeout,
         page_size=settings.list_page_size,
         availability=availability,
     )
-
-    def slurm_sizes(name: str) -> Resources | None:
-        return slurm.state.snapshot().node_size(name) if slurm is not None else None
-
-    def slurm_health() -> Health | None:
-        return slurm.health() if slurm is not None else None
 
     devices = (
         PodDevices(client, settings.gpu_driver_names, settings.gpu_index_attribute)
@@ -66,6 +65,7 @@ def build_kube(
         views,
         metrics=metrics,
         devices=devices,
+        drains=drains,
     )
     extender = Extender(
         admissions,

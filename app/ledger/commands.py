@@ -1,5 +1,5 @@
 """The ledger's changes, each one transaction: lock the node -> read its view -> decide
-(app.core.verdict for an admission) -> write the change and its event (app.ledger.events).
+(app.core.decision for an admission) -> write the change and its event (app.ledger.events).
 
 Concurrency contract (see app.db.engine): every operation that changes a node's holdings
 or capacity takes that node's row lock first and decides on the view it reads under the
@@ -15,181 +15,58 @@ GenericNode mirror) learns of changes, from any replica, only that way.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 
 from app.core.arithmetic import SnapshotDiff, diff_snapshot
-from app.core.devices import device_refusal, paired
-from app.core.headroom import (
-    NO_POLICY,
-    HeadroomPolicy,
-    admit_step,
-    released_target,
-    settled_target,
-)
+from app.core.decision import Outcome, decide_admission
+from app.core.devices import held_devices
+from app.core.headroom import released_target
 from app.core.ledger_errors import (
-    AdmissionRejected,
-    CapacityBelowHoldings,
     DeviceTaken,
     HolderConflict,
     HoldingNotFound,
     InvalidRequest,
-    NodeInUse,
     NodeNotFound,
-    SlurmNameTaken,
 )
 from app.core.presentation import describe_resources
 from app.core.records import (
     Admission,
     EventKind,
+    HeldDevice,
     Holder,
     HolderKind,
     Holding,
     HoldingState,
     NodeHeadroom,
-    NodeSpec,
-    NodeView,
     Recorded,
     Recording,
     Release,
     SnapshotEntry,
 )
 from app.core.resources import Resources
-from app.core.verdict import verdict
 from app.ledger import events
-from app.ledger.clock import Clock
-from app.ledger.repository import LedgerStatements, holding_record, node_headroom, totals_record
-from app.ledger.store import Store
-from app.ledger.tables import HoldingRow, NodeRow
+from app.ledger.columns import (
+    StoredHolding,
+    assign,
+    event_values,
+    holding_values,
+    resource_values,
+    resources_of,
+)
+from app.ledger.node_commands import NodeCommands
+from app.ledger.statements import LedgerStatements
+from app.ledger.tables import device_objects
 
 TOUCH_EVERY = timedelta(seconds=1)
 
 
-class LedgerCommands:
-    def __init__(self, store: Store, clock: Clock, headroom: HeadroomPolicy = NO_POLICY) -> None:
-        self.store = store
-        self.clock = clock
-        self.headroom = headroom
-
-    # nodes
-
-    def upsert_node(
-        self,
-        name: str,
-        spec: NodeSpec,
-        *,
-        cordon_reason: str | None = None,
-        force: bool = False,
-        health_reason: str | None = None,
-    ) -> tuple[NodeView, bool]:
-        """Create or update a node; returns (view, created). Refuses to shrink capacity
-        below what is held unless ``force`` (the node then admits nothing until it fits).
-        ``health_reason``: a new node's, when the integration creating it knows it (a node
-        registered from Slurm is never admissible before its Slurm state says so)."""
-        try:
-            return self._upsert_node(name, spec, cordon_reason, force, health_reason)
-        except IntegrityError:
-            # Another caller created the same node concurrently: now it is an update.
-            return self._upsert_node(name, spec, cordon_reason, force, health_reason)
-
-    def _upsert_node(
-        self,
-        name: str,
-        spec: NodeSpec,
-        cordon_reason: str | None,
-        force: bool,
-        health_reason: str | None,
-    ) -> tuple[NodeView, bool]:
-        now = self.clock()
-        with self.store.write() as repo:
-            row = repo.find_node(name, lock=True)
-            target = spec.slurm_name or name
-            other = repo.node_mapped_to(target)
-            if other is not None and other != name:
-                raise SlurmNameTaken(name, target, other)
-            if row is None:
-                row = NodeRow(name=name, health_reason=health_reason, created_at=now)
-                _apply_spec(row, spec, cordon_reason, now)
-                repo.add_node(row)
-                repo.insert_event(events.node_created(now, name, spec, health_reason))
-                repo.session.flush()
-                return repo.view(row), True
-            view = repo.view(row)
-            if not force and not view.held.fits_within(spec.capacity - spec.reserved):
-                raise CapacityBelowHoldings(
-                    f"node {name!r}: capacity minus reserved would be below what is "
-                    f"held ({describe_resources(view.held)}); "
-                    "release holdings first or pass force=true"
-                )
-            before, cordon_before = view.spec, row.cordon_reason
-            if before == spec and cordon_before == cordon_reason:
-                return view, False  # nothing changes, nothing to record
-            _apply_spec(row, spec, cordon_reason, now)
-            if before != spec:
-                repo.insert_event(events.spec_changed(now, name, before, spec))
-            if cordon_before != cordon_reason:
-                repo.insert_event(events.cordon_changed(now, name, cordon_before, cordon_reason))
-            repo.session.flush()
-            return repo.view(row), False
-
-    def set_health(self, name: str, reason: str | None) -> NodeView:
-        """Record why an integration (Slurm) makes the node non-admissible (None: healthy)."""
-        with self.store.write() as repo:
-            row = repo.lock_node(name)
-            if row.health_reason != reason:
-                now = self.clock()
-                repo.insert_event(events.health_changed(now, name, row.health_reason, reason))
-                row.health_reason = reason
-                row.updated_at = now
-            return repo.view(row)
-
-    def settle_headroom(self, contended: Collection[str] = ()) -> list[str]:
-        """Apply the headroom's idle time, Slurm's demand and maxima
-        (app.core.headroom.settled_target) to every node with a headroom target;
-        ``contended``: the Slurm nodes where jobs wait for resources. The nodes whose
-        target changed, to push."""
-        now = self.clock()
-
-        def settled(row: NodeRow) -> tuple[NodeHeadroom, Resources, bool] | None:
-            current = node_headroom(row)
-            waited = (row.slurm_name or row.name) in contended
-            target = settled_target(row.labels or {}, current, self.headroom, now, contended=waited)
-            return None if target == current.target else (current, target, waited)
-
-        # A read first: most steps find nothing to settle and take no write lock.
-        with self.store.read() as reader:
-            due = {row.name for row in reader.nodes_with_headroom() if settled(row)}
-        if not due:
-            return []
-        changed: list[str] = []
-        with self.store.write() as repo:
-            for row in repo.nodes_with_headroom(lock=True):
-                if row.name in due and (settling := settled(row)) is not None:
-                    current, target, waited = settling
-                    repo.set_headroom(row.id, replace(current, target=target))
-                    repo.insert_event(
-                        events.headroom_settled(now, row.name, current, target, waited)
-                    )
-                    changed.append(row.name)
-        return changed
-
-    def delete_node(self, name: str) -> None:
-        with self.store.write() as repo:
-            row = repo.lock_node(name)
-            holdings = repo.holdings_on(row.id)
-            if holdings:
-                raise NodeInUse(
-                    f"node {name!r} still has {len(holdings)} holding(s); release them first"
-                )
-            repo.delete_node(row)
-            repo.insert_event(events.node_deleted(self.clock(), name))
-
-    # holdings
+class LedgerCommands(NodeCommands):
+    """The holdings' changes, and the nodes' (NodeCommands)."""
 
     def admit(
         self,
@@ -199,8 +76,7 @@ class LedgerCommands:
         *,
         state: HoldingState = HoldingState.HELD,
         headroom: bool = False,
-        devices: tuple[int, ...] = (),
-        device_uuids: tuple[str, ...] = (),
+        devices: Iterable[HeldDevice] = (),
     ) -> Admission:
         """Atomic check-and-hold. Idempotent by holder: the same holder asking the same
         node for the same amounts (and devices) gets its existing holding (created=False).
@@ -209,19 +85,15 @@ class LedgerCommands:
         (app.core.headroom); an admission inside what Slurm was confirmed to withhold is
         HELD at once, else the node's target is set for the gate's push.
 
-        ``devices``: GPU device indices on the node that the holder holds by identity
-        (issue 23; app.core.devices has the rules): InvalidDevices when they cannot be the
+        ``devices``: GPU devices on the node that the holder holds by identity (issue 23;
+        app.core.devices has the rules): InvalidDevices when they cannot be the
         request's GPUs, DeviceTaken when another holding has one. Checked under the same
         row lock as the fit, so of two admissions of one device exactly one gets it. Such
         an admission never skips the gate through the headroom: Slurm must hold the
-        devices first. Without devices, nothing of this costs a statement.
-
-        ``device_uuids``: those devices' UUIDs, in their order ("" for one not known), kept
-        with the holding and shown, never checked against anything (InvalidDeviceUuids only
-        when they are not one per device). A retry is the same admission whatever its
-        UUIDs: the existing holding, with the UUIDs it has, answers it."""
-        devices, device_uuids = paired(devices, device_uuids)
-        named = (devices, device_uuids)
+        devices first. Without devices, nothing of this costs a statement. Their UUIDs are
+        kept with the holding and shown, never checked against anything: a retry is the same
+        admission whatever its UUIDs; the existing holding, with the UUIDs it has, answers it."""
+        named = held_devices(devices)  # rule 1, the part that needs no node
         admission = self._admit(node, holder, requests, state, headroom, named)
         if admission is None:
             # The holding the insert collided with was released meanwhile: once more.
@@ -237,52 +109,58 @@ class LedgerCommands:
         requests: Resources,
         state: HoldingState,
         headroom: bool,
-        named: tuple[tuple[int, ...], tuple[str, ...]],
+        devices: tuple[HeldDevice, ...],
     ) -> Admission | None:
-        devices, device_uuids = named
         now = self.clock()
         with self.store.write_hot() as repo:
-            row = repo.lock_node_state(node)
-            # The Kubernetes cap is not the ledger's: the Slurm gate applies it to the hold,
-            # and the headroom's step to an admission that skips the gate.
-            current = totals_record(row, repo.held_on(row.id))
-            decided = verdict(current, requests)
-            # Devices are read only when named: the common admission costs what it did.
-            taken = _device_refusal(repo, row, holder, requests, devices) if devices else None
-            if decided.admitted and taken is None:
-                step = None
-                if headroom and state is HoldingState.PENDING and not devices:
-                    step = admit_step(current, requests, self.headroom)
-                fast = step is not None and step.fast
-                held = HoldingState.HELD if fast else state
+            # 1. One read of the node (its devices only when named: the common admission
+            # costs no statement for them), 2. one decision on it, 3. write it.
+            locked = repo.lock_node_state(node)
+            current = locked.totals(repo.held_on(locked.id))
+            gated = state is HoldingState.PENDING
+            decision = decide_admission(
+                current,
+                requests,
+                # The Kubernetes cap is not the ledger's: the gate applies it to the hold,
+                # and the decision keeps the headroom's path within it.
+                caps=self.headroom.caps if gated else None,
+                gated=gated,
+                headroom=self.headroom if headroom and gated else None,
+                holder=holder,
+                devices=tuple(d.index for d in devices),
+                held_devices=repo.devices_on(locked.id) if devices else (),
+            )
+            if not decision.recorded:
+                raise decision.error
+            if not decision.refused:
+                held = HoldingState.HELD if decision.outcome is Outcome.HELD_NOW else state
                 # A holder that holds already (a retry) is found only by the insert that
                 # fails: the common case, a new holder, costs no look up front.
-                values = _holding_values(row.id, holder, requests, held, now)
+                values = holding_values(locked.id, holder, requests, held, now)
                 if devices:
-                    values["devices"] = list(devices)
-                    if device_uuids:
-                        values["device_uuids"] = list(device_uuids)
+                    values["devices"] = device_objects(devices)
                 if not repo.insert_new_holding(values):
                     return _existing(repo, holder, node, requests, devices)
-                if step is not None:
-                    _use_headroom(repo, row.id, current.headroom, step.target, now)
+                if decision.target is not None:
+                    _use_headroom(repo, locked.id, current.headroom, decision.target, now)
+                fast = decision.within_headroom
                 repo.insert_event(
                     events.admitted(
                         now, node, holder, requests, held, within_headroom=fast, devices=devices
                     )
                 )
-                holding = Holding(
-                    node, holder, requests, held, now, now, devices, device_uuids=device_uuids
-                )
-                return Admission(holding, True, refill=step is not None and step.refill)
+                holding = Holding(node, holder, requests, held, now, now, devices)
+                return Admission(holding, True, refill=decision.refill)
             # A retry of a holder whose own holding fills the node: that holding answers.
-            if (existing := _holding_of(repo, holder.id, holder.kind)) is not None:
+            if (existing := repo.holding_of(holder.id, holder.kind)) is not None:
                 return Admission(_same_holding(existing, node, requests, devices), False)
-            if taken is None:
-                repo.insert_event(events.rejected(now, node, holder, requests, decided))
+            if isinstance(decision.devices, DeviceTaken):
+                repo.insert_event(
+                    events.device_taken(now, holder, requests, devices, decision.devices)
+                )
             else:
-                repo.insert_event(events.device_taken(now, holder, requests, devices, taken))
-        raise taken or AdmissionRejected(decided.message, decided.shortfalls)
+                repo.insert_event(events.rejected(now, node, holder, requests, decision.verdict))
+        raise decision.error
 
     def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
         """Record a holding that already exists outside the ledger (a pod another scheduler
@@ -291,20 +169,20 @@ class LedgerCommands:
         holding with other amounts or on another node (in-place resize) is replaced."""
         now = self.clock()
         with self.store.write() as repo:
-            row = repo.lock_node_state(node)
-            existing = _holding_of(repo, holder.id, holder.kind)
+            locked = repo.lock_node_state(node)
+            existing = repo.holding_of(holder.id, holder.kind)
             if existing is not None:
-                holding = holding_record(existing, existing.node_name)
-                if existing.node_name == node and holding.resources == requests:
+                holding = existing.holding
+                if holding.node == node and holding.resources == requests:
                     return Admission(holding, False)
-                repo.delete_holding_returning(existing.id)
-                if existing.node_name != node:  # the event below names only the new node
-                    old = existing.node_name
+                repo.delete_holdings([existing.id])
+                if holding.node != node:  # the event below names only the new node
+                    old = holding.node
                     repo.insert_event(
                         events.moved(now, old, node, holding.holder, holding.resources, reason)
                     )
             held = HoldingState.HELD
-            repo.insert_holding(_holding_values(row.id, holder, requests, held, now))
+            repo.insert_holdings([holding_values(locked.id, holder, requests, held, now)])
             repo.insert_event(events.recorded(now, node, holder, requests, reason))
             return Admission(Holding(node, holder, requests, held, now, now), True)
 
@@ -335,10 +213,12 @@ class LedgerCommands:
         latest = {(e.holder.kind, e.holder.id): e for e in entries}  # the last entry wins
         with self.store.write_hot() as repo:
             node_ids = repo.lock_nodes([e.node for e in latest.values()])
-            existing: dict[tuple[HolderKind, str], Row[Any]] = {}
+            existing: dict[tuple[HolderKind, str], StoredHolding] = {}
             for kind in {kind for kind, _ in latest}:
                 ids = [holder_id for k, holder_id in latest if k is kind]
-                existing.update(((kind, r.holder_id), r) for r in repo.holdings_of(kind, ids))
+                existing.update(
+                    ((kind, s.holding.holder.id), s) for s in repo.holdings_of(kind, ids)
+                )
             unknown: list[Recording] = []
             stale: list[int] = []
             holdings: list[dict[str, Any]] = []
@@ -351,26 +231,24 @@ class LedgerCommands:
                     continue
                 old = existing.get(key)
                 if old is not None:
-                    amounts = Resources(old.cpu_millis, old.memory_bytes, old.gpus)
-                    if old.node_name == entry.node and amounts == entry.resources:
+                    was, amounts = old.holding.node, old.holding.resources
+                    if was == entry.node and amounts == entry.resources:
                         continue
                     stale.append(old.id)
-                    if old.node_name != entry.node:  # its own event: followers go by node
-                        changed.add(old.node_name)
+                    if was != entry.node:  # its own event: followers go by node
+                        changed.add(was)
                         written.append(
-                            events.moved(
-                                now, old.node_name, entry.node, entry.holder, amounts, reason
-                            )
+                            events.moved(now, was, entry.node, entry.holder, amounts, reason)
                         )
                 held = HoldingState.HELD
-                holdings.append(_holding_values(node_id, entry.holder, entry.resources, held, now))
+                holdings.append(holding_values(node_id, entry.holder, entry.resources, held, now))
                 written.append(
                     events.recorded(now, entry.node, entry.holder, entry.resources, reason)
                 )
                 changed.add(entry.node)
             repo.delete_holdings(stale)
             repo.insert_holdings(holdings)
-            repo.append_events(written)
+            repo.insert_events(written)
         return Recorded(frozenset(changed), tuple(unknown))
 
     def confirm(
@@ -380,10 +258,9 @@ class LedgerCommands:
         Slurm job that holds the holding's GPU devices (issue 23), stored with it (None
         keeps what an earlier confirmation stored)."""
         with self.store.write_hot() as repo:
-            found, _ = _locked_holding_of(repo, holder_id, kind)
+            found, _ = repo.lock_holding_of(holder_id, kind)
             now = self.clock()
-            confirmed = repo.confirm_holding_returning(found.id, now, slurm_hold)
-            holding = holding_record(confirmed, found.node_name)
+            holding = repo.confirm_holding_returning(found.id, found.holding.node, now, slurm_hold)
             repo.insert_event(events.confirmed(now, holding))
             return holding
 
@@ -402,11 +279,10 @@ class LedgerCommands:
         if kind is HolderKind.SLURM_JOB:  # only the Slurm sync writes those (replace_holdings)
             raise InvalidRequest("slurm_job holdings are released by the Slurm sync only")
         with self.store.write_hot() as repo:
-            found, node = _locked_holding_of(repo, holder_id, kind)
-            deleted = repo.delete_holding_returning(found.id)
-            if deleted is None:
+            found, node = repo.lock_holding_of(holder_id, kind)
+            holding = repo.delete_holding_returning(found.id, found.holding.node)
+            if holding is None:
                 raise HoldingNotFound(holder_id)
-            holding = holding_record(deleted, found.node_name)
             repo.insert_event(events.released(self.clock(), holding, reason))
             # A pending hold's counts may not be Slurm's yet; a holding that moved meanwhile
             # is on a node not locked here: either is told to Slurm as before.
@@ -416,8 +292,8 @@ class LedgerCommands:
                 or node.id != found.node_id
             ):
                 return Release(holding)
-            current = node_headroom(node)
-            target = released_target(node.labels or {}, current, holding.resources, self.headroom)
+            current = node.headroom
+            target = released_target(node.spec.labels, current, holding.resources, self.headroom)
             if target != current.target:
                 repo.set_headroom(node.id, replace(current, target=target))
             # Withheld = held + target: it fell unless the target took all that was freed.
@@ -433,34 +309,22 @@ class LedgerCommands:
             row = repo.lock_node(node)
             rows = {h.holder_id: h for h in repo.holdings_on(row.id, kind)}
             diff = diff_snapshot(
-                {k: Resources(h.cpu_millis, h.memory_bytes, h.gpus) for k, h in rows.items()},
+                {k: resources_of(h) for k, h in rows.items()},
                 {k: e.resources for k, e in snapshot.items()},
             )
             if diff.is_empty:
                 return diff
-            for holder_id in diff.removed:
-                repo.delete_holding(rows[holder_id])
+            repo.delete_holdings([rows[holder_id].id for holder_id in diff.removed])
             for holder_id in diff.changed:
                 entry = snapshot[holder_id]
-                _apply_amounts(rows[holder_id], entry.resources)
+                assign(rows[holder_id], resource_values(entry.resources))
                 rows[holder_id].display_name = entry.display_name
                 rows[holder_id].updated_at = now
-            for holder_id in diff.added:
-                entry = snapshot[holder_id]
-                repo.add_holding(
-                    HoldingRow(
-                        node_id=row.id,
-                        holder_kind=kind.value,
-                        holder_id=holder_id,
-                        display_name=entry.display_name,
-                        cpu_millis=entry.resources.cpu_millis,
-                        memory_bytes=entry.resources.memory_bytes,
-                        gpus=entry.resources.gpus,
-                        state=HoldingState.HELD.value,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
+            held = HoldingState.HELD
+            added = [(Holder(kind, i, snapshot[i].display_name), snapshot[i]) for i in diff.added]
+            repo.insert_holdings(
+                [holding_values(row.id, h, entry.resources, held, now) for h, entry in added]
+            )
             total = Resources.total([e.resources for e in snapshot.values()])
             repo.insert_event(events.holdings_replaced(now, node, kind, diff, total))
             return diff
@@ -470,7 +334,7 @@ class LedgerCommands:
     ) -> None:
         """Append an event for something that happened outside the ledger (a Slurm push)."""
         with self.store.write_hot() as repo:
-            repo.append_event(self.clock(), kind, node, message, details=details)
+            repo.insert_event(event_values(self.clock(), kind, node, message, details=details))
 
 
 def _use_headroom(
@@ -483,110 +347,34 @@ def _use_headroom(
         repo.set_headroom(node_id, replace(headroom, target=target, used_at=now))
 
 
-def _holding_of(repo: LedgerStatements, holder_id: str, kind: HolderKind | None) -> Row[Any] | None:
-    """The holding this holder already has, with its node's name, or None: the one answer
-    to "does this holder hold something already" (a pod or manual holder holds on one node
-    at most). Without a kind, an id that both a pod and a manual holder use is a conflict."""
-    rows = repo.single_node_holdings(holder_id, kind)
-    if kind is None and len(rows) > 1:
-        raise HolderConflict(
-            f"holder id {holder_id!r} exists as both pod and manual; say which kind"
-        )
-    return rows[0] if rows else None
-
-
-def _locked_holding_of(
-    repo: LedgerStatements, holder_id: str, kind: HolderKind | None
-) -> tuple[Row[Any], Row[Any]]:
-    """The holder's holding, re-read under its node's lock, and the node's columns as
-    locked; HoldingNotFound if none."""
-    found = _holding_of(repo, holder_id, kind)
-    if found is None:
-        raise HoldingNotFound(holder_id)
-    node = repo.lock_node_id(found.node_id)
-    locked = _holding_of(repo, holder_id, HolderKind(found.holder_kind))
-    if locked is None:
-        raise HoldingNotFound(holder_id)
-    return locked, node
-
-
 def _existing(
     repo: LedgerStatements,
     holder: Holder,
     node: str,
     requests: Resources,
-    devices: tuple[int, ...],
+    devices: tuple[HeldDevice, ...],
 ) -> Admission | None:
     """The holder's holding, that an insert collided with: the answer if it is the same
     request (created=False), else a conflict; None if it went meanwhile."""
-    existing = _holding_of(repo, holder.id, holder.kind)
+    existing = repo.holding_of(holder.id, holder.kind)
     if existing is None:
         return None
     return Admission(_same_holding(existing, node, requests, devices), False)
 
 
 def _same_holding(
-    existing: Row[Any], node: str, requests: Resources, devices: tuple[int, ...]
+    existing: StoredHolding, node: str, requests: Resources, devices: tuple[HeldDevice, ...]
 ) -> Holding:
-    """The holder's existing holding when it is the same request, else a conflict."""
-    holding = holding_record(existing, existing.node_name)
-    if existing.node_name != node or holding.resources != requests or holding.devices != devices:
+    """The holder's existing holding when it is the same request (the same devices, whatever
+    their UUIDs), else a conflict."""
+    holding = existing.holding
+    indices = tuple(d.index for d in devices)
+    if holding.node != node or holding.resources != requests or holding.device_indices != indices:
         held = describe_resources(holding.resources)
         if holding.devices:
-            held += f" (GPU devices {', '.join(map(str, holding.devices))})"
+            held += f" (GPU devices {', '.join(map(str, holding.device_indices))})"
         raise HolderConflict(
-            f"holder {existing.holder_id!r} already holds {held}"
-            f" on node {existing.node_name!r}; release it first"
+            f"holder {holding.holder.id!r} already holds {held}"
+            f" on node {holding.node!r}; release it first"
         )
     return holding
-
-
-def _device_refusal(
-    repo: LedgerStatements,
-    row: Row[Any],
-    holder: Holder,
-    requests: Resources,
-    devices: tuple[int, ...],
-) -> DeviceTaken | None:
-    """Whether ``holder`` may hold ``devices`` on the locked node (app.core.devices): None,
-    or the DeviceTaken to answer (after the REJECTED event); InvalidDevices is raised."""
-    refusal = device_refusal(
-        row.name, holder, devices, requests.gpus, row.gpus, repo.devices_on(row.id)
-    )
-    if refusal is None or isinstance(refusal, DeviceTaken):
-        return refusal
-    raise refusal
-
-
-def _holding_values(
-    node_id: int, holder: Holder, requests: Resources, state: HoldingState, now: datetime
-) -> dict[str, Any]:
-    return {
-        "node_id": node_id,
-        "holder_kind": holder.kind.value,
-        "holder_id": holder.id,
-        "display_name": holder.display_name,
-        "cpu_millis": requests.cpu_millis,
-        "memory_bytes": requests.memory_bytes,
-        "gpus": requests.gpus,
-        "state": state.value,
-        "created_at": now,
-        "updated_at": now,
-    }
-
-
-def _apply_amounts(row: NodeRow | HoldingRow, resources: Resources) -> None:
-    row.cpu_millis = resources.cpu_millis
-    row.memory_bytes = resources.memory_bytes
-    row.gpus = resources.gpus
-
-
-def _apply_spec(row: NodeRow, spec: NodeSpec, cordon_reason: str | None, now: datetime) -> None:
-    _apply_amounts(row, spec.capacity)
-    row.reserved_cpu_millis = spec.reserved.cpu_millis
-    row.reserved_memory_bytes = spec.reserved.memory_bytes
-    row.reserved_gpus = spec.reserved.gpus
-    row.slurm_name = spec.slurm_name
-    row.labels = dict(spec.labels)
-    row.cordon_reason = cordon_reason
-    row.updated_at = now

@@ -15,6 +15,7 @@ from app.core.ledger_errors import DeviceTaken
 from app.core.presentation import describe_resources
 from app.core.records import (
     EventKind,
+    HeldDevice,
     Holder,
     HolderKind,
     Holding,
@@ -24,7 +25,8 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.core.verdict import Verdict
-from app.ledger.repository import event_values
+from app.ledger.columns import event_values
+from app.ledger.tables import device_objects
 
 Event = dict[str, Any]
 
@@ -101,7 +103,7 @@ def admitted(
     state: HoldingState,
     *,
     within_headroom: bool = False,
-    devices: tuple[int, ...] = (),
+    devices: tuple[HeldDevice, ...] = (),
 ) -> Event:
     name = holder.display_name or holder.id
     details: dict[str, Any] = {"state": state.value}
@@ -111,7 +113,7 @@ def admitted(
         f"admitted {name} within the node's headroom" if within_headroom else f"admitted {name}"
     )
     if devices:
-        details["devices"] = list(devices)
+        details["devices"] = device_objects(devices)
         message += f" on {describe_devices(devices)}"
     return event_values(
         now,
@@ -142,7 +144,7 @@ def device_taken(
     now: datetime,
     holder: Holder,
     requests: Resources,
-    devices: tuple[int, ...],
+    devices: tuple[HeldDevice, ...],
     refusal: DeviceTaken,
 ) -> Event:
     """An admission refused because another holding has one of the GPU devices it named."""
@@ -153,7 +155,10 @@ def device_taken(
         refusal.message,
         holder=holder,
         resources=requests,
-        details={"devices": list(devices), "taken": [device for device, _ in refusal.taken]},
+        details={
+            "devices": device_objects(devices),
+            "taken": [device for device, _ in refusal.taken],
+        },
     )
 
 
@@ -212,19 +217,19 @@ def released(now: datetime, holding: Holding, reason: str) -> Event:
     )
 
 
-def describe_devices(devices: tuple[int, ...]) -> str:
+def describe_devices(devices: tuple[HeldDevice, ...]) -> str:
     """GPU devices as events name them: "GPU device 1", "GPU devices 0, 2"."""
-    return f"GPU device{'s' if len(devices) > 1 else ''} {', '.join(map(str, devices))}"
+    indices = ", ".join(str(d.index) for d in devices)
+    return f"GPU device{'s' if len(devices) > 1 else ''} {indices}"
 
 
 def device_details(holding: Holding) -> dict[str, Any] | None:
-    """A holding's GPU devices (their UUIDs when known) and hold job, for an event's
-    details; None when it has neither (a counted holding's events stay as they were)."""
+    """A holding's GPU devices (with their UUIDs, as the REST API shows them) and hold job,
+    for an event's details; None when it has neither (a counted holding's events stay as
+    they were)."""
     details: dict[str, Any] = {}
     if holding.devices:
-        details["devices"] = list(holding.devices)
-    if holding.device_uuids:
-        details["device_uuids"] = list(holding.device_uuids)
+        details["devices"] = device_objects(holding.devices)
     if holding.slurm_hold is not None:
         details["slurm_hold"] = holding.slurm_hold
     return details or None

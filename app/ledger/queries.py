@@ -18,9 +18,8 @@ from app.core.records import (
     NodeView,
     Placement,
 )
-from app.core.resources import Resources
+from app.ledger.columns import holding_record, resources_of
 from app.ledger.paging import HoldingKey, NodeKey, NodeSort, Page
-from app.ledger.repository import holding_record
 from app.ledger.store import ExclusiveNode, Store
 
 
@@ -70,14 +69,12 @@ class LedgerQueries:
     def holdings_of(self, kind: HolderKind, holder_ids: Collection[str]) -> list[Holding]:
         """``kind``'s holdings of these holders, in one read."""
         with self.store.read() as repo:
-            return [
-                holding_record(h, h.node_name) for h in repo.holdings_of(kind, list(holder_ids))
-            ]
+            return [s.holding for s in repo.holdings_of(kind, list(holder_ids))]
 
     def held_in_slurm(self) -> list[Holding]:
         """Every holding whose GPU devices a Slurm hold job holds (app.slurm.holds)."""
         with self.store.read() as repo:
-            return [holding_record(h, h.node_name) for h in repo.held_in_slurm()]
+            return repo.held_in_slurm()
 
     def placements(
         self,
@@ -100,8 +97,7 @@ class LedgerQueries:
         would be ~50 MB more at the peak of a resync. The read lasts until exhausted."""
         with self.store.read() as repo:
             for r in repo.placements(kind, created_from, created_before):
-                amounts = Resources(r.cpu_millis, r.memory_bytes, r.gpus)
-                yield r.holder_id, Placement(r.name, amounts, r.created_at)
+                yield r.holder_id, Placement(r.name, resources_of(r), r.created_at)
 
     def node_page(
         self,

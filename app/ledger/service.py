@@ -1,7 +1,7 @@
 """The ledger's public entry point: ``Ledger`` is its reads (app.ledger.queries) and its
 changes (app.ledger.commands) on one database, so that callers hold one object.
 
-Where the rest lives: the admission decision is app.core.verdict; event texts are
+Where the rest lives: the admission decision is app.core.decision; event texts are
 app.ledger.events; which SQL path a transaction takes is app.ledger.store; every node
 view in memory, and who changed, is app.ledger.snapshot.
 """

@@ -59,6 +59,7 @@ from app.core.components import Health
 from app.core.records import EventKind, NodeView
 from app.ledger.follow import EventFollower
 from app.ledger.service import Ledger
+from app.loops import Loop
 from app.outages import log_failure
 
 log = logging.getLogger(__name__)
@@ -171,8 +172,14 @@ class NodeSnapshot:
         self._reloading = threading.Lock()  # one full load at a time
         self._error: str | None = None
         self._written = False  # this process committed a write since the last refresh
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Loop(
+            "node-snapshot",
+            self._keep_fresh,
+            interval=interval,
+            logger=log,
+            what="node snapshot",
+            wait_first=True,  # start() has just loaded
+        )
         self._subscribers: tuple[ChangedNodes, ...] = ()  # replaced whole: read without a lock
         self._subscribing = threading.Lock()
         self._published: Views | None = None  # the views subscribers were last told about
@@ -296,14 +303,10 @@ class NodeSnapshot:
             self.reload()
         except Exception as exc:  # the database may come later; the first read loads then
             log_failure(log, "loading the node snapshot", exc)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="node-snapshot", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._loop.stop(timeout=30)
 
     def health(self) -> Health:
         if self._error is not None:
@@ -314,21 +317,21 @@ class NodeSnapshot:
         age = self.monotonic() - self._refreshed
         return Health("ok", f"{len(loaded.views)} nodes, refreshed {age:.1f}s ago")
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                loaded = self._loaded
-                if (
-                    loaded is None
-                    or loaded.follower.given_up
-                    or self.monotonic() - loaded.started > self.full_reload_every
-                ):
-                    self.reload()
-                else:
-                    self.views(max_age=self.interval)
-            except Exception as exc:  # the next round tries again; health() says why
-                self._error = f"refreshing the node snapshot failed: {exc}"
-                log_failure(log, "node snapshot", exc)
+    def _keep_fresh(self) -> None:
+        """The loop's step: reload when due (or the follower gave up), else refresh."""
+        try:
+            loaded = self._loaded
+            if (
+                loaded is None
+                or loaded.follower.given_up
+                or self.monotonic() - loaded.started > self.full_reload_every
+            ):
+                self.reload()
+            else:
+                self.views(max_age=self.interval)
+        except Exception as exc:  # the next round tries again; health() says why
+            self._error = f"refreshing the node snapshot failed: {exc}"
+            raise
 
 
 def _differing(before: Views | None, after: Views) -> set[str]:

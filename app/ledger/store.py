@@ -23,7 +23,8 @@ from app.db.engine import Database
 from app.db.locks import node_lock
 from app.ledger import events
 from app.ledger.clock import Clock, utcnow
-from app.ledger.repository import LedgerRepository, LedgerStatements, node_headroom
+from app.ledger.repository import LedgerRepository
+from app.ledger.statements import LedgerStatements
 
 Event = dict[str, Any]  # a row of the event log (app.ledger.events)
 
@@ -111,11 +112,11 @@ class ExclusiveNode:
             return
         with self.db.transaction(self.connection, write=True) as connection:
             repo = LedgerStatements(connection)
-            row = repo.lock_node_state(self.name)
-            current = node_headroom(row)
+            node = repo.lock_node_state(self.name)
+            current = node.headroom
             if event is not None:
                 repo.insert_event(event)
             if granted is not None and granted != current.granted:
-                repo.set_headroom(row.id, replace(current, granted=granted))
+                repo.set_headroom(node.id, replace(current, granted=granted))
                 now = self.clock() if event is None else event["at"]
                 repo.insert_event(events.headroom_granted(now, self.name, current.granted, granted))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from app.core.records import HeldDevice
 from app.db.types import UTCDateTime
 
 NAMING_CONVENTION = {
@@ -32,6 +34,17 @@ NAMING_CONVENTION = {
 
 # SQLite only auto-increments INTEGER PRIMARY KEY; BigInteger elsewhere.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def device_objects(devices: Iterable[HeldDevice]) -> list[dict[str, Any]]:
+    """GPU devices as ``holdings.devices`` keeps them: ``{"index": 0, "uuid": "GPU-..."}``
+    each ("" when the UUID is not known), the shape of the REST API's."""
+    return [{"index": d.index, "uuid": d.uuid} for d in devices]
+
+
+def stored_devices(stored: list[dict[str, Any]] | None) -> tuple[HeldDevice, ...]:
+    """The devices ``holdings.devices`` keeps (device_objects), as records."""
+    return tuple(HeldDevice(d["index"], d.get("uuid", "")) for d in stored) if stored else ()
 
 
 class Base(DeclarativeBase):
@@ -106,13 +119,12 @@ class HoldingRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    # GPU devices held by identity (issue 23): indices on the node, sorted ([] = counted
-    # only), and the Slurm job holding them once confirmed. A write that names no device
-    # leaves them to the server's default: the common admission's insert is unchanged.
-    devices: Mapped[list[int]] = mapped_column(JSON, server_default=text("'[]'"))
+    # GPU devices held by identity (issue 23): one object per device, by index, as
+    # device_objects writes them ([] = counted only), and the Slurm job holding them once
+    # confirmed. A write that names no device leaves them to the server's default: the
+    # common admission's insert is unchanged.
+    devices: Mapped[list[dict[str, Any]]] = mapped_column(JSON, server_default=text("'[]'"))
     slurm_hold: Mapped[str | None] = mapped_column(String(64))
-    # Those devices' UUIDs, in the same order ("" where not known; [] when none is).
-    device_uuids: Mapped[list[str]] = mapped_column(JSON, server_default=text("'[]'"))
 
     node: Mapped[NodeRow] = relationship(back_populates="holdings", lazy="raise")
 
@@ -139,7 +151,7 @@ class EventRow(Base):
 
 class SlurmJobHintRow(Base):
     """A "job N changed" hint from slurmctld, kept until the Slurm sync leader takes it
-    (app.slurm.hints): any replica may receive it, only the leader applies it."""
+    (app.slurm.hint_queue): any replica may receive it, only the leader applies it."""
 
     __tablename__ = "slurm_job_hints"
 

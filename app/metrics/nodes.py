@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.core.decision import admissible as admits
 from app.core.headroom import free as headroom_free
 from app.core.records import NO_HEADROOM, NodeTotals, NodeView
 from app.core.resources import Resources
-from app.core.verdict import admissible as admits
 from app.db.engine import is_outage
 
 log = logging.getLogger(__name__)
@@ -237,7 +237,7 @@ class _Families:
             for holding in view.holdings:
                 who = holding.holder
                 labels = [who.kind.value, who.display_name or who.id]
-                for device in holding.devices:
+                for device in holding.device_indices:
                     self.gpu_device_holder.add_metric([name, str(device), *labels], 1.0)
 
 

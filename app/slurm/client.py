@@ -185,11 +185,16 @@ class SlurmClient:
         gres: str | None = None,
         extra: str | None = None,
         comment: str | None = None,
+        state: str | None = None,
+        reason: str | None = None,
     ) -> None:
         """Raises ``SlurmAnswerLost`` when the update may yet be applied (module docstring).
-        A field left None is left as it is; ``comment=""`` clears the node's comment."""
-        fields = (("gres", gres), ("extra", extra), ("comment", comment))
-        update = {k: v for k, v in fields if v is not None}
+        A field left None is left as it is; ``comment=""`` clears the node's comment;
+        ``state``: DRAIN (with a ``reason``) or RESUME, as ``scontrol update``."""
+        fields = (("gres", gres), ("extra", extra), ("comment", comment), ("reason", reason))
+        update: dict[str, str | list[str]] = {k: v for k, v in fields if v is not None}
+        if state is not None:
+            update["state"] = [state]
         self._call("POST", f"node/{name}", json=update, retry_lost=False)
 
     def allocate_job(self, job: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from app.core.components import Health
 from app.core.ledger_errors import NodeNotFound
+from app.loops import Loop
 from app.outages import log_failure
 from app.slurm.push import Pusher
 
@@ -28,55 +29,44 @@ class DeferredPushes:
         self.monotonic = monotonic
         # node -> (the first reason asked, when it is due): the earliest due pushed first.
         self._queued: dict[str, tuple[str, float]] = {}
-        self._changed = threading.Condition()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._loop = Loop(
+            self.name, self._push_next, interval=None, logger=log, what="deferred pushes"
+        )
 
     def request(self, node: str, reason: str, *, settle: float = 0.0) -> None:
         due = self.monotonic() + settle
-        with self._changed:
+        with self._lock:
             queued = self._queued.get(node)
             if queued is None or due < queued[1]:
                 self._queued[node] = (reason if queued is None else queued[0], due)
-                self._changed.notify()
+                self._loop.wake()
 
     def start(self) -> None:
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        with self._changed:
-            self._stopping = True
-            self._changed.notify()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._loop.stop(timeout=10)
 
     def health(self) -> Health:
-        with self._changed:
+        with self._lock:
             return Health("ok", f"{len(self._queued)} node(s) to push")
 
-    def _next(self) -> tuple[str, str] | None:
-        """The next node due and its reason, once due; None when stopping."""
-        with self._changed:
-            while not self._stopping:
-                if not self._queued:
-                    self._changed.wait()
-                    continue
-                node, (reason, due) = min(self._queued.items(), key=lambda item: item[1][1])
-                wait = due - self.monotonic()
-                if wait <= 0:
-                    del self._queued[node]
-                    return node, reason
-                self._changed.wait(wait)
-            return None
-
-    def _run(self) -> None:
-        while (due := self._next()) is not None:
-            node, reason = due
-            try:
-                self.pusher.push(node, reason=reason)
-            except NodeNotFound:
-                log.debug("%s was deleted before its push (%s)", node, reason)
-            except Exception as exc:  # the sync pushes the node later; keep pushing others
-                log_failure(log, f"pushing {node} ({reason}) failed", exc)
+    def _push_next(self) -> float | None:
+        """The loop's step: push the node due first if it is due; the seconds until the
+        next one is (None: none queued, wait for a request)."""
+        with self._lock:
+            if not self._queued:
+                return None
+            node, (reason, due) = min(self._queued.items(), key=lambda item: item[1][1])
+            wait = due - self.monotonic()
+            if wait > 0:
+                return wait
+            del self._queued[node]
+        try:
+            self.pusher.push(node, reason=reason)
+        except NodeNotFound:
+            log.debug("%s was deleted before its push (%s)", node, reason)
+        except Exception as exc:  # the sync pushes the node later; keep pushing others
+            log_failure(log, f"pushing {node} ({reason}) failed", exc)
+        return 0.0

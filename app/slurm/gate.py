@@ -1,7 +1,8 @@
 """Admission confirmed by Slurm (the AdmissionGate the admission service calls).
 
-1. Cap: Kubernetes may hold only its share of the node (app.core.caps), checked on the
-   ledger's node as the push reads it, before anything is sent.
+1. Cap: Kubernetes may hold only its share of the node (app.core.caps), checked by the
+   admission decision (app.core.decision) on the ledger's node as the push reads it, before
+   anything is sent.
 2. Push the lowered counts (the hold is already in the ledger, so the push includes it); the
    push ends with a read of that one node, made after the update landed.
 3. From that read: if Slurm's jobs already use more than the remainder (a job started
@@ -53,11 +54,11 @@ from typing import Protocol
 
 from app.core.caps import KubeCaps
 from app.core.counts import slurm_overlap
+from app.core.decision import decide_admission
 from app.core.ledger_errors import AdmissionRejected, NodeNotFound
 from app.core.records import Holding, NodeView
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmJob
-from app.core.verdict import verdict
 from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.holds import HoldJobs, hold_for
 from app.slurm.push import Pusher
@@ -89,16 +90,16 @@ class SlurmGate:
         pusher: Pusher,
         caps: KubeCaps,
         *,
+        holds: HoldJobs,
         fail_open: bool = False,
         jobs_on: JobsOn = _no_jobs,
         refusal: Refusal = _no_refusal,
         later: Later | None = None,
-        holds: HoldJobs | None = None,
         contended: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
         ``refusal``: why no admission may be confirmed now (app.slurm.plugins), or None.
-        ``holds``: hold jobs for holdings that name GPU devices (none: such are refused).
+        ``holds``: hold jobs for holdings that name GPU devices.
         ``contended``: the ledger nodes where Slurm jobs wait for resources (the sync's)."""
         self.contended = contended
         self.holds = holds
@@ -158,11 +159,9 @@ class SlurmGate:
         """The hold job's id, once Slurm holds the holding's devices and its counts withhold
         the pod's CPUs, memory and GPU count (module docstring); the hold first, since a
         device a job has is the usual refusal and costs no push then."""
-        if self.holds is None:
-            raise AdmissionRejected("GPU devices named, but this service holds none in Slurm")
         view = self.pusher.ledger.get_node(holding.node)
         self._within_cap(view)
-        what = f"GPU devices {list(holding.devices)} on node {view.slurm_name}"
+        what = f"GPU devices {list(holding.device_indices)} on node {view.slurm_name}"
         try:
             job = hold_for(self.holds, view.slurm_name, holding)
         except SlurmError as exc:
@@ -186,7 +185,7 @@ class SlurmGate:
     def released(self, holding: Holding) -> None:
         """``holding`` left the ledger: end its hold job, if it has one (the sync ends one
         this misses, app.slurm.sync)."""
-        if holding.slurm_hold is None or self.holds is None:
+        if holding.slurm_hold is None:
             return
         try:
             slurm_name: str | None = self.pusher.ledger.get_node(holding.node).slurm_name
@@ -195,8 +194,10 @@ class SlurmGate:
         self.holds.cancel(holding.slurm_hold, slurm_node=slurm_name)
 
     def _within_cap(self, node: NodeView) -> None:
-        if not (decided := verdict(node, Resources.ZERO, self.caps, held=True)).admitted:
-            raise AdmissionRejected(decided.message)
+        # The admission decision on the hold, which is among the node's holdings: its cap.
+        decision = decide_admission(node, Resources.ZERO, caps=self.caps, held=True)
+        if decision.refused:
+            raise decision.error
 
     def changed(self, node: str) -> None:
         self.pusher.push(node, reason="holdings changed")

@@ -26,7 +26,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from app.core.ledger_errors import AdmissionRejected, HoldingNotFound, LedgerError
+from app.core.errors import NodeledgerError
+from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.plan import hold_gone
 from app.core.records import EventKind, HolderKind, Holding
 from app.core.slurm_models import SlurmJob
@@ -116,7 +117,7 @@ class HoldSweep:
         for holding in lost(self.ledger.held_in_slurm(), holds_in(jobs).values(), listed_at):
             try:
                 self._hold_again(holding)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{holding.holder.id}: {exc}")
         return failures
 
@@ -124,7 +125,7 @@ class HoldSweep:
         node = self.ledger.get_node(holding.node)
         holder = holding.holder.display_name or holding.holder.id
         what = f"Slurm hold job {holding.slurm_hold} of {holder}"
-        details = {"holder_id": holding.holder.id, "devices": list(holding.devices)}
+        details = {"holder_id": holding.holder.id, "devices": list(holding.device_indices)}
         try:
             job = hold_for(self.holds, node.slurm_name, holding)
         except AdmissionRejected as exc:
@@ -137,7 +138,9 @@ class HoldSweep:
         except HoldingNotFound:
             self.holds.cancel(job, slurm_node=node.slurm_name)  # released meanwhile
             return
-        message = f"{what} is gone: GPU devices {list(holding.devices)} held again by job {job}"
+        message = (
+            f"{what} is gone: GPU devices {list(holding.device_indices)} held again by job {job}"
+        )
         log.warning("%s", message)
         self.ledger.record_event(
             EventKind.SLURM_DRIFT, holding.node, message, {**details, "slurm_hold": job}

@@ -91,7 +91,7 @@ def hold_for(holds: HoldJobs, slurm_node: str, holding: Holding) -> str:
     return holds.hold(
         slurm_node,
         holding.holder.id,
-        devices=holding.devices,
+        devices=holding.device_indices,
         cpus=HOLD_CPUS,
         memory_mb=HOLD_MEMORY_MB,
     )

@@ -14,7 +14,9 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 
+from app.ledger.clock import Clock, utcnow
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError
 from app.slurm.state import Listings, SlurmState
@@ -30,15 +32,22 @@ class ListingReader:
         *,
         full_sync_interval: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = utcnow,
     ) -> None:
+        """``clock``: the ledger's, in which ``jobs_listed_at`` is told."""
         self.client = client
         self.state = state
         self.full_sync_interval = full_sync_interval
         self.monotonic = monotonic
+        self.clock = clock
+        # When the last full job listing's read began, in the ledger's clock: read then, as
+        # the holdings it is compared with were stamped (app.core.plan).
+        self.jobs_listed_at: datetime | None = None
         self._nodes_time = 0
         self._jobs_time = 0
         self.pending: Future[Listings] | None = None  # a background read under way
         self._started = 0.0
+        self._started_at: datetime | None = None  # the same moment in the ledger's clock
         self._due = float("-inf")
         self._full_due = False  # a flood of hints, or slurmctld restarted
         self._ctld_started: int | None = None
@@ -56,8 +65,8 @@ class ListingReader:
         """Whether a listing brought news (applied to the cache). Raises SlurmError.
         ``started``: slurmctld's start time if the caller just read it (else read here)."""
         if self.full_sync_interval is None:
-            began = self.monotonic()
-            return self._apply(self._read_listings(), began)
+            began, began_at = self.monotonic(), self.clock()
+            return self._apply(self._read_listings(), began, began_at)
         if self._restarted(started):
             self._full_due = True
         if self.pending is None:
@@ -65,7 +74,7 @@ class ListingReader:
                 if self._full_due:
                     self._nodes_time = self._jobs_time = 0
                 self._full_due = False
-                self._started = self.monotonic()
+                self._started, self._started_at = self.monotonic(), self.clock()
                 self._reader = self._reader or ThreadPoolExecutor(1, "slurm-listing")
                 self.pending = self._reader.submit(self._read_listings)
             return False
@@ -78,7 +87,7 @@ class ListingReader:
             self._due = float("-inf")  # again at the next step
             raise
         self._due = self._started + self.full_sync_interval
-        return self._apply(listings, self._started)
+        return self._apply(listings, self._started, self._started_at)
 
     def _restarted(self, started: int | None) -> bool:
         if started is None:
@@ -95,10 +104,11 @@ class ListingReader:
             self.client.get_jobs(self._jobs_time or None),
         )
 
-    def _apply(self, listings: Listings, began: float) -> bool:
+    def _apply(self, listings: Listings, began: float, began_at: datetime | None) -> bool:
         nodes, jobs = listings
         if nodes is not None:
             self._nodes_time = nodes.last_update
         if jobs is not None:
             self._jobs_time = jobs.last_update
+            self.jobs_listed_at = began_at
         return self.state.apply_listings(listings, began)

@@ -22,13 +22,13 @@ node_features plugin.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from app.core.components import Health
+from app.loops import Loop
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmUnavailable
@@ -41,14 +41,16 @@ PluginCheckMode = Literal["enforce", "warn", "off"]
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class PluginStatus:
+    """Whether slurmctld's plugins make sharing nodes safe, and the line that says so."""
+
     safe: bool
     message: str
 
 
-def verdict(
+def plugin_status(
     release: str, node_features_plugins: list[str] | None, job_submit_plugins: list[str] | None
-) -> Verdict:
+) -> PluginStatus:
     """Pure: is a slurmctld of ``release`` with these NodeFeaturesPlugins and
     JobSubmitPlugins (None: slurmrestd cannot say) safe to share nodes with?"""
     problems = [p for p in (_node_features(release, node_features_plugins),) if p]
@@ -61,9 +63,9 @@ def verdict(
             "pods hold"
         )
     if not problems:
-        return Verdict(True, f"Slurm {release}: {_needed(release)}")
+        return PluginStatus(True, f"Slurm {release}: {_needed(release)}")
     fix = "add the plugins (docs/slurm.md, The plugins) and reconfigure slurmctld"
-    return Verdict(False, "; ".join(problems) + f"; so nodes cannot be shared safely: {fix}")
+    return PluginStatus(False, "; ".join(problems) + f"; so nodes cannot be shared safely: {fix}")
 
 
 def _new(release: str) -> bool:
@@ -117,64 +119,55 @@ class PluginCheck:
         self.interval = interval
         self.metrics = metrics
         self.monotonic = monotonic
-        self.verdict: Verdict | None = None  # None: not checked yet, or Slurm unreachable
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.status: PluginStatus | None = None  # None: not checked yet, or Slurm unreachable
+        self._loop = Loop(
+            "slurm-plugins", self._recheck, interval=interval, logger=log, what="Slurm plugin check"
+        )
         self._last_error = ""  # the last failure of the check logged, not an outage
 
-    def check(self) -> Verdict | None:
+    def check(self) -> PluginStatus | None:
         """Ask slurmrestd once; None when it cannot be reached (the sync says so)."""
         try:
             release, plugins = self.client.plugins()
         except SlurmUnavailable as exc:  # the outage is logged once, by the client
             log.debug("checking Slurm's plugins: %s", exc)
-            return self.verdict
+            return self.status
         except SlurmError as exc:  # e.g. a 403 on /conf: the check cannot work, say why
             if str(exc) != self._last_error:
                 log.warning("checking Slurm's plugins failed: %s", exc)
                 self._last_error = str(exc)
-            return self.verdict
+            return self.status
         self._last_error = ""
         node_features = plugins.get("NodeFeaturesPlugins")
-        found = verdict(release, node_features, plugins.get("JobSubmitPlugins"))
-        if found != self.verdict:
+        found = plugin_status(release, node_features, plugins.get("JobSubmitPlugins"))
+        if found != self.status:
             if found.safe:
                 log.info("Slurm plugin check: %s", found.message)
             else:
                 action = "refusing new admissions" if self.mode == "enforce" else "warning only"
                 log.error("Slurm plugin check (%s): %s", action, found.message)
             self.metrics.slurm_plugins(found.safe)
-        self.verdict = found
+        self.status = found
         return found
 
     def refusal(self) -> str | None:
         """Why admissions are refused now (mode enforce and an unsafe slurmctld), or None."""
-        if self.mode != "enforce" or self.verdict is None or self.verdict.safe:
+        if self.mode != "enforce" or self.status is None or self.status.safe:
             return None
-        return self.verdict.message
+        return self.status.message
 
     # Component
 
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="slurm-plugins", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._loop.stop(timeout=30)
 
     def health(self) -> Health:
-        if self.verdict is None:
+        if self.status is None:
             return Health("ok", "not checked yet")
-        return Health("ok" if self.verdict.safe else "degraded", self.verdict.message)
+        return Health("ok" if self.status.safe else "degraded", self.status.message)
 
-    def _run(self) -> None:
-        while True:
-            try:
-                self.check()
-            except Exception:  # keep checking; a bug must not stop the service
-                log.exception("Slurm plugin check")
-            if self._stop.wait(self.interval):
-                return
+    def _recheck(self) -> None:
+        self.check()

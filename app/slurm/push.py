@@ -60,7 +60,7 @@ from app.core.records import EventKind, NodeView
 from app.core.resources import Resources
 from app.core.slurm_comment import node_comment, ours
 from app.core.slurm_models import SlurmJob, SlurmNode
-from app.ledger.repository import event_values
+from app.ledger.columns import event_values
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
@@ -207,7 +207,7 @@ class Pusher:
                         view.slurm_name,
                         gres=gres,
                         extra=extra if extra != node.extra else None,
-                        comment=_comment_update(node, view),
+                        comment=_comment_update(node, view, held),
                     )
                     pushed.append(gres)
                 # Read after the update: what the gate's safety check needs (app.slurm.gate).
@@ -270,12 +270,12 @@ def _grant_limit(
     return limit.at_most(slurm_grant(observed, slurm_usage(observed, jobs)))
 
 
-def _comment_update(node: SlurmNode, view: NodeView) -> str | None:
+def _comment_update(node: SlurmNode, view: NodeView, held: SlurmUnits) -> str | None:
     """The node's comment naming who holds what is withheld (app.core.slurm_comment), when
     it changes and is the service's to write. It rides on a count update only: the counts
     are what keeps jobs off, so a comment never costs a call of its own, and is as of the
     last count change."""
-    comment = node_comment(view)
+    comment = node_comment(view, held)
     return comment if ours(node.comment) and comment != node.comment else None
 
 

@@ -75,7 +75,6 @@ class SlurmState:
         self._old_refusals: frozenset[str] | None = None
         self._published = SlurmSnapshot(MappingProxyType({}), MappingProxyType({}))
         self._dirty = False
-        self.jobs_listed_at: float | None = None  # when the last full job listing's read began
 
     # ------------------------------------------------------------------ other threads
 
@@ -151,7 +150,6 @@ class SlurmState:
         if nodes is not None:
             self._nodes = {n.name: n for n in nodes.items}
         if jobs is not None:
-            self.jobs_listed_at = began
             self._held_back = tuple(j.job_id for j in jobs.items if j.held_back)
             if self._old_refusals is None:
                 self._old_refusals = frozenset(j.job_id for j in jobs.items if j.refused_at_submit)

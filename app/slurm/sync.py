@@ -12,7 +12,7 @@ Each step (``step()``, which tests call directly):
    listing brought news (app.slurm.reconcile: health, Slurm-job holdings, counts), and
    have slurmctld evaluate again the jobs it held back for counts that since rose
    (app.slurm.held_back).
-3. Apply job hints (app.slurm.hinted), also every HINT_POLL seconds between steps and
+3. Apply job hints (app.slurm.hint_sync), also every HINT_POLL seconds between steps and
    during a long pass, so they are never held up for long.
 With several replicas only the one holding the ``slurm-sync`` leadership (app.db.locks)
 writes; the others keep reading Slurm (step 1: cheap, and their node sizes stay current for
@@ -23,25 +23,25 @@ node discovery) and stand by. The loop is a thin shell around ``step()`` and
 from __future__ import annotations
 
 import logging
-import threading
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
 
 from app.core.components import Health
-from app.core.ledger_errors import LedgerError
+from app.core.errors import NodeledgerError
 from app.core.records import NodeView
 from app.db.locks import Leadership
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeViews
+from app.loops import Loop
 from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import log_failure
 from app.slurm.abandoned import AbandonedHolds
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.held_back import HeldBackJobs
-from app.slurm.hinted import HintedJobs
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
+from app.slurm.hint_sync import HintSync
 from app.slurm.hold_sweep import HoldSweep
 from app.slurm.holds import HoldJobs
 from app.slurm.listings import ListingReader
@@ -65,16 +65,16 @@ class SlurmSync:
         ledger: Ledger,
         pusher: Pusher,
         *,
+        holds: HoldJobs,
         interval: float = 1.0,
         full_sync_interval: float | None = None,
-        hints: JobHints | None = None,
+        hints: HintQueue | None = None,
         register_nodes: bool = False,
         pending_timeout: float = 60.0,
         leadership: Leadership | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: Metrics = NO_METRICS,
         views: NodeViews | None = None,
-        holds: HoldJobs | None = None,
     ) -> None:
         """``full_sync_interval``: seconds between full listings, read in the background,
         when slurmctld sends hints; None: listings every ``interval``, read in the step.
@@ -96,19 +96,28 @@ class SlurmSync:
         # What other threads read: ``state.snapshot()`` (node sizes, the jobs on a node).
         self.state = SlurmState()
         self.listings = ListingReader(
-            client, self.state, full_sync_interval=full_sync_interval, monotonic=monotonic
+            client,
+            self.state,
+            full_sync_interval=full_sync_interval,
+            monotonic=monotonic,
+            clock=ledger.clock,
         )
         self.reconciler = NodeReconciler(
-            client, ledger, pusher, self.state, metrics=metrics, listed_at=self._jobs_listed_at
+            client,
+            ledger,
+            pusher,
+            self.state,
+            metrics=metrics,
+            listed_at=lambda: self.listings.jobs_listed_at,
         )
         self.abandoned = AbandonedHolds(
             ledger, pusher, timeout=pending_timeout, monotonic=monotonic
         )
-        self.hold_sweep = HoldSweep(holds, ledger) if holds is not None else None
+        self.hold_sweep = HoldSweep(holds, ledger)
         self.held_back = HeldBackJobs(client)
-        self.hinted: HintedJobs | None = None
+        self.hinted: HintSync | None = None
         if hints is not None:
-            self.hinted = HintedJobs(
+            self.hinted = HintSync(
                 client,
                 hints,
                 self.state,
@@ -124,11 +133,12 @@ class SlurmSync:
         self._steps = 0
         self._error: str | None = None
         self._last_ok: float | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._due = -math.inf  # when the next step is (monotonic)
+        self._loop = Loop(
+            "slurm-sync", self._round, interval=interval, logger=log, what="Slurm sync"
+        )
         if hints is not None:
-            hints.on_hint(self._wake.set)
+            hints.on_hint(self._loop.wake)
 
     # ------------------------------------------------------------------ component
 
@@ -139,15 +149,10 @@ class SlurmSync:
             self._witnessed()
         except SlurmError as exc:
             self._doubted(f"Slurm unreachable: {exc.message}")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="slurm-sync", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval + 10)
+        self._loop.stop(timeout=self.interval + 10)
         self.listings.close()
         if self.leadership is not None:
             self.leadership.release()
@@ -162,27 +167,25 @@ class SlurmSync:
             return Health("ok", f"standby (another replica syncs); read Slurm {ago}")
         return Health("ok", f"synced {ago}")
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = self.monotonic()
+    def _round(self) -> float:
+        """The loop's step: a step every ``interval``; between steps, hints as they come
+        (woken by this replica's own) and the ones other replicas stored, every HINT_POLL.
+        The seconds until the next round."""
+        if self.monotonic() >= self._due:
+            self._due = self.monotonic() + self.interval
             try:
                 with self.metrics.slurm_sync_step():
                     self.step()
             except Exception as exc:  # keep syncing whatever one step hit; health() says why
                 log_failure(log, "Slurm sync step failed", exc)
-            # Between steps: hints as they come (woken by this replica's own), and the ones
-            # other replicas stored, every HINT_POLL.
-            while (left := self.interval - (self.monotonic() - started)) > 0:
-                self._wake.wait(min(left, HINT_POLL) if self.hinted is not None else left)
-                self._wake.clear()  # before taking: a hint stored from now on wakes us again
-                if self._stop.is_set():
-                    return
-                if self.hinted is not None and not self._standby and self._last_ok is not None:
-                    try:
-                        if failures := self.apply_hints():
-                            self._report(failures)
-                    except Exception as exc:
-                        log_failure(log, "applying Slurm job hints failed", exc)
+        elif self.hinted is not None and not self._standby and self._last_ok is not None:
+            try:
+                if failures := self.apply_hints():
+                    self._report(failures)
+            except Exception as exc:
+                log_failure(log, "applying Slurm job hints failed", exc)
+        left = self._due - self.monotonic()
+        return min(left, HINT_POLL) if self.hinted is not None else left
 
     # ------------------------------------------------------------------ one step
 
@@ -254,7 +257,7 @@ class SlurmSync:
             )
 
     def apply_hints(self) -> list[str]:
-        """Apply the job hints now (app.slurm.hinted); failures, by node or job."""
+        """Apply the job hints now (app.slurm.hint_sync); failures, by node or job."""
         assert self.hinted is not None
         return self.hinted.apply()
 
@@ -274,9 +277,8 @@ class SlurmSync:
             renamed = self.reconciler.track(views)
         self._steps += 1
         failures: list[str] = []
-        if changed and self.hold_sweep is not None:
-            failures += self.hold_sweep.sweep(self.state.jobs())
         if changed:
+            failures += self.hold_sweep.sweep(self.state.jobs())
             failures += self.held_back.release(self.state.nodes(), self.state.held_back())
         if changed or renamed or not self._steps % FULL_PASS_EVERY:
             failures += self._pass(views)
@@ -294,7 +296,7 @@ class SlurmSync:
         for view in views:
             try:
                 drifted += self.reconciler.sync(view)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{view.name}: {exc}")
             if self.hinted is not None and self.monotonic() - hinted >= HINT_POLL:
                 # A long pass (every node pushed after a slurmctld restart: minutes at
@@ -305,17 +307,10 @@ class SlurmSync:
         self.metrics.slurm_drifted_nodes(drifted)
         return failures
 
-    def _jobs_listed_at(self) -> datetime | None:
-        """When the last full job listing began, in the ledger's clock."""
-        listed = self.state.jobs_listed_at
-        if listed is None:
-            return None
-        return self.ledger.clock() - timedelta(seconds=self.monotonic() - listed)
-
     def _hold_lost(self) -> list[str]:
         """Hold again what lost its hold job (app.slurm.hold_sweep); failures, by holder."""
-        listed_at = self._jobs_listed_at()
-        if self.hold_sweep is None or listed_at is None:
+        listed_at = self.listings.jobs_listed_at
+        if listed_at is None:
             return []
         return self.hold_sweep.hold_lost(self.state.jobs(), listed_at)
 
@@ -343,7 +338,7 @@ class SlurmSync:
         for name in names:
             try:
                 self.pusher.push(name, reason=reason)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{name}: {exc}")
         return failures
 

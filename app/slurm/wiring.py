@@ -14,8 +14,9 @@ from app.metrics.registry import Metrics
 from app.outages import Dependency
 from app.slurm.client import SlurmClient
 from app.slurm.deferred import DeferredPushes
+from app.slurm.drains import SlurmDrains
 from app.slurm.gate import SlurmGate
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
 from app.slurm.holds import HoldJobs
 from app.slurm.plugins import PluginCheck
 from app.slurm.push import Pusher
@@ -29,8 +30,9 @@ from app.slurm.witness import SlurmWitness
 class SlurmParts:
     sync: SlurmSync
     gate: SlurmGate
-    hints: JobHints
+    hints: HintQueue
     components: tuple[Component, ...]  # in start order
+    drains: SlurmDrains  # for the Kubernetes side's cordons
 
 
 def token_source(settings: SlurmSettings) -> TokenSource:
@@ -67,7 +69,7 @@ def build_slurm(
     # slurmctld (30 s at least: a full pass at scale takes a while).
     witness = SlurmWitness(max_age=max(30.0, 10 * settings.sync_interval))
     pusher = Pusher(client, ledger, metrics=metrics, witness=witness)
-    hints = JobHints(db)
+    hints = HintQueue(db)
     holds = HoldJobs(client)
     sync = SlurmSync(
         client,
@@ -108,4 +110,4 @@ def build_slurm(
     components: tuple[Component, ...] = (
         (sync, deferred) if plugins is None else (sync, deferred, plugins)
     )
-    return SlurmParts(sync, gate, hints, components)
+    return SlurmParts(sync, gate, hints, components, SlurmDrains(client))

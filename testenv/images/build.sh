@@ -71,7 +71,7 @@ build_busybox() {
   local ref=${1:-$REGISTRY/busybox:1.35} key out rootfs version
   need_tools apt-get:apt
   version=$(apt-cache policy busybox-static | sed -n 's/^ *Candidate: *//p')
-  [ -n "$version" ] && [ "$version" != "(none)" ] || die "no busybox-static package in apt's lists"
+  [[ -n $version && $version != "(none)" ]] || die "no busybox-static package in apt's lists"
   key=$(echo "recipe $RECIPE $ref busybox-static $version" | sha256sum | cut -c1-16)
   out=$(out_path "busybox-${ref##*:}" "$key")
   [ -f "$out" ] && { echo "$out"; return 0; }
@@ -86,7 +86,7 @@ build_busybox() {
   for applet in $("$rootfs/bin/busybox" --list-full); do   # e.g. bin/sh, usr/bin/env
     [ -e "$rootfs/$applet" ] || ln -s /bin/busybox "$rootfs/$applet"
   done
-  [ -L "$rootfs/bin/sh" ] && [ -L "$rootfs/bin/sleep" ] || die "busybox lacks sh or sleep"
+  [[ -L $rootfs/bin/sh && -L $rootfs/bin/sleep ]] || die "busybox lacks sh or sleep"
   add_users "$rootfs" nonroot
   finish "$rootfs" "$ref" "$out" --config.cmd /bin/sh \
     --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -95,7 +95,7 @@ build_busybox() {
 
 build_static() {
   local binary=${1:-} ref=${2:-} key out rootfs name
-  [ -n "$binary" ] && [ -n "$ref" ] || die "usage: build.sh static BINARY REF"
+  [[ -n $binary && -n $ref ]] || die "usage: build.sh static BINARY REF"
   [ -f "$binary" ] || die "no such file: $binary"
   ! readelf -l "$binary" 2>/dev/null | grep 'Requesting program interpreter' >/dev/null \
     || die "$binary is dynamically linked (build it with CGO_ENABLED=0)"

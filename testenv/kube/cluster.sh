@@ -48,6 +48,9 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOG_TAG=kube-cluster
+# shellcheck source=scripts/lib.sh
+source "$HERE/../../scripts/lib.sh"
 CACHE_ROOT="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}"
 pinned() { awk -v m="$1" '{sub(/^require[ \t]+/, "")} $1 == m {print $2; exit}' "$2"; }
 # The Kubernetes minor, pinned by tools/kube-MINOR/go.mod, with the etcd minor that release
@@ -60,7 +63,7 @@ case "$KUBE_MINOR" in
   1.37) PORT_SHIFT=0 ETCD_MINOR=3.7 ;;
   1.36) PORT_SHIFT=10 ETCD_MINOR=3.6 ;;
   1.35) PORT_SHIFT=20 ETCD_MINOR=3.6 ;;
-  *) echo "NODELEDGER_KUBE_VERSION=$KUBE_MINOR: expected 1.35, 1.36 or 1.37" >&2; exit 2 ;;
+  *) log "NODELEDGER_KUBE_VERSION=$KUBE_MINOR: expected 1.35, 1.36 or 1.37"; exit 2 ;;
 esac
 KUBE_TOOLS="$HERE/tools/kube-$KUBE_MINOR"
 ETCD_TOOLS="$HERE/tools/etcd-$ETCD_MINOR"
@@ -81,7 +84,7 @@ PKI="$RUN/pki"
 KUBECTL="${KUBECTL:-$BIN/kubectl}"   # built with the servers: no version skew
 
 if [ -n "${NODELEDGER_KUBE_PORT_BASE:-}" ]; then
-  [[ $NODELEDGER_KUBE_PORT_BASE =~ ^[0-9]+$ ]] || { echo "bad NODELEDGER_KUBE_PORT_BASE" >&2; exit 2; }
+  [[ $NODELEDGER_KUBE_PORT_BASE =~ ^[0-9]+$ ]] || { log "bad NODELEDGER_KUBE_PORT_BASE"; exit 2; }
   ETCD_PORT=$((NODELEDGER_KUBE_PORT_BASE + PORT_SHIFT))
   ETCD_PEER_PORT=$((ETCD_PORT + 1))
   API_PORT=$((ETCD_PORT + 2))
@@ -97,9 +100,6 @@ fi
 WITH_SCHEDULER="${NODELEDGER_KUBE_SCHEDULER:-true}"
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1   # the `kubernetes` Service: the first address of SERVICE_CIDR
-
-log() { echo "kube-cluster: $*" >&2; }
-die() { log "$*"; exit 1; }
 
 # shellcheck source=testenv/kube/nodes.sh
 . "$HERE/nodes.sh"
@@ -306,13 +306,12 @@ stop() {   # stop PID...: TERM, wait up to 10 s, then KILL
   kill "$@" 2>/dev/null || true
   local n=0 p alive
   while [ $n -lt 100 ]; do
-    alive=""
-    for p in "$@"; do ours "$p" && alive="$alive $p"; done
-    [ -z "$alive" ] && return 0
+    alive=()
+    for p in "$@"; do ours "$p" && alive+=("$p"); done
+    [ "${#alive[@]}" -eq 0 ] && return 0
     sleep 0.1; n=$((n + 1))
   done
-  # shellcheck disable=SC2086
-  kill -9 $alive 2>/dev/null || true
+  kill -9 "${alive[@]}" 2>/dev/null || true
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -325,14 +324,6 @@ foreign_running() {   # a live process started from another cache owns this runt
       && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$RUN/" && return 0
   done
   return 1
-}
-
-wait_for() {   # wait_for SECONDS CHECK...
-  local deadline=$((SECONDS + $1)); shift
-  until "$@"; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.2
-  done
 }
 
 alive() { pid_of "$1" >/dev/null; }   # alive NAME
@@ -369,7 +360,7 @@ start_scheduler() {   # start_scheduler NAME PORT [ARGS...]
     --authentication-kubeconfig="$RUN/scheduler.kubeconfig" \
     --authorization-kubeconfig="$RUN/scheduler.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port="$port" --leader-elect=false
-  wait_for 60 scheduler_ok "$name" "$port" \
+  wait_for 60 "$name healthz" scheduler_ok "$name" "$port" \
     || { logs_tail "$name"; die "$name did not answer on https://127.0.0.1:$port/healthz"; }
 }
 
@@ -409,7 +400,7 @@ start_apiserver() {
     --service-cluster-ip-range="$SERVICE_CIDR" \
     --enable-priority-and-fairness=false \
     --profiling=false
-  wait_for 120 api_ok \
+  wait_for 120 "kube-apiserver readiness" api_ok \
     || { logs_tail etcd kube-apiserver; die "kube-apiserver did not become ready"; }
 }
 
@@ -424,7 +415,7 @@ start_controller_manager() {
     --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" --cluster-cidr="$POD_PREFIX.0.0/16" \
     --allocate-node-cidrs=false --profiling=false
-  wait_for 60 healthz_ok "$CM_PORT" \
+  wait_for 60 "kube-controller-manager healthz" healthz_ok "$CM_PORT" \
     || { logs_tail kube-controller-manager; die "kube-controller-manager did not start"; }
 }
 
@@ -483,16 +474,16 @@ up() {
   write_kubeconfig "$RUN/scheduler.kubeconfig" scheduler
   [ "$NODE_COUNT" -eq 0 ] || write_kubeconfig "$RUN/controller-manager.kubeconfig" controller-manager
 
-  local unsafe=""   # etcd >= 3.5: no fsync, the data is thrown away anyway
-  case "$("$BIN/etcd" --help 2>&1)" in *--unsafe-no-fsync*) unsafe=--unsafe-no-fsync ;; esac
-  spawn etcd "$BIN/etcd" --name=nodeledger --data-dir="$RUN/etcd" $unsafe \
+  local unsafe=()   # etcd >= 3.5: no fsync, the data is thrown away anyway
+  case "$("$BIN/etcd" --help 2>&1)" in *--unsafe-no-fsync*) unsafe=(--unsafe-no-fsync) ;; esac
+  spawn etcd "$BIN/etcd" --name=nodeledger --data-dir="$RUN/etcd" "${unsafe[@]}" \
     --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
     --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster="nodeledger=http://127.0.0.1:$ETCD_PEER_PORT" \
     --log-level=warn
-  wait_for 30 etcd_ok || { logs_tail etcd; die "etcd did not become healthy"; }
+  wait_for 30 "etcd health" etcd_ok || { logs_tail etcd; die "etcd did not become healthy"; }
 
   start_apiserver
 
@@ -518,9 +509,8 @@ down() {
     f=${f##*/}
     pid=$(pid_of "${f%.pid}") && stop "$pid"
   done
-  pids=$(daemon_pids)
-  # shellcheck disable=SC2086
-  [ -z "$pids" ] || stop $pids
+  mapfile -t pids < <(daemon_pids)
+  stop "${pids[@]}"
   rm -rf "${RUN:?}"
   return 0
 }

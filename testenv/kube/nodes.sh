@@ -214,7 +214,7 @@ start_node() {   # start_node I
   for c in $(cgroup_roots "$i"); do mkdir -p "$c"; done
   spawn "containerd-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
     /usr/bin/containerd --config "$d/containerd/config.toml"
-  wait_for 30 test -S "$d/containerd/containerd.sock" \
+  wait_for 30 "containerd socket of n$i" test -S "$d/containerd/containerd.sock" \
     || { logs_tail "containerd-n$i"; die "containerd of n$i did not start"; }
   import_images "$i"
   spawn "kubelet-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
@@ -247,7 +247,7 @@ nodes_up() {
   local i
   for ((i = 1; i <= NODE_COUNT; i++)); do start_node "$i"; done
   for ((i = 1; i <= NODE_COUNT; i++)); do
-    wait_for 120 node_ready "n$i" \
+    wait_for 120 "node n$i Ready" node_ready "n$i" \
       || { logs_tail "containerd-n$i" "kubelet-n$i"; die "node n$i did not become Ready"; }
   done
 }
@@ -257,14 +257,13 @@ nodes_up() {
 kill_cgroup_tree() {   # kill every process left in node I's cgroups, then remove them
   local i=$1 c n=0 pids
   while [ $n -lt 50 ]; do
-    pids=""
+    pids=()
     for c in $(cgroup_roots "$i"); do
-      [ -d "$c" ] && pids="$pids $(find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null)"
+      [ -d "$c" ] && mapfile -t -O "${#pids[@]}" pids \
+        < <(find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null)
     done
-    pids=$(echo $pids)
-    [ -z "$pids" ] && break
-    # shellcheck disable=SC2086
-    kill -9 $pids 2>/dev/null || true
+    [ "${#pids[@]}" -eq 0 ] && break
+    kill -9 "${pids[@]}" 2>/dev/null || true
     sleep 0.1; n=$((n + 1))
   done
   for c in $(cgroup_roots "$i"); do

@@ -10,19 +10,22 @@
 # (10.231.0.0/24, 10.232.0.0/16: testenv/kube/nodes.sh), whose services reach it there.
 set -euo pipefail
 
+LOG_TAG=pg.sh
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 RUNDIR="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/postgres"
 DATA="$RUNDIR/data"
 PORT_FILE="$RUNDIR/port"
 
 pg_bin() {
   local dir
-  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  dir=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
   [ -n "$dir" ] && [ -x "$dir/initdb" ] && echo "$dir"
 }
 
 install_server() {
   if pg_bin >/dev/null; then return; fi
-  echo "pg.sh: installing PostgreSQL from Debian's packages" >&2
+  log "installing PostgreSQL from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends postgresql >/dev/null
@@ -80,7 +83,7 @@ start() {
 }
 
 stop() {   # at once, as a crash or a lost machine would: clients see their connections drop
-  running || { echo "pg.sh: not running" >&2; exit 1; }
+  running || die "not running"
   as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" -m immediate -w -t 60 stop >/dev/null
 }
 
@@ -93,7 +96,7 @@ down() {
 }
 
 restart() {
-  running || { echo "pg.sh: not running" >&2; exit 1; }
+  running || die "not running"
   as_postgres "$(pg_bin)/pg_ctl" -D "$DATA" -m fast -w -t 60 restart >/dev/null
 }
 

@@ -39,10 +39,10 @@
 # the C plugins from slurm-plugins/ (default: build, install and load them).
 set -euo pipefail
 
-log() { echo "slurm-cluster: $*" >&2; }
-die() { log "$*"; exit 1; }
-
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+LOG_TAG=slurm-cluster
+# shellcheck source=scripts/lib.sh
+source "$REPO/scripts/lib.sh"
 VERSION="${NODELEDGER_SLURM_VERSION:-24.11}"
 SRC_DIR="${NODELEDGER_SLURM_SRC_DIR:-$REPO/../shared/slurm-src}"
 LIBDIR=/usr/lib/x86_64-linux-gnu
@@ -95,6 +95,7 @@ HINT_CONFIG=/etc/slurm/nodeledger-hint.conf
 in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
 
 in_root_with_proc() {   # in_root, with /proc mounted in a private mount namespace (valgrind)
+  # shellcheck disable=SC2016  # expanded by that sh: the root and the command are its arguments
   unshare -m --propagation private sh -c 'mount -t proc proc "$0/proc" && exec chroot "$0" \
     /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"' "$ROOT" "$@"
 }
@@ -191,6 +192,7 @@ fetch_tarball() { # the pinned tag, checked, archived into $SRC_CACHE/$TARBALL
 fetch_failed() { # fetch_failed GIT_ERROR: what was tried, and how to do without a network
   local all
   all=$(grep -v '^[[:space:]]*\(#\|$\)' "$SOURCES_LOCK" | awk '{printf " slurm-%s.tar.gz", $1}')
+  # shellcheck disable=SC2001  # indents every line of git's error; an expansion cannot say so
   die "Slurm $RELEASE: no sources, and fetching them failed.
   looked for $TARBALL in NODELEDGER_SLURM_SRC_DIR ($SRC_DIR) and in $SRC_CACHE
   tried      git clone --depth 1 --branch $PIN_TAG $GIT_URL
@@ -448,9 +450,11 @@ $plugin_lines
 EOF
   if [ "$SCALE_NODES" -gt 0 ]; then
     # Nodes nobody answers for (their port is closed): slurmctld keeps them DOWN.
-    echo "MaxJobCount=50000" >>"$etc/slurm.conf"
-    echo "NodeName=s[1-$SCALE_NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT_BASE + 99)) CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000 State=UNKNOWN" >>"$etc/slurm.conf"
-    echo "PartitionName=scale Nodes=s[1-$SCALE_NODES] MaxTime=INFINITE State=UP" >>"$etc/slurm.conf"
+    {
+      echo "MaxJobCount=50000"
+      echo "NodeName=s[1-$SCALE_NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT_BASE + 99)) CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000 State=UNKNOWN"
+      echo "PartitionName=scale Nodes=s[1-$SCALE_NODES] MaxTime=INFINITE State=UP"
+    } >>"$etc/slurm.conf"
   fi
   # n3's GPUs: one GRES type per device (gN is /dev/nvidiaN), so that a hold job can ask
   # for exactly the device a pod has (docs/gpu-identity.md); plain --gres=gpu:N still works.
@@ -576,15 +580,6 @@ nodes_ok() {
   [ "$(echo "$states" | grep -cE ' (idle|mixed|allocated)$')" -ge "${#NODES[@]}" ]
 }
 
-wait_for() {   # wait_for SECONDS WHAT CHECK...
-  local limit=$1 what=$2; shift 2
-  local deadline=$((SECONDS + limit))
-  until "$@"; do
-    [ $SECONDS -lt $deadline ] || { log "no $what after $limit s"; return 1; }
-    sleep 0.2
-  done
-}
-
 write_token() {
   in_cluster scontrol token username=slurm lifespan=31536000 | sed -n 's/^SLURM_JWT=//p' \
     >"$ROOT$TOKEN_FILE.new"
@@ -695,9 +690,9 @@ case "${1:-}" in
   stop-restd) stop_restd ;;
   pause-restd | resume-restd)
     signal=STOP; [ "$1" = resume-restd ] && signal=CONT
-    pids=$(cluster_pids "^/usr/sbin/slurmrestd .*:$RESTD_PORT")
-    [ -n "$pids" ] || die "slurmrestd is not running"
-    kill -s "$signal" $pids ;;
+    mapfile -t pids < <(cluster_pids "^/usr/sbin/slurmrestd .*:$RESTD_PORT")
+    [ "${#pids[@]}" -gt 0 ] || die "slurmrestd is not running"
+    kill -s "$signal" "${pids[@]}" ;;
   start-restd) stop_restd; start_restd; wait_for 30 "slurmrestd" restd_ok || die "slurmrestd did not answer" ;;
   *) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;   # the comment at the top
 esac

@@ -79,7 +79,7 @@ def test_racing_admissions_of_one_gpu_device_admit_exactly_one(
             "node": "n1",
             "holder": {"kind": "pod", "uid": f"u{i}"},
             "requests": {"cpu": "1", "gpu": 1},
-            "devices": [1],
+            "devices": [{"index": 1}],
         }
         url = replicas[i % len(replicas)].url
         answer = httpx.post(f"{url}/v1/admissions", json=body, timeout=60)
@@ -89,4 +89,4 @@ def test_racing_admissions_of_one_gpu_device_admit_exactly_one(
         outcomes = list(pool.map(admit, range(8)))
     assert sorted(outcomes) == [(201, "")] + [(409, "device_taken")] * 7, outcomes
     holdings = httpx.get(f"{first}/v1/holdings").json()
-    assert [h["devices"] for h in holdings] == [[1]]
+    assert [h["devices"] for h in holdings] == [[{"index": 1, "uuid": ""}]]

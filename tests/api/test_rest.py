@@ -61,6 +61,59 @@ def test_node_lifecycle(api: TestClient) -> None:
     assert api.get("/v1/nodes/n1").status_code == 404
 
 
+def test_a_node_read_can_be_put_back(api: TestClient) -> None:
+    """GET then PUT of the same body: the base-unit twins agree with their quantities, and
+    what the ledger computes (free, holdings, headroom...) is ignored."""
+    spec = {**NODE, "slurm_name": "sn1", "labels": {"a": "b"}}
+    assert api.put("/v1/nodes/n1", json=spec).status_code == 201
+    assert api.post("/v1/admissions", json=pod("u1")).status_code == 201
+    assert api.put("/v1/nodes/n1", json={**spec, "cordon_reason": "disk"}).status_code == 200
+    read = api.get("/v1/nodes/n1").json()
+    put = api.put("/v1/nodes/n1", json=read)
+    assert put.status_code == 200, put.json()
+    again = api.get("/v1/nodes/n1").json()
+    assert {**again, "updated_at": None} == {**read, "updated_at": None}
+    # A twin alone, where the quantity defaults (reserved.gpu and .cpu do), still has to agree.
+    assert api.put("/v1/nodes/n1", json={**NODE, "reserved": {"cpu_millis": 0}}).status_code == 200
+
+
+TWINS = {
+    "capacity.cpu_millis": ({"capacity": {"cpu": "8", "memory": "1Gi", "cpu_millis": 7999}}),
+    "capacity.memory_bytes": ({"capacity": {"cpu": "8", "memory": "1Gi", "memory_bytes": 1}}),
+    "reserved.cpu_millis": ({**NODE, "reserved": {"cpu": "500m", "cpu_millis": 5000}}),
+    "reserved.memory_bytes": ({**NODE, "reserved": {"memory_bytes": 1024}}),
+}
+
+
+@pytest.mark.parametrize(("field", "body"), TWINS.items(), ids=TWINS.keys())
+def test_a_twin_that_disagrees_is_a_422_naming_it(
+    api: TestClient, field: str, body: dict[str, Any]
+) -> None:
+    answer = api.put("/v1/nodes/n1", json=body)
+    assert answer.status_code == 422, answer.json()
+    [error] = answer.json()["detail"]
+    assert error["loc"] == ["body", *field.split(".")]
+    assert "disagrees with" in error["msg"]
+    assert api.get("/v1/nodes").json() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({**NODE, "capacity": {**NODE["capacity"], "cpu_millis": "8000"}}, "cpu_millis"),
+        ({**NODE, "capacity": {**NODE["capacity"], "cpu_milis": 8000}}, "cpu_milis"),
+        ({**NODE, "fre": {}}, "fre"),
+    ],
+    ids=["a twin not an integer", "a misspelt twin", "a misspelt field"],
+)
+def test_what_is_neither_spec_nor_read_only_is_still_refused(
+    api: TestClient, body: dict[str, Any], loc: str
+) -> None:
+    answer = api.put("/v1/nodes/n1", json=body)
+    assert answer.status_code == 422
+    assert answer.json()["detail"][0]["loc"][-1] == loc
+
+
 def test_admission_flow(api: TestClient, n1: str) -> None:
     first = api.post("/v1/admissions", json=pod("u1", gpu=1))
     assert first.status_code == 201, first.text

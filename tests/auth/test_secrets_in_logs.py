@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.metrics.logs import QUERY_SHOWN, redact_query
+from app.logs import QUERY_SHOWN, redact_query
 from app.settings import Settings
 from tests.auth.fakes import READER_TOKEN, STATIC_ENTRIES, WRITER_TOKEN, bearer, write_tokens
 from tests.support.databases import sqlite_database

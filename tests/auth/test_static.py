@@ -234,8 +234,8 @@ def test_a_review_while_the_api_server_is_away_is_marked_so() -> None:
     reviews = KubeReviews(client)  # type: ignore[arg-type]
     with pytest.raises(ReviewError) as answered:
         reviews.token_review(WRITER_TOKEN)
-    assert not answered.value.away
+    assert not answered.value.unavailable
     client.availability.failed("POST tokenreviews: connection refused")
     with pytest.raises(ReviewError) as away:
         reviews.access_review({"user": "u"})
-    assert away.value.away
+    assert away.value.unavailable

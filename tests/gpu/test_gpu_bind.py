@@ -168,9 +168,8 @@ def test_a_gpu_pod_is_bound_only_once_its_device_is_held_in_slurm(gpu_bind: GpuB
     index = gpu_bind.index(device)
     held = gpu_bind.holding(uid)
     assert held is not None, "bound without a holding"
-    assert held["devices"] == [index]
     gpu_uuid = gpu_bind.uuid(device)
-    assert held["device_uuids"] == [gpu_uuid]  # read from the slice by the bind
+    assert held["devices"] == [{"index": index, "uuid": gpu_uuid}]  # the UUID from the slice
     assert held["state"] == "held"
     hold = held["slurm_hold"]
     assert hold, held
@@ -230,8 +229,7 @@ def test_a_device_a_slurm_job_has_refuses_the_bind_until_the_job_ends(
     assert kube.wait_bound(name, timeout=180) == NODE  # the scheduler backs off meanwhile
     held = gpu_bind.holding(uid)
     assert held is not None
-    assert held["devices"] == [0]
-    assert held["device_uuids"] == [gpu_bind.uuid("gpu0")]
+    assert held["devices"] == [{"index": 0, "uuid": gpu_bind.uuid("gpu0")}]
     assert held["slurm_hold"]
     assert job_gpus(slurm, held["slurm_hold"])[1] == {0}
     assert gpu_bind.allocated(name) == ["gpu0"]

@@ -285,7 +285,7 @@ def test_a_pod_and_a_job_never_share_a_gpu(
     assert admitted.status_code == 201, admitted.text
     if identified:
         hold = admitted.json()["slurm_hold"]
-        assert admitted.json()["devices"] == [pod_index]
+        assert [d["index"] for d in admitted.json()["devices"]] == [pod_index]
         assert hold
         assert job_gpus(slurm, hold)[1] == {pod_index}
     else:

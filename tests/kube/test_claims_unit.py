@@ -12,10 +12,10 @@ from app.core.claims import (
     ClaimDevicesError,
     ClaimRef,
     allocated_devices,
-    device_indices,
-    device_uuids,
+    held_by_index,
     pod_claims,
 )
+from app.core.records import HeldDevice
 
 NVIDIA = "gpu.nvidia.com"
 NODE = "gpu-1"
@@ -142,15 +142,11 @@ def test_a_device_uuid_is_read_when_there_and_never_an_error(
     assert (found.index, found.uuid) == (0, expected)
 
 
-def test_device_uuids_follow_the_sorted_indices() -> None:
+def test_held_devices_carry_their_uuids_by_index() -> None:
     claims = [claim("a", result("gpu-2")), claim("b", result("gpu-1"), result("gpu-0"))]
     found = allocated_devices(claims, [NVIDIA_SLICE], node=NODE, drivers={NVIDIA})
-    assert device_indices(found) == (0, 1, 2)
-    assert device_uuids(found) == ("GPU-a", "GPU-b", "")  # gpu-2 publishes none
-    only_unknown = allocated_devices(
-        [claim("c", result("gpu-2"))], [NVIDIA_SLICE], node=NODE, drivers={NVIDIA}
-    )
-    assert device_uuids(only_unknown) == ()
+    # gpu-2 publishes no UUID
+    assert held_by_index(found) == (HeldDevice(0, "GPU-a"), HeldDevice(1, "GPU-b"), HeldDevice(2))
 
 
 @pytest.mark.parametrize(
@@ -208,14 +204,14 @@ def test_a_bool_attribute_is_not_an_index() -> None:
         )  # fmt: skip
 
 
-def test_device_indices_are_sorted_and_one_device_twice_is_refused() -> None:
+def test_held_devices_are_sorted_and_one_device_twice_is_refused() -> None:
     def device(claim_name: str, index: int) -> AllocatedDevice:
         return AllocatedDevice(claim_name, "gpu", NVIDIA, NODE, f"gpu-{index}", index)
 
-    assert device_indices([device("ml/a", 3), device("ml/b", 1)]) == (1, 3)
-    assert device_indices([]) == ()
+    assert held_by_index([device("ml/a", 3), device("ml/b", 1)]) == (HeldDevice(1), HeldDevice(3))
+    assert held_by_index([]) == ()
     with pytest.raises(ClaimDevicesError, match="ml/b: device index 1 is also allocated to ml/a"):
-        device_indices([device("ml/a", 1), device("ml/b", 1)])
+        held_by_index([device("ml/a", 1), device("ml/b", 1)])
 
 
 @pytest.mark.parametrize(

@@ -412,5 +412,4 @@ def test_an_unreachable_api_server_is_retried_at_the_election_pace(
         assert not any(r.exc_info for r in records)
     finally:
         UnreachableElection.finished = True
-        assert elector._thread is not None
-        elector._thread.join(5)
+        elector._loop.stop(5)

@@ -72,6 +72,15 @@ def answered(api: TestClient) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return {"NodeNames": result["NodeNames"], "FailedNodes": result["FailedNodes"]}, scored.json()
 
 
+def per_node(
+    answer: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> dict[str, tuple[str, int | None]]:
+    """Each candidate's part of an answer: why it failed ("" when it fits) and its score."""
+    result, scores = answer
+    score = {s["Host"]: s["Score"] for s in scores}
+    return {n: (result["FailedNodes"].get(n, ""), score.get(n)) for n in CANDIDATES}
+
+
 def admit(api: TestClient, node: str, uid: str, cpu: str) -> None:
     body = {"node": node, "holder": {"kind": "pod", "uid": uid}, "requests": {"cpu": cpu}}
     assert api.post("/v1/admissions", json=body).status_code == 201
@@ -99,7 +108,7 @@ def test_the_snapshot_decides_like_a_fresh_read(
     assert after != before
 
     # Another replica drains and cordons nodes and admits on them: seen at once when
-    # strict; with 60 s of allowed staleness the answers are still the last ones
+    # strict; with 60 s of allowed staleness each node may still answer as before
     other_db = Database.from_url(database_url)
     try:
         other = Ledger(other_db)
@@ -110,7 +119,12 @@ def test_the_snapshot_decides_like_a_fresh_read(
         other_db.dispose()
     changed, scores = answered(api)
     if max_staleness:
-        assert (changed, scores) == (after, after_scores)
+        # Allowed to miss them, not bound to: the snapshot's own refresh (every second)
+        # may have read any of the three meanwhile. Each node is as before them or after.
+        now = per_node(expected(ledger))
+        then = per_node((after, after_scores))
+        for name, seen in per_node((changed, scores)).items():
+            assert seen in (then[name], now[name]), name
         return
     assert (changed, scores) == expected(ledger)
     for i in (1, 2, 3):

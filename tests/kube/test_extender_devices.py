@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.bootstrap import build_services
 from app.core.pods import PodInfo, pod_info
-from app.core.records import HolderKind
+from app.core.records import HeldDevice, HolderKind
 from app.kube.claims import PodDevices
 from app.kube.client import KubeError
 from app.kube.controllers.accounting import PodAccounting
@@ -156,8 +156,7 @@ def test_a_pod_is_admitted_with_its_claims_devices_then_bound(
     assert bind(client) is None
     held = holding(client)
     assert held is not None
-    assert held["devices"] == [1]
-    assert held["device_uuids"] == ["GPU-1"]
+    assert held["devices"] == [{"index": 1, "uuid": "GPU-1"}]
     assert held["requests"]["gpu"] == 1
     assert kube.bound == [f"ml/train {NODE}"]
     assert kube.calls[1:] == [
@@ -176,8 +175,9 @@ def test_devices_of_several_claims_and_other_drivers(client: TestClient, kube: F
     assert bind(client) is None
     held = holding(client)
     assert held is not None
-    assert (held["devices"], held["requests"]["gpu"]) == ([0, 2, 3], 3)
-    assert held["device_uuids"] == ["GPU-0", "GPU-2", ""]  # gpu3 publishes none
+    assert held["requests"]["gpu"] == 3
+    devices = [(d["index"], d["uuid"]) for d in held["devices"]]
+    assert devices == [(0, "GPU-0"), (2, "GPU-2"), (3, "")]  # gpu3 publishes none
 
 
 @pytest.mark.parametrize(
@@ -196,7 +196,7 @@ def test_a_device_without_a_usable_uuid_is_bound_all_the_same(
     assert bind(client) is None
     held = holding(client)
     assert held is not None
-    assert (held["devices"], held["device_uuids"]) == ([1], [])
+    assert held["devices"] == [{"index": 1, "uuid": ""}]
     assert kube.bound == [f"ml/train {NODE}"]
 
 
@@ -305,7 +305,7 @@ def test_the_bound_pods_accounting_keeps_its_devices(client: TestClient, kube: F
     accounting.resync([info])
     assert services.ledger.events(after_id=mark, limit=10) == []
     [kept] = services.ledger.holdings_of(HolderKind.POD, [UID])
-    assert (kept.devices, kept.device_uuids, kept.resources.gpus) == ((1,), ("GPU-1",), 1)
+    assert (kept.devices, kept.resources.gpus) == ((HeldDevice(1, "GPU-1"),), 1)
 
 
 def claim_accounting(client: TestClient, kube: FakeKube) -> tuple[PodAccounting, PodInfo]:

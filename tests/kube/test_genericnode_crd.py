@@ -14,6 +14,7 @@ import yaml
 from app.core.components import Health
 from app.core.genericnode import fingerprint, status_of
 from app.core.records import (
+    HeldDevice,
     Holder,
     HolderKind,
     Holding,
@@ -77,9 +78,8 @@ def test_the_status_says_which_holder_has_which_gpu_device() -> None:
         HoldingState.HELD,
         T0,
         T0,
-        devices=(1, 3),
+        devices=(HeldDevice(1, "GPU-1"), HeldDevice(3)),
         slurm_hold="77",
-        device_uuids=("GPU-1", ""),
     )
     counted = Holding(
         "a", Holder(HolderKind.MANUAL, "ops"), Resources(0, 0, 1), HoldingState.HELD, T0, T0
@@ -89,7 +89,9 @@ def test_the_status_says_which_holder_has_which_gpu_device() -> None:
     entry = {"holderKind": "pod", "holderID": "uid-1", "holder": "ns/p", "slurmHold": "77"}
     assert status["gpus"] == [{"device": 1, "uuid": "GPU-1", **entry}, {"device": 3, **entry}]
     # No UUID known: no uuid field (optional in the schema).
-    unknown = NodeView("a", spec, None, None, (replace(pod, device_uuids=()),), T0, T0)
+    unknown = NodeView(
+        "a", spec, None, None, (replace(pod, devices=(HeldDevice(1), HeldDevice(3))),), T0, T0
+    )
     no_uuids = status_of(unknown, Health("ok"), {}, T0, "nvidia.com/gpu")["gpus"]
     assert no_uuids == [{"device": 1, **entry}, {"device": 3, **entry}]
     gpus = version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["gpus"]

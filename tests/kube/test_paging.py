@@ -15,6 +15,7 @@ import pytest
 from app.core.pods import PodShape
 from app.kube.client import KubeClient
 from app.kube.controllers.watch import ListWatch
+from app.loops import Stop
 from tests.support.kube_cluster import KubeCluster, wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
@@ -128,7 +129,7 @@ def test_the_watch_continues_from_the_paged_list_without_losing_or_repeating(
     first = [f"w{i:02d}-{label}" for i in range(25)]
     create_pods(kube_cluster, label, first)
     client = CountingClient(kube_cluster.kubeconfig, page_size=4)
-    seen, stop = Seen(), threading.Event()
+    seen, stop = Seen(), Stop()
     watch = ListWatch("pods", client, PODS, seen, watch_timeout=5, labelSelector=f"paging={label}")
     thread = threading.Thread(target=watch.run, args=(stop,), daemon=True)
     thread.start()

@@ -2,7 +2,7 @@
 ledger applies them on a real database: a device goes to one holding at a time, even to
 admissions racing on several replicas; it is read back everywhere; its admission never
 skips the gate through the headroom; the common admission, without devices, costs the
-statements it did. Their UUIDs (informational) go with them, in their order."""
+statements it did. Their UUIDs (informational) go with them, one object per device."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from app.core.devices import MAX_DEVICES, device_refusal
+from app.core.devices import MAX_DEVICES, device_refusal, from_parallel, held_devices
 from app.core.headroom import HeadroomPolicy
 from app.core.ledger_errors import (
     AdmissionRejected,
@@ -26,7 +26,7 @@ from app.core.ledger_errors import (
     InvalidDeviceUuids,
     LedgerError,
 )
-from app.core.records import EventKind, Holder, HolderKind, HoldingState, NodeSpec
+from app.core.records import EventKind, HeldDevice, Holder, HolderKind, HoldingState, NodeSpec
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.ledger.service import Ledger
@@ -58,12 +58,10 @@ class Case:
 CASES = {
     "free devices": Case((0, 2), 2, ((B, (1,)),), None),
     "one device of four": Case((3,), 1, (), None),
-    "named twice": Case((1, 1), 2, (), InvalidDevices, "devices: each device may be named once"),
     "past the last GPU": Case((4,), 1, (), InvalidDevices, "no device 4 on the node"),
     "negative": Case((-1,), 1, (), InvalidDevices, "no device -1 on the node"),
     "fewer than the GPUs asked": Case((0,), 2, (), InvalidDevices, "1 device(s) named for"),
     "more than the GPUs asked": Case((0, 1), 1, (), InvalidDevices, "name one device per GPU"),
-    "too many": Case(tuple(range(MAX_DEVICES + 1)), 65, (), InvalidDevices, "at most 64"),
     "held by another pod": Case(
         (0, 1), 2, ((B, (1, 3)),), DeviceTaken, "GPU device 1 is held by pod ns/b (uid-b)"
     ),
@@ -74,7 +72,7 @@ CASES = {
     "same id, other kind": Case(
         (0,), 1, ((Holder(HolderKind.MANUAL, "uid-a"), (0,)),), DeviceTaken, "device 0"
     ),
-    "invalid before taken": Case((0, 0), 2, ((B, (0,)),), InvalidDevices),
+    "invalid before taken": Case((4,), 1, ((B, (4,)),), InvalidDevices),
 }
 
 
@@ -88,6 +86,55 @@ def test_the_rules(case: Case) -> None:
     assert refused is not None
     assert case.says in refused.message
     assert refused.message.startswith("devices: " if case.refused is InvalidDevices else "node")
+
+
+def on(*indices: int) -> tuple[HeldDevice, ...]:
+    return tuple(HeldDevice(i) for i in indices)
+
+
+NAMED = {
+    "named twice": (on(1, 1), "devices: each device may be named once; named more than once: 1"),
+    "too many": (on(*range(MAX_DEVICES + 1)), "devices: at most 64 devices, got 65"),
+    "a UUID too long": ((HeldDevice(0, "G" * 129),), "devices: the UUID of device 0: a UUID"),
+    "a UUID not printable": (
+        (HeldDevice(1), HeldDevice(0, "GPU-\x00")),
+        "devices: the UUID of device 0",
+    ),
+}
+
+
+@pytest.mark.parametrize(("devices", "says"), NAMED.values(), ids=NAMED.keys())
+def test_the_rules_that_need_no_node(devices: tuple[HeldDevice, ...], says: str) -> None:
+    with pytest.raises(InvalidDevices) as caught:
+        held_devices(devices)
+    assert caught.value.message.startswith(says)
+    assert (caught.value.field, caught.value.http_status) == ("devices", 422)
+
+
+def test_devices_are_held_by_index_with_their_uuids() -> None:
+    named = (HeldDevice(3, "GPU-3"), HeldDevice(1), HeldDevice(0, "G" * 128))
+    assert held_devices(named) == (named[2], named[1], named[0])
+    assert held_devices(()) == ()
+
+
+PARALLEL = {
+    "UUIDs not one per device": ([0, 1], ["GPU-0"], "device_uuids: 1 UUID(s) for 2 device(s)"),
+    "UUIDs without devices": ([], ["GPU-0"], "device_uuids: 1 UUID(s) for 0 device(s)"),
+    "a UUID not printable": ([0, 1], ["", "\t"], "device_uuids: entry 1: a UUID is at most"),
+}
+
+
+@pytest.mark.parametrize(("indices", "uuids", "says"), PARALLEL.values(), ids=PARALLEL.keys())
+def test_the_deprecated_two_arrays(indices: list[int], uuids: list[str], says: str) -> None:
+    with pytest.raises(InvalidDeviceUuids) as caught:
+        from_parallel(indices, uuids)
+    assert caught.value.message.startswith(says)
+    assert (caught.value.field, caught.value.http_status) == ("device_uuids", 422)
+
+
+def test_the_deprecated_two_arrays_pair_by_place() -> None:
+    assert from_parallel([2, 0], ["GPU-2", ""]) == (HeldDevice(2, "GPU-2"), HeldDevice(0))
+    assert from_parallel([1], []) == on(1)
 
 
 def test_the_errors_say_what_a_caller_needs() -> None:
@@ -115,17 +162,18 @@ def gpu_ledger(ledger: Ledger) -> Ledger:
 
 def test_a_device_goes_to_one_holding_and_is_read_back_everywhere(gpu_ledger: Ledger) -> None:
     ledger = gpu_ledger
-    admission = ledger.admit("n1", A, gpus(2), devices=(3, 1), device_uuids=("GPU-3", "GPU-1"))
+    admission = ledger.admit(
+        "n1", A, gpus(2), devices=(HeldDevice(3, "GPU-3"), HeldDevice(1, "GPU-1"))
+    )
     assert admission.created
-    assert admission.holding.devices == (1, 3)  # sorted
-    assert admission.holding.device_uuids == ("GPU-1", "GPU-3")  # with their devices
+    assert admission.holding.devices == (HeldDevice(1, "GPU-1"), HeldDevice(3, "GPU-3"))
     with pytest.raises(DeviceTaken, match=r"GPU device 3 is held by pod ns/a \(uid-a\)"):
-        ledger.admit("n1", B, gpus(1), devices=(3,))
-    assert ledger.admit("n1", B, gpus(1), devices=(0,)).holding.devices == (0,)
+        ledger.admit("n1", B, gpus(1), devices=on(3))
+    assert ledger.admit("n1", B, gpus(1), devices=on(0)).holding.devices == on(0)
     ledger.admit("n1", OPS, gpus(1))  # counted, as ever: takes no device
     with pytest.raises(AdmissionRejected):
-        ledger.admit("n1", Holder(HolderKind.POD, "uid-c"), gpus(1), devices=(2,))  # 4 of 4
-    expected = {A.id: (1, 3), B.id: (0,), OPS.id: ()}
+        ledger.admit("n1", Holder(HolderKind.POD, "uid-c"), gpus(1), devices=on(2))  # 4 of 4
+    expected = {A.id: admission.holding.devices, B.id: on(0), OPS.id: ()}
     reads = {
         "get_node": ledger.get_node("n1").holdings,
         "list_nodes": ledger.list_nodes()[0].holdings,
@@ -135,26 +183,23 @@ def test_a_device_goes_to_one_holding_and_is_read_back_everywhere(gpu_ledger: Le
         "node_page": ledger.node_page(10).items[0].holdings,
         "snapshot": NodeSnapshot(ledger).views()["n1"].holdings,
     }
-    uuids = {A.id: ("GPU-1", "GPU-3"), B.id: (), OPS.id: ()}
     for name, holdings in reads.items():
         assert {h.holder.id: h.devices for h in holdings} == expected, name
-        assert {h.holder.id: h.device_uuids for h in holdings} == uuids, name
     rejected = ledger.events(node="n1", kind=EventKind.REJECTED)
-    assert rejected[0].details == {"devices": [3], "taken": [3]}
+    assert rejected[0].details == {"devices": [{"index": 3, "uuid": ""}], "taken": [3]}
     assert "GPU device 3 is held by pod ns/a" in rejected[0].message
 
 
 def test_invalid_devices_write_nothing(gpu_ledger: Ledger) -> None:
     before = gpu_ledger.last_event_id()
     with pytest.raises(InvalidDevices, match="devices: no device 7 on the node"):
-        gpu_ledger.admit("n1", A, gpus(1), devices=(7,))
+        gpu_ledger.admit("n1", A, gpus(1), devices=on(7))
     with pytest.raises(InvalidDevices, match="devices: 2 device"):
-        gpu_ledger.admit("n1", A, gpus(1), devices=(0, 1))
-    with pytest.raises(InvalidDeviceUuids, match="device_uuids: 1 UUID") as caught:
-        gpu_ledger.admit("n1", A, gpus(2), devices=(0, 1), device_uuids=("GPU-0",))
-    assert (caught.value.field, caught.value.http_status) == ("device_uuids", 422)
-    with pytest.raises(InvalidDeviceUuids):
-        gpu_ledger.admit("n1", A, gpus(0), device_uuids=("GPU-0",))
+        gpu_ledger.admit("n1", A, gpus(1), devices=on(0, 1))
+    with pytest.raises(InvalidDevices, match="devices: each device may be named once"):
+        gpu_ledger.admit("n1", A, gpus(2), devices=on(1, 1))
+    with pytest.raises(InvalidDevices, match="devices: the UUID of device 0"):
+        gpu_ledger.admit("n1", A, gpus(1), devices=(HeldDevice(0, "\n"),))
     assert gpu_ledger.list_holdings() == []
     assert gpu_ledger.last_event_id() == before
 
@@ -163,28 +208,28 @@ def test_uuids_are_informational(gpu_ledger: Ledger) -> None:
     ledger = gpu_ledger
     # One not known is "", none known is (); a retry is the same admission whatever its
     # UUIDs say, answered with the holding's.
-    some = ledger.admit("n1", A, gpus(2), devices=(2, 0), device_uuids=("GPU-2", ""))
-    assert some.holding.device_uuids == ("", "GPU-2")
-    retry = ledger.admit("n1", A, gpus(2), devices=(0, 2), device_uuids=("GPU-x", "GPU-y"))
-    assert (retry.created, retry.holding.device_uuids) == (False, ("", "GPU-2"))
-    none = ledger.admit("n1", B, gpus(1), devices=(1,), device_uuids=("",))
-    assert none.holding.device_uuids == ()
-    assert ledger.get_node("n1").holdings[1].device_uuids == ()
+    some = ledger.admit("n1", A, gpus(2), devices=(HeldDevice(2, "GPU-2"), HeldDevice(0)))
+    assert some.holding.devices == (HeldDevice(0), HeldDevice(2, "GPU-2"))
+    retry = ledger.admit("n1", A, gpus(2), devices=(HeldDevice(0, "x"), HeldDevice(2, "y")))
+    assert (retry.created, retry.holding.devices) == (False, some.holding.devices)
+    none = ledger.admit("n1", B, gpus(1), devices=on(1))
+    assert none.holding.devices == on(1)
+    assert ledger.get_node("n1").holdings[1].devices == on(1)
 
 
 def test_a_retry_gets_its_holding_and_other_devices_are_a_conflict(gpu_ledger: Ledger) -> None:
     ledger = gpu_ledger
-    first = ledger.admit("n1", A, gpus(1), devices=(2,), state=HoldingState.PENDING)
-    again = ledger.admit("n1", A, gpus(1), devices=(2,), state=HoldingState.PENDING)
+    first = ledger.admit("n1", A, gpus(1), devices=on(2), state=HoldingState.PENDING)
+    again = ledger.admit("n1", A, gpus(1), devices=on(2), state=HoldingState.PENDING)
     assert (first.created, again.created) == (True, False)
     assert again.holding == first.holding
     with pytest.raises(HolderConflict, match=r"GPU devices 2\)"):
-        ledger.admit("n1", A, gpus(1), devices=(1,), state=HoldingState.PENDING)
+        ledger.admit("n1", A, gpus(1), devices=on(1), state=HoldingState.PENDING)
     with pytest.raises(HolderConflict):
         ledger.admit("n1", A, gpus(1), state=HoldingState.PENDING)  # counted now
     # A retry on a full node is answered by its holding as well.
-    ledger.admit("n1", B, Resources(15000, GIB, 3), devices=(0, 1, 3))
-    assert not ledger.admit("n1", A, gpus(1), devices=(2,), state=HoldingState.PENDING).created
+    ledger.admit("n1", B, Resources(15000, GIB, 3), devices=on(0, 1, 3))
+    assert not ledger.admit("n1", A, gpus(1), devices=on(2), state=HoldingState.PENDING).created
 
 
 def test_confirm_stores_the_hold_job_and_events_name_the_devices(gpu_ledger: Ledger) -> None:
@@ -193,31 +238,30 @@ def test_confirm_stores_the_hold_job_and_events_name_the_devices(gpu_ledger: Led
         "n1",
         A,
         gpus(2),
-        devices=(0, 1),
-        device_uuids=("GPU-a", "GPU-b"),
+        devices=(HeldDevice(0, "GPU-a"), HeldDevice(1, "GPU-b")),
         state=HoldingState.PENDING,
     )
     held = ledger.confirm(HolderKind.POD, A.id, slurm_hold="4242")
-    assert (held.state, held.devices, held.slurm_hold) == (HoldingState.HELD, (0, 1), "4242")
-    assert held.device_uuids == ("GPU-a", "GPU-b")
+    devices = (HeldDevice(0, "GPU-a"), HeldDevice(1, "GPU-b"))
+    assert (held.state, held.devices, held.slurm_hold) == (HoldingState.HELD, devices, "4242")
     # A second confirmation without a job keeps the one stored.
     assert ledger.confirm(HolderKind.POD, A.id).slurm_hold == "4242"
     assert ledger.get_node("n1").holdings[0].slurm_hold == "4242"
     assert NodeSnapshot(ledger).views()["n1"].holdings[0].slurm_hold == "4242"
     released = ledger.release(A.id, HolderKind.POD).holding
-    assert (released.devices, released.slurm_hold) == ((0, 1), "4242")
-    assert released.device_uuids == ("GPU-a", "GPU-b")
+    assert (released.devices, released.slurm_hold) == (devices, "4242")
     by_kind = {e.kind: e for e in ledger.events(node="n1")}
     admitted = by_kind[EventKind.ADMITTED]
     assert admitted.message == "admitted ns/a on GPU devices 0, 1"
-    assert admitted.details == {"state": "pending", "devices": [0, 1]}
+    objects = [{"index": 0, "uuid": "GPU-a"}, {"index": 1, "uuid": "GPU-b"}]
+    assert admitted.details == {"state": "pending", "devices": objects}
     confirmed = by_kind[EventKind.CONFIRMED]
     assert confirmed.message == "confirmed ns/a on GPU devices 0, 1, held by Slurm job 4242"
-    details = {"devices": [0, 1], "device_uuids": ["GPU-a", "GPU-b"], "slurm_hold": "4242"}
+    details = {"devices": objects, "slurm_hold": "4242"}
     assert confirmed.details == details
     assert by_kind[EventKind.RELEASED].details == details
     # The device is free again.
-    assert ledger.admit("n1", B, gpus(1), devices=(1,)).created
+    assert ledger.admit("n1", B, gpus(1), devices=on(1)).created
 
 
 def test_counted_holdings_events_are_unchanged(gpu_ledger: Ledger) -> None:
@@ -240,7 +284,7 @@ def test_a_device_admission_never_skips_the_gate(database: Database) -> None:
     assert ledger.admit("n1", A, gpus(1), state=pending, headroom=True).holding.state is (
         HoldingState.HELD
     )
-    device = ledger.admit("n1", B, gpus(1), state=pending, headroom=True, devices=(0,))
+    device = ledger.admit("n1", B, gpus(1), state=pending, headroom=True, devices=on(0))
     assert device.holding.state is pending
     assert not device.refill
 
@@ -266,11 +310,10 @@ def test_the_common_admission_costs_no_statement_more(database: Database) -> Non
     with statements(database) as counted:
         ledger.admit("n1", A, gpus(1))
     with statements(database) as named:
-        ledger.admit("n1", B, gpus(1), devices=(0,))
+        ledger.admit("n1", B, gpus(1), devices=on(0))
     with statements(database) as with_uuids:
-        ledger.admit(
-            "n1", Holder(HolderKind.POD, "uid-c"), gpus(1), devices=(1,), device_uuids=("GPU-1",)
-        )
+        uid_c = Holder(HolderKind.POD, "uid-c")
+        ledger.admit("n1", uid_c, gpus(1), devices=(HeldDevice(1, "GPU-1"),))
     # lock, sums, insert, event: the devices are read only when named.
     assert len(counted) == 4, counted
     assert not any("devices" in s and "SELECT" in s for s in counted)
@@ -298,7 +341,7 @@ def test_racing_admissions_of_one_device_admit_exactly_one(
             holder = Holder(HolderKind.POD, f"{node}-{i}")
             barrier.wait()
             try:
-                ledgers[i % replicas].admit(node, holder, gpus(1), devices=(1,))
+                ledgers[i % replicas].admit(node, holder, gpus(1), devices=on(1))
             except DeviceTaken as exc:
                 return "taken" if f"GPU device 1 is held by pod {node}-" in exc.message else "?"
             return "admitted"
@@ -310,7 +353,7 @@ def test_racing_admissions_of_one_device_admit_exactly_one(
                 outcomes = list(pool.map(admit, [node] * callers, range(callers)))
                 assert sorted(outcomes) == ["admitted"] + ["taken"] * (callers - 1), outcomes
                 holdings = ledgers[-1].get_node(node).holdings
-                assert [h.devices for h in holdings] == [(1,)]
+                assert [h.devices for h in holdings] == [on(1)]
     finally:
         for db in dbs:
             db.dispose()

@@ -10,9 +10,10 @@ import pytest
 from app.core.records import EventKind, NodeSpec
 from app.core.resources import Resources
 from app.db.engine import Database
+from app.ledger.columns import event_values
 from app.ledger.follow import EventFollower
-from app.ledger.repository import LedgerStatements
 from app.ledger.service import Ledger
+from app.ledger.statements import LedgerStatements
 
 
 def nodes_of(events: list) -> list[str | None]:  # type: ignore[type-arg]
@@ -45,8 +46,8 @@ def test_start_still_sees_an_event_that_commits_after_it(postgres_url: str) -> N
         ledger = Ledger(db)
         slow = db.engine.connect()
         slow.begin()
-        LedgerStatements(slow).append_event(  # takes the lower id, commits last
-            datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late"
+        LedgerStatements(slow).insert_event(  # takes the lower id, commits last
+            event_values(datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late")
         )
         ledger.record_event(EventKind.SLURM_PUSHED, "fast", "committed before the start")
         follower = EventFollower(ledger)
@@ -68,8 +69,8 @@ def test_an_event_committed_after_a_later_one_is_still_seen(postgres_url: str) -
         follower.poll()
         slow = db.engine.connect()
         slow.begin()
-        LedgerStatements(slow).append_event(  # takes the lower id, commits last
-            datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late"
+        LedgerStatements(slow).insert_event(  # takes the lower id, commits last
+            event_values(datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late")
         )
         ledger.record_event(EventKind.SLURM_PUSHED, "fast", "committed first")
         assert nodes_of(follower.poll()) == ["fast"]
@@ -90,8 +91,8 @@ def test_a_rolled_back_event_leaves_a_gap_that_is_given_up(postgres_url: str) ->
         follower = EventFollower(ledger, patience=30, monotonic=lambda: clock[0])
         follower.poll()
         with db.engine.connect() as connection:
-            LedgerStatements(connection).append_event(
-                datetime.now(UTC), EventKind.SLURM_PUSHED, "never", "rolled back"
+            LedgerStatements(connection).insert_event(
+                event_values(datetime.now(UTC), EventKind.SLURM_PUSHED, "never", "rolled back")
             )
             connection.rollback()
         ledger.record_event(EventKind.SLURM_PUSHED, "after", "committed")

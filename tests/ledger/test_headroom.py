@@ -11,6 +11,7 @@ import pytest
 
 from app.core.caps import CPU_LABEL as CAP_LABEL
 from app.core.caps import KubeCaps
+from app.core.decision import Outcome, decide_admission
 from app.core.headroom import (
     CPU_LABEL,
     GPU_LABEL,
@@ -118,9 +119,16 @@ def test_the_kubernetes_cap_holds_inside_the_headroom_too() -> None:
         granted=Resources(3000, 5 * GIB),
         labels={CAP_LABEL: "2"},
     )
-    step = admit_step(busy, Resources(1500, GIB), capped)  # 2.5 CPUs > the 2 CPU cap
-    assert step is not None
-    assert step.fast is False  # the gate refuses it, with the cap's reason
+    # 2.5 CPUs > the 2 CPU cap: the decision's cap check is verdict's own.
+    decision = decide_admission(
+        busy, Resources(1500, GIB), caps=capped.caps, gated=True, headroom=capped
+    )
+    assert decision.outcome is Outcome.NEEDS_GATE  # the gate refuses it, with the cap's reason
+    assert decision.target == Resources(4000, 8 * GIB)  # grown: Slurm withheld the target
+    inside = decide_admission(
+        busy, Resources(500, GIB), caps=capped.caps, gated=True, headroom=capped
+    )
+    assert inside.within_headroom
 
 
 def test_idle_gives_the_headroom_back_and_a_lowered_label_lowers_it() -> None:

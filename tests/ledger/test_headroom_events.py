@@ -14,6 +14,7 @@ from app.db.engine import Database
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
 
@@ -38,7 +39,9 @@ def test_a_refill_push_that_raises_the_grant_shows_in_the_snapshot(database: Dat
         snapshot.views()
         pusher.push(node, reason=reason)
 
-    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps(), later=later))
+    admissions = Admissions(
+        ledger, SlurmGate(pusher, KubeCaps(), holds=HoldJobs(pusher.client), later=later)
+    )
     for i in range(3):  # through Slurm (held 1 + target 2), then twice inside the grant
         admissions.admit("n1", Holder(HolderKind.POD, f"p{i}"), CPU)
     assert ledger.get_node("n1").headroom.granted == Resources(5000)  # refilled: 3 + 2

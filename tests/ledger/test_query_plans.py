@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import event
 
 from app.core.ledger_errors import AdmissionRejected
-from app.core.records import Holder, HolderKind, HoldingState, NodeSpec
+from app.core.records import HeldDevice, Holder, HolderKind, HoldingState, NodeSpec
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.ledger.service import Ledger
@@ -71,7 +71,7 @@ OPERATIONS: dict[str, Callable[[Ledger], object]] = {
     "release either kind": lambda ledger: ledger.release(MANUAL.id),
     "record": lambda ledger: ledger.record("a", POD, CPU, reason="bound elsewhere"),
     "admit with GPU devices": lambda ledger: ledger.admit(
-        "a", Holder(HolderKind.POD, "uid-gpu"), Resources(1000, GIB, 1), devices=(1,)
+        "a", Holder(HolderKind.POD, "uid-gpu"), Resources(1000, GIB, 1), devices=(HeldDevice(1),)
     ),
     "confirm with a hold job": lambda ledger: ledger.confirm(
         HolderKind.POD, "uid-gpu", slurm_hold="42"

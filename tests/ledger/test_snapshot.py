@@ -13,9 +13,10 @@ from sqlalchemy import update
 from app.core.records import EventKind, Holder, HolderKind, HoldingState, NodeSpec, NodeView
 from app.core.resources import Resources
 from app.db.engine import Database
-from app.ledger.repository import HOLDINGS, LedgerStatements
+from app.ledger.columns import event_values
 from app.ledger.service import Ledger, SnapshotEntry
 from app.ledger.snapshot import COMPACT_AFTER, NodeSnapshot, Views
+from app.ledger.statements import HOLDINGS, LedgerStatements
 from app.ledger.tables import NodeRow
 from tests.support.realenv import wait_until
 
@@ -275,7 +276,9 @@ def slow_admission(postgres_url: str) -> Iterator[tuple[Ledger, Callable[[], Non
             "state": "held", "created_at": now, "updated_at": now,
         },
     )  # fmt: skip
-    statements.append_event(now, EventKind.ADMITTED, "a", "admitted ns/slow", resources=CPU)
+    statements.insert_event(
+        event_values(now, EventKind.ADMITTED, "a", "admitted ns/slow", resources=CPU)
+    )
     try:
         yield ledger, connection.commit
     finally:

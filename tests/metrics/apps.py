@@ -19,6 +19,7 @@ from app.metrics.settings import MetricsSettings
 from app.settings import Settings
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
 
@@ -81,7 +82,7 @@ def start_app(
         if gate is not None or not gated:
             return gate
         pusher = Pusher(slurm, ledger, metrics=metrics)  # type: ignore[arg-type]
-        return SlurmGate(pusher, caps or KubeCaps())
+        return SlurmGate(pusher, caps or KubeCaps(), holds=HoldJobs(slurm))  # type: ignore[arg-type]
 
     services = build_services(settings, gate=build_gate)
     api = TestClient(create_app(settings, services)).__enter__()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.exc import OperationalError
 
-from app.core.records import Holder, HolderKind, HoldingState, NodeSpec, NodeTotals
+from app.core.records import HeldDevice, Holder, HolderKind, HoldingState, NodeSpec, NodeTotals
 from app.core.resources import Resources
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
@@ -98,8 +98,7 @@ def test_which_holder_has_which_gpu_device_is_a_series_per_device(ledger: Ledger
         "g1",
         pod,
         Resources(1000, GIB, 2),
-        devices=(0, 2),
-        device_uuids=("GPU-0", "GPU-2"),
+        devices=(HeldDevice(0, "GPU-0"), HeldDevice(2, "GPU-2")),
         state=HoldingState.PENDING,
     )
     ledger.confirm(HolderKind.POD, pod.id, slurm_hold="77")

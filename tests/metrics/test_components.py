@@ -25,6 +25,7 @@ from app.metrics.registry import (
 )
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmAuthError, SlurmRequestError, SlurmUnavailable
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from app.slurm.tokens import StaticToken
@@ -178,7 +179,7 @@ def test_sync_reports_freshness_leadership_and_drift(ledger: Ledger) -> None:
     m = Metrics(CollectorRegistry(), monotonic=lambda: clock[0])
     slurm = StepSlurm(slurm_node(gres="k8scpu:3,k8smemory:32000"))  # lost counts: drift
     pusher = Pusher(slurm, ledger, metrics=m)  # type: ignore[arg-type]
-    sync = SlurmSync(slurm, ledger, pusher, metrics=m)  # type: ignore[arg-type]
+    sync = SlurmSync(slurm, ledger, pusher, holds=HoldJobs(slurm), metrics=m)  # type: ignore[arg-type]
     assert scraped(m).value("nodeledger_slurm_up") == 0  # built, not synced yet
     clock[0] = 103.0
     assert scraped(m).value("nodeledger_slurm_staleness_seconds") == 3
@@ -207,7 +208,7 @@ def test_a_drift_correction_is_counted_when_slurm_lost_what_was_pushed(ledger: L
     m = metrics()
     slurm = StepSlurm(slurm_node())
     pusher = Pusher(slurm, ledger, metrics=m)  # type: ignore[arg-type]
-    sync = SlurmSync(slurm, ledger, pusher, metrics=m)  # type: ignore[arg-type]
+    sync = SlurmSync(slurm, ledger, pusher, holds=HoldJobs(slurm), metrics=m)  # type: ignore[arg-type]
     ledger.admit("n1", Holder(HolderKind.POD, "u1"), Resources(2000, GIB))
     pusher.push("n1", reason="admitting u1")
     slurm.node = slurm_node()  # slurmctld restarted: counts back to full

@@ -15,7 +15,7 @@ import pytest
 
 from app.cli import _settings, parser
 from app.core.records import Holding
-from app.metrics.logs import JsonFormatter, configure_logging, log_context
+from app.logs import JsonFormatter, configure_logging, log_context
 from tests.metrics.apps import NODE_N1, MakeApp
 from tests.support.service import running_service
 

@@ -28,7 +28,7 @@ def admit(
         "requests": {"cpu": cpu, "memory": memory, "gpu": gpu},
     }
     if devices is not None:
-        body["devices"] = devices
+        body["devices"] = [{"index": d} for d in devices]
     return api.post("/v1/admissions", json=body)
 
 

@@ -31,6 +31,7 @@ from app.core.slurm_models import SlurmNode
 from app.db.engine import Database
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
 
@@ -123,7 +124,8 @@ def test_jobs_and_pods_never_share_a_cpu_with_headroom_on_three_replicas(
     witness, *ledgers = replicas
     witness.upsert_node("n1", NodeSpec(capacity=Resources(CPUS * 1000, 32000 * 2**20)))
     slurm = SlurmModel(witness.db)
-    gates = [SlurmGate(Pusher(slurm, ledger), KubeCaps()) for ledger in ledgers]  # type: ignore[arg-type]
+    holds = HoldJobs(slurm)  # type: ignore[arg-type]
+    gates = [SlurmGate(Pusher(slurm, ledger), KubeCaps(), holds=holds) for ledger in ledgers]  # type: ignore[arg-type]
     services = [Admissions(ledger, gate) for ledger, gate in zip(ledgers, gates, strict=True)]
     for gate in gates:
         gate.later = None  # push at once: more interleavings

@@ -21,9 +21,10 @@ from app.db.engine import Database
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.settings import Settings
-from app.slurm import hints as hints_module
+from app.slurm import hint_queue as hint_queue_module
 from app.slurm import sync as sync_module
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
@@ -93,18 +94,19 @@ def slurm() -> Cluster:
 
 
 @pytest.fixture
-def hints(database: Database) -> JobHints:
-    return JobHints(database)
+def hints(database: Database) -> HintQueue:
+    return HintQueue(database)
 
 
 @pytest.fixture
-def sync(ledger: Ledger, slurm: Cluster, hints: JobHints) -> Iterator[SlurmSync]:
+def sync(ledger: Ledger, slurm: Cluster, hints: HintQueue) -> Iterator[SlurmSync]:
     for name in ("n1", "n2"):
         ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32000 * MIB)))
     sync = SlurmSync(
         slurm,  # type: ignore[arg-type]
         ledger,
         Pusher(slurm, ledger),  # type: ignore[arg-type]
+        holds=HoldJobs(slurm),  # type: ignore[arg-type]
         full_sync_interval=300,
         hints=hints,
     )
@@ -132,7 +134,7 @@ def held(ledger: Ledger, node: str) -> dict[str, int]:
 
 
 def test_a_hinted_start_reaches_the_ledger_with_no_listing(
-    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
 ) -> None:
     listings = slurm.listings
     slurm.jobs["7"] = job("7", "n1", "RUNNING", "CONFIGURING")
@@ -144,7 +146,7 @@ def test_a_hinted_start_reaches_the_ledger_with_no_listing(
     assert slurm.listings == listings
 
 
-def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: JobHints) -> None:
+def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: HintQueue) -> None:
     """Steps 10 minutes apart: only the hint's wake-up can explain a holding within 30 s
     (generous, for a busy machine; it takes milliseconds)."""
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
@@ -152,6 +154,7 @@ def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: Jo
         slurm,  # type: ignore[arg-type]
         ledger,
         Pusher(slurm, ledger),  # type: ignore[arg-type]
+        holds=HoldJobs(slurm),  # type: ignore[arg-type]
         interval=600,
         full_sync_interval=3000,
         hints=hints,
@@ -169,7 +172,7 @@ def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: Jo
 
 
 def test_a_job_hinted_while_completing_is_released_once_it_lets_go(
-    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
 ) -> None:
     slurm.jobs["7"] = job("7", "n1")
     hints.post([7])
@@ -184,7 +187,7 @@ def test_a_job_hinted_while_completing_is_released_once_it_lets_go(
 
 
 def test_a_requeued_job_moves(
-    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
 ) -> None:
     slurm.jobs["7"] = job("7", "n1")
     hints.post([7])
@@ -200,7 +203,7 @@ def test_a_requeued_job_moves(
 
 
 def test_an_older_listing_never_undoes_a_newer_hint(
-    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
 ) -> None:
     slurm.jobs["8"] = job("8", "n2")
     hints.post([8])
@@ -222,7 +225,7 @@ def test_an_older_listing_never_undoes_a_newer_hint(
 
 
 def test_a_job_listed_as_allocated_before_its_hint_is_not_counted_twice(
-    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
 ) -> None:
     """The node reports the CPUs of a job the job listing missed (``node:n1``); when the
     job's hint comes, those CPUs are the job's, not on top of it."""
@@ -236,9 +239,9 @@ def test_a_job_listed_as_allocated_before_its_hint_is_not_counted_twice(
 
 
 def test_a_flood_of_hints_becomes_one_full_listing(
-    sync: SlurmSync, slurm: Cluster, hints: JobHints, monkeypatch: pytest.MonkeyPatch
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(hints_module, "MAX_TAKEN", 3)
+    monkeypatch.setattr(hint_queue_module, "MAX_TAKEN", 3)
     hints.post([1, 2, 3, 4])
     listings = slurm.listings
     sync.apply_hints()
@@ -248,7 +251,7 @@ def test_a_flood_of_hints_becomes_one_full_listing(
 
 
 def test_a_standby_leaves_hints_for_the_leader(
-    ledger: Ledger, slurm: Cluster, hints: JobHints, database: Database
+    ledger: Ledger, slurm: Cluster, hints: HintQueue, database: Database
 ) -> None:
     class Standby:
         def check(self) -> bool:
@@ -262,6 +265,7 @@ def test_a_standby_leaves_hints_for_the_leader(
         slurm,  # type: ignore[arg-type]
         ledger,
         Pusher(slurm, ledger),  # type: ignore[arg-type]
+        holds=HoldJobs(slurm),  # type: ignore[arg-type]
         hints=hints,
         leadership=Standby(),  # type: ignore[arg-type]
     )
@@ -269,23 +273,23 @@ def test_a_standby_leaves_hints_for_the_leader(
     hints.post([7])
     standby.step()
     assert held(ledger, "n1") == {}
-    assert JobHints(database).take() == {"7"}  # still there, for whoever leads
+    assert HintQueue(database).take() == {"7"}  # still there, for whoever leads
 
 
 # ---------------------------------------------------------------------------- the endpoint
 
 
 @pytest.fixture
-def hints_api(sqlite_url: str) -> Iterator[tuple[TestClient, JobHints]]:
+def hints_api(sqlite_url: str) -> Iterator[tuple[TestClient, HintQueue]]:
     settings = Settings(database_url=sqlite_url)
     services = build_services(settings)
     # As the Slurm integration has them, without a sync.
-    services = replace(services, job_hints=JobHints(services.db))
+    services = replace(services, job_hints=HintQueue(services.db))
     with TestClient(create_app(settings, services)) as api:
         yield api, services.job_hints
 
 
-def test_hints_are_accepted_at_once(hints_api: tuple[TestClient, JobHints]) -> None:
+def test_hints_are_accepted_at_once(hints_api: tuple[TestClient, HintQueue]) -> None:
     api, hints = hints_api
     answer = api.post("/v1/slurm/job-hints", json={"job_ids": [12, 12, 4294967295]})
     assert (answer.status_code, answer.json()) == (202, {"accepted": 2})
@@ -306,7 +310,7 @@ def test_hints_are_accepted_at_once(hints_api: tuple[TestClient, JobHints]) -> N
     ],
 )
 def test_bad_hints_are_422_naming_the_field(
-    hints_api: tuple[TestClient, JobHints], body: dict[str, object], loc: list[object]
+    hints_api: tuple[TestClient, HintQueue], body: dict[str, object], loc: list[object]
 ) -> None:
     answer = hints_api[0].post("/v1/slurm/job-hints", json=body)
     assert answer.status_code == 422
@@ -336,7 +340,7 @@ def test_a_node_pushed_for_drift_is_not_pushed_again_by_every_full_pass(
 
 
 def test_hints_are_applied_during_a_long_full_pass(
-    sync: SlurmSync, slurm: Cluster, hints: JobHints, ledger: Ledger
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
 ) -> None:
     """A full pass that pushes every node (after a slurmctld restart) takes minutes at
     15,000 nodes: a hint posted meanwhile is applied within it, not after it."""

@@ -12,6 +12,7 @@ from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.ledger.service import Ledger
 from app.slurm.errors import SlurmAnswerLost
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from tests.slurm.test_owed_pushes import UnchangedSlurm
@@ -66,7 +67,7 @@ def test_a_late_update_is_undone_by_the_next_sync_step(ledger: Ledger) -> None:
     clock = Clock()
     pusher = Pusher(slurm, ledger)  # type: ignore[arg-type]
     pusher._now = clock
-    sync = SlurmSync(slurm, ledger, pusher)  # type: ignore[arg-type]
+    sync = SlurmSync(slurm, ledger, pusher, holds=HoldJobs(slurm))  # type: ignore[arg-type]
     sync.step()  # the first, full pass
     pod = Holder(HolderKind.POD, "u1")
     ledger.admit("n1", pod, Resources(2000, GIB))

@@ -11,6 +11,7 @@ from dataclasses import replace
 from app.core.records import EventKind
 from app.core.resources import Resources
 from app.ledger.service import Ledger
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from tests.slurm.test_job_hints import MIB, Cluster
@@ -22,7 +23,8 @@ def test_registered_nodes_are_sized_by_slurm_and_unusable_ones_never_admissible(
     slurm = Cluster()
     down = frozenset({"DOWN", "NOT_RESPONDING"})
     slurm.nodes["n2"] = replace(slurm.nodes["n2"], states=down, reason="no slurmd")
-    sync = SlurmSync(slurm, ledger, Pusher(slurm, ledger), register_nodes=True)  # type: ignore[arg-type]
+    pusher = Pusher(slurm, ledger)  # type: ignore[arg-type]
+    sync = SlurmSync(slurm, ledger, pusher, holds=HoldJobs(slurm), register_nodes=True)  # type: ignore[arg-type]
 
     sync.step()
 

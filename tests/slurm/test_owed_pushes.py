@@ -13,6 +13,7 @@ from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import FULL_PASS_EVERY, SlurmSync
 from tests.metrics.apps import FlakySlurm
@@ -41,8 +42,9 @@ def test_a_fail_open_admission_is_pushed_by_the_next_sync_step_that_reaches_slur
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     slurm = UnchangedSlurm(slurm_node())
     pusher = Pusher(slurm, ledger)  # type: ignore[arg-type]
-    sync = SlurmSync(slurm, ledger, pusher)  # type: ignore[arg-type]
-    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps(), fail_open=True))
+    holds = HoldJobs(slurm)  # type: ignore[arg-type]
+    sync = SlurmSync(slurm, ledger, pusher, holds=holds)  # type: ignore[arg-type]
+    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps(), holds=holds, fail_open=True))
     sync.step()  # the first, full pass
 
     slurm.down = True
@@ -68,7 +70,9 @@ def test_a_pod_recorded_behind_the_syncs_back_is_pushed_by_its_periodic_pass(
     for name in ("n1", "n2"):
         ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     slurm = UnchangedSlurm(slurm_node())
-    sync = SlurmSync(slurm, ledger, Pusher(slurm, ledger), views=NodeSnapshot(ledger))  # type: ignore[arg-type]
+    pusher = Pusher(slurm, ledger)  # type: ignore[arg-type]
+    holds = HoldJobs(slurm)  # type: ignore[arg-type]
+    sync = SlurmSync(slurm, ledger, pusher, holds=holds, views=NodeSnapshot(ledger))
     sync.step()  # the first, full pass: n2 is not in Slurm's listing, n1 is in place
     ledger.record("n1", Holder(HolderKind.POD, "u1"), Resources(2000, GIB), reason="bound pod")
 

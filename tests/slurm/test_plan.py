@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.core.counts import K8sCounts
+from app.core.counts import K8sCounts, desired_counts, withheld
 from app.core.plan import (
     HealthChange,
     NodePlan,
@@ -20,6 +20,7 @@ from app.core.plan import (
 )
 from app.core.records import (
     EventKind,
+    HeldDevice,
     Holder,
     HolderKind,
     Holding,
@@ -153,7 +154,7 @@ LOWERED = "k8scpu:14,k8smemory:30976"
             node(),
             [],
             Resources.ZERO,
-            NodePlan(None, None, Push("n1", K8sCounts(14, 30976, None))),
+            NodePlan(None, None, Push("n1")),
             id="pod-not-withheld-push",
         ),
         pytest.param(
@@ -169,7 +170,7 @@ LOWERED = "k8scpu:14,k8smemory:30976"
             node(),
             [job()],
             Resources.ZERO,
-            NodePlan(None, None, Push("n1", K8sCounts(15, 32000, None))),
+            NodePlan(None, None, Push("n1")),
             id="manual-withheld-jobs-not",
         ),
         pytest.param(
@@ -177,7 +178,7 @@ LOWERED = "k8scpu:14,k8smemory:30976"
             node(gres=LOWERED),
             [],
             Resources.ZERO,
-            NodePlan(None, None, Push("n1", K8sCounts(16, 32000, None))),
+            NodePlan(None, None, Push("n1")),
             id="pod-gone-push-back",
         ),
         pytest.param(
@@ -188,7 +189,7 @@ LOWERED = "k8scpu:14,k8smemory:30976"
             NodePlan(
                 HealthChange("Slurm node n1 is DOWN"),
                 HOLD_7,
-                Push("n1", K8sCounts(14, 30976, None)),
+                Push("n1"),
             ),
             id="all-three",
         ),
@@ -212,19 +213,21 @@ def test_an_aliased_node_is_planned_by_its_slurm_name() -> None:
     assert plan_node(aliased, None, []).health == HealthChange("Slurm has no node 'c1'")
     plan = plan_node(aliased, slurm, [job(on="c1")])
     assert plan.holdings == HOLD_7
-    assert plan.push == Push("c1", K8sCounts(14, 30976, None))
+    assert plan.push == Push("c1")
 
 
 def test_a_node_with_gpus_plans_k8sgpu() -> None:
     gpu_pod = Holding(
         "n1", Holder(HolderKind.POD, "g"), Resources(0, 0, 1), HoldingState.HELD, T0, T0
     )
-    plan = plan_node(view(gpu_pod), node(gres=f"gpu:4,{FULL},k8sgpu:4"), [])
-    assert plan.push == Push("n1", K8sCounts(16, 32000, 3))
+    gpu_node = node(gres=f"gpu:4,{FULL},k8sgpu:4")
+    assert plan_node(view(gpu_pod), gpu_node, []).push == Push("n1")
+    # What the pusher pushes then (it computes the counts under the node's lock).
+    assert desired_counts(gpu_node, withheld(view(gpu_pod))) == K8sCounts(16, 32000, 3)
 
 
 def test_the_drift_event_names_the_node_and_what_was_pushed() -> None:
-    event = Push("n1", K8sCounts(14, 30976, None)).drift_event(LOWERED)
+    event = Push("n1").drift_event(LOWERED)
     assert event.kind is EventKind.SLURM_DRIFT
     assert event.message == (
         "Slurm node n1 lost the pushed counts (slurmctld restart or reconfigure?); "
@@ -327,7 +330,7 @@ GPU_COUNT_POD = Holding(
 def device_pod(hold: str | None, confirmed: datetime = T0) -> Holding:
     return Holding(
         "n1", Holder(HolderKind.POD, "gpu-pod"), Resources(1000, 0, 1), HoldingState.HELD,
-        confirmed, confirmed, devices=(0,), slurm_hold=hold,
+        confirmed, confirmed, devices=(HeldDevice(0),), slurm_hold=hold,
     )  # fmt: skip
 
 
@@ -387,6 +390,6 @@ def test_every_gpu_is_withheld_while_a_node_with_device_pods_is_not_admissible(
 ) -> None:
     """Slurm ends or may end the hold jobs there; on a node that comes back it starts a
     queued job at once on the lowest free device (issue 30)."""
-    plan = plan_node(gpu_view(holding, health=health), node(gres=GPUS), [hold_job()])
-    assert plan.push is not None
-    assert plan.push.counts.k8sgpu == k8sgpu
+    ledger, slurm = gpu_view(holding, health=health), node(gres=GPUS)
+    assert plan_node(ledger, slurm, [hold_job()]).push == Push("n1")
+    assert desired_counts(slurm, withheld(ledger)).k8sgpu == k8sgpu  # what the pusher sends

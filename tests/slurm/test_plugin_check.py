@@ -2,7 +2,7 @@
 admissions, says why in /readyz, a metric and one ERROR line, and admits again once the
 plugin is loaded. Against a real 26.05 cluster of its own (own cache, ports and run
 directory, so the session's clusters keep their plugins), up without the plugins, then
-with them. The verdict's table is tested without a cluster."""
+with them. plugin_status's table is tested without a cluster."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.slurm.errors import SlurmError
-from app.slurm.plugins import JOB_SUBMIT, PLUGIN, PluginCheck, verdict
+from app.slurm.plugins import JOB_SUBMIT, PLUGIN, PluginCheck, plugin_status
 from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import SlurmCluster, cluster_sh, seed_cache, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
@@ -46,10 +46,10 @@ SUBMIT = ["k8s_resource_completion"]
         ("", [], SUBMIT, False, "runs without"),  # an unknown release counts as a new one
     ],
 )
-def test_the_verdict(
+def test_the_plugin_status(
     release: str, plugins: list[str] | None, submit: list[str] | None, safe: bool, says: str
 ) -> None:
-    found = verdict(release, plugins, submit)
+    found = plugin_status(release, plugins, submit)
     assert found.safe is safe
     assert says in found.message
 

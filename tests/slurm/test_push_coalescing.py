@@ -21,6 +21,7 @@ from app.core.resources import Resources
 from app.core.slurm_models import JobAllocation, Listing, SlurmJob, SlurmNode
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from tests.support.realenv import wait_until
 
@@ -126,7 +127,7 @@ def test_a_burst_of_admissions_costs_few_pushes_and_ends_exact(ledger: Ledger) -
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     fake = HeldSlurm(slurm_node())
     pusher = Pusher(fake, ledger)  # type: ignore[arg-type]
-    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps()))
+    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps(), holds=HoldJobs(fake)))  # type: ignore[arg-type]
 
     def admit(i: int) -> None:
         holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
@@ -154,7 +155,9 @@ def test_overlap_with_a_job_that_started_meanwhile_is_rejected_and_undone(
     # is stale (0).
     fake = FakeSlurm(slurm_node(gres_used="k8scpu:14,k8smemory:100"))
     job = SlurmJob("41", "sim", "bob", frozenset({"RUNNING"}), (JobAllocation("n1", 14, 100, 0),))
-    gate = SlurmGate(Pusher(fake, ledger), KubeCaps(), jobs_on=lambda node: [job])  # type: ignore[arg-type]
+    pusher = Pusher(fake, ledger)  # type: ignore[arg-type]
+    holds = HoldJobs(fake)  # type: ignore[arg-type]
+    gate = SlurmGate(pusher, KubeCaps(), holds=holds, jobs_on=lambda node: [job])
     admissions = Admissions(ledger, gate)
     with pytest.raises(
         AdmissionRejected, match=r"Slurm already holds it.*14 of 16 CPUs.*jobs 41 \(sim\)"

@@ -23,6 +23,7 @@ from app.db.engine import Database
 from app.db.locks import Leadership
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
 
@@ -78,8 +79,9 @@ def test_pushes_to_a_node_never_overlap_across_replicas_and_end_exact(
 ) -> None:
     replica_ledgers[0].upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     slurm = OverlapWatch()
+    holds = HoldJobs(slurm)  # type: ignore[arg-type]
     admissions = [
-        Admissions(ledger, SlurmGate(Pusher(slurm, ledger), KubeCaps()))  # type: ignore[arg-type]
+        Admissions(ledger, SlurmGate(Pusher(slurm, ledger), KubeCaps(), holds=holds))  # type: ignore[arg-type]
         for ledger in replica_ledgers
     ]
 
@@ -133,8 +135,9 @@ def test_with_a_headroom_pushes_never_overlap_and_slurm_withholds_what_pods_hold
     what the ledger holds; the pushes that do run still never overlap."""
     headroom_ledgers[0].upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     slurm = OverlapWatch()
+    holds = HoldJobs(slurm)  # type: ignore[arg-type]
     admissions = [
-        Admissions(ledger, SlurmGate(Pusher(slurm, ledger), KubeCaps()))  # type: ignore[arg-type]
+        Admissions(ledger, SlurmGate(Pusher(slurm, ledger), KubeCaps(), holds=holds))  # type: ignore[arg-type]
         for ledger in headroom_ledgers
     ]
 

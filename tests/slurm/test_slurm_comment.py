@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.core.counts import withheld
 from app.core.records import (
     Holder,
     HolderKind,
@@ -63,7 +64,7 @@ def view(
     ],
 )
 def test_the_comment_names_each_kind_of_holder(node: NodeView, expected: str) -> None:
-    assert node_comment(node) == expected
+    assert node_comment(node, withheld(node)) == expected
 
 
 @pytest.mark.parametrize(

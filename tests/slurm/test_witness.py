@@ -21,6 +21,7 @@ from app.db.engine import Database
 from app.ledger.service import Ledger
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from app.slurm.witness import SlurmWitness
@@ -81,8 +82,9 @@ def service(database: Database) -> Service:
     clock = [0.0]
     witness = SlurmWitness(max_age=30, monotonic=lambda: clock[0])
     pusher = Pusher(slurm, ledger, witness=witness)  # type: ignore[arg-type]
-    sync = SlurmSync(slurm, ledger, pusher, monotonic=lambda: clock[0])  # type: ignore[arg-type]
-    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps()))
+    holds = HoldJobs(slurm)  # type: ignore[arg-type]
+    sync = SlurmSync(slurm, ledger, pusher, holds=holds, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    admissions = Admissions(ledger, SlurmGate(pusher, KubeCaps(), holds=holds))
     return Service(ledger, slurm, witness, sync, admissions, clock)
 
 

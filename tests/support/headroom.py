@@ -8,7 +8,7 @@ from datetime import datetime
 
 from app.core.records import EventKind, NodeHeadroom
 from app.core.resources import Resources
-from app.ledger.repository import event_values
+from app.ledger.columns import event_values
 from app.ledger.service import Ledger
 
 

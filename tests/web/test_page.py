@@ -213,8 +213,7 @@ def test_page_draws_the_nodes_and_shows_an_admission_live(
         "node": "n1",
         "holder": gpu_pod,
         "requests": one_gpu,
-        "devices": [3],
-        "device_uuids": [uuid],
+        "devices": [{"index": 3, "uuid": uuid}],
     }
     assert api.post("/v1/admissions", json=body).status_code == 201
     expect(devices).to_have_text("GPU 3: ml/trainer-1", timeout=LIVE_TIMEOUT_MS)

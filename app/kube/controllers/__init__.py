@@ -1,6 +1,7 @@
 """The Kubernetes side as one service component: while this replica leads, it runs node
-discovery, pod accounting, the GenericNode admission-check protocol and the status mirror,
-each in its own thread; every replica serves the extender and the REST API."""
+discovery, pod accounting, the GenericNode admission-check protocol, the status mirror and
+the maintenance of both sides (taints, cordons), each in its own thread; every replica
+serves the extender and the REST API."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.controllers.admission_requests import AdmissionRequests
 from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
 from app.kube.controllers.leader import LeaderElector
+from app.kube.controllers.maintenance import DrainPort, Maintenance
 from app.kube.controllers.mirror import StatusMirror
 from app.kube.controllers.watch import ListWatch
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
+from app.loops import Loop, Stop
 from app.metrics.registry import NO_METRICS, Metrics
-from app.outages import log_failure
 
 log = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL = 1.0
@@ -48,9 +50,11 @@ class KubeControllers:
         *,
         metrics: Metrics = NO_METRICS,
         devices: PodDevices | None = None,
+        drains: DrainPort | None = None,
     ) -> None:
         """``devices``: reads a pod's co-managed GPU devices from its claims (none: the
-        feature is off)."""
+        feature is off); ``drains``: drains and resumes Slurm nodes for cordons (none:
+        Slurm is off)."""
         ledger = admissions.ledger
         self.metrics = metrics
         metrics.leader("kube-controllers", False)
@@ -85,6 +89,20 @@ class KubeControllers:
             clock=clock,
             metrics=metrics,
         )
+        self.maintenance = Maintenance(
+            snapshot,
+            client,
+            self.discovery.managed,
+            self.discovery.cordoned,
+            drains if settings.cordon_drains_slurm else None,
+            clock,
+            ledger.record_event,
+            slurm_taints=settings.slurm_taints,
+            evict=settings.slurm_taints_evict,
+            node_selector=settings.node_selector,
+            resync_period=settings.resync_period,
+        )
+        self.discovery.cordons_changed = self.maintenance.mark
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period
         self.watches: list[ListWatch[Any]] = [
@@ -108,8 +126,17 @@ class KubeControllers:
             if settings.leader_election
             else None
         )
-        self._stop = threading.Event()
+        self._stop = Stop()
         self._threads: list[threading.Thread] = []
+        self._rounds = 0
+        self.housekeeping = Loop(
+            "housekeeping",
+            self._housekeep,
+            interval=HOUSEKEEPING_INTERVAL,
+            logger=log,
+            what="Kubernetes housekeeping",
+            wait_first=True,
+        )
 
     # Component
     def start(self) -> None:
@@ -137,13 +164,12 @@ class KubeControllers:
     # leadership
     def _lead(self) -> None:
         self.metrics.leader("kube-controllers", True)
-        self._stop = threading.Event()
-        stop = self._stop
+        self._stop = stop = Stop()
         nodes = self.watches[0]
         self._spawn("watch-nodes", lambda: nodes.run(stop))
         self._spawn("start-controllers", lambda: self._after_nodes(stop))
 
-    def _after_nodes(self, stop: threading.Event) -> None:
+    def _after_nodes(self, stop: Stop) -> None:
         """Nodes first: pods are only accounted on managed nodes, so a pod listed before
         discovery put its node in the ledger would be skipped until the next resync (at
         15,000 new nodes discovery takes minutes)."""
@@ -154,12 +180,13 @@ class KubeControllers:
         for watch in self.watches[1:]:
             self._spawn(f"watch-{watch.name}", lambda w=watch: w.run(stop))  # type: ignore[misc]
         self._spawn("genericnode-status", lambda: self.mirror.run(stop))
-        self._spawn("housekeeping", lambda: self._housekeeping(stop))
+        self._spawn("maintenance", lambda: self.maintenance.run(stop))
+        self._spawn("housekeeping", lambda: self.housekeeping.run(stop))
 
     def _follow(self) -> None:
-        """Stop leading: signal this term's threads and wait for them (a bounded wait: a
-        watch ends at its next event or request timeout), so that no thread of an old
-        term writes beside a new leader."""
+        """Stop leading: signal this term's threads and wait for them, so that no thread of
+        an old term writes beside a new leader. A watch's stream is shut when signalled
+        (app.kube.client); the wait stays bounded for a request under way."""
         self.metrics.leader("kube-controllers", False)
         self._stop.set()
         deadline = time.monotonic() + STOP_TIMEOUT
@@ -175,13 +202,8 @@ class KubeControllers:
         thread.start()
         self._threads.append(thread)
 
-    def _housekeeping(self, stop: threading.Event) -> None:
-        rounds = 0
-        while not stop.wait(HOUSEKEEPING_INTERVAL):
-            rounds += 1
-            try:
-                self.accounting.sweep()
-                if rounds % REFRESH_EVERY == 0:
-                    self.discovery.refresh()
-            except Exception as exc:  # next round retries
-                log_failure(log, "Kubernetes housekeeping", exc)
+    def _housekeep(self) -> None:
+        self._rounds += 1
+        self.accounting.sweep()
+        if self._rounds % REFRESH_EVERY == 0:
+            self.discovery.refresh()

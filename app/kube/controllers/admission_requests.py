@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from app.admission.service import Admissions
+from app.core.errors import NodeledgerError
 from app.core.genericnode import ADMITTED, REJECTED, timestamp
-from app.core.ledger_errors import LedgerError
-from app.core.quantities import QuantityError, cpu_millis, gpu_count, memory_bytes
+from app.core.quantities import cpu_millis, gpu_count, memory_bytes
 from app.core.records import Holder, HolderKind
 from app.core.resources import Resources
 from app.kube.client import GENERICNODES, KubeClient
@@ -115,7 +115,7 @@ class AdmissionRequests:
                 path="genericnode",
             )
             result, message = ADMITTED, f"admitted on {node}"
-        except (LedgerError, QuantityError) as exc:
+        except NodeledgerError as exc:
             result, message = REJECTED, str(exc)
         log.info("GenericNode %s: %s %s: %s", node, result.lower(), name or uid, message)
         return {

@@ -7,7 +7,7 @@ not as the extended resource, and a node's GPUs are Slurm's (issue 23). Nodes
 that disappear leave the ledger (or are cordoned while something still holds on them),
 and their GenericNodes are garbage-collected.
 
-Of a Node only its name, Slurm alias and allocatable are kept (``NodeInfo``): a real
+Of a Node only its name, Slurm alias, allocatable and cordon are kept (``NodeInfo``): a real
 Node object carries its image list and conditions, tens of KB each at 15,000 nodes.
 """
 
@@ -51,10 +51,15 @@ class _Status(TypedDict, total=False):
     allocatable: dict[str, Any]
 
 
+class _Spec(TypedDict, total=False):
+    unschedulable: bool
+
+
 class NodeShape(TypedDict, total=False):
     """The fields of a Node that discovery reads (a LIST parses only these)."""
 
     metadata: _Meta
+    spec: _Spec
     status: _Status
 
 
@@ -69,6 +74,7 @@ class NodeInfo:
     name: str
     alias: str | None  # the Slurm node named by the label, if any
     allocatable: Resources
+    cordoned: bool = False  # spec.unschedulable (kubectl cordon, kubectl drain)
 
 
 def smaller(a: Resources, b: Resources | None) -> Resources:
@@ -102,10 +108,17 @@ class NodeDiscovery:
         self._lock = threading.Lock()
         self._applied: dict[str, tuple[Resources, str | None]] = {}  # what the ledger has
         self._genericnodes: set[str] = set()  # names known to have a GenericNode
+        # Told the Nodes whose cordon changed (app.kube.controllers.maintenance).
+        self.cordons_changed: Callable[[list[str]], None] = lambda names: None
 
     def managed(self, name: str) -> bool:
         with self._lock:
             return name in self._nodes
+
+    def cordoned(self, name: str) -> bool:
+        with self._lock:
+            node = self._nodes.get(name)
+        return node is not None and node.cordoned
 
     # WatchHandler[NodeInfo]
     shape = NodeShape
@@ -113,7 +126,8 @@ class NodeDiscovery:
     def decode(self, obj: dict[str, Any]) -> NodeInfo:
         meta = obj["metadata"]
         alias = (meta.get("labels") or {}).get(self.slurm_node_label) or None
-        return NodeInfo(meta["name"], alias, allocatable(obj, self.gpu_resource))
+        cordoned = bool((obj.get("spec") or {}).get("unschedulable"))
+        return NodeInfo(meta["name"], alias, allocatable(obj, self.gpu_resource), cordoned)
 
     def key(self, node: NodeInfo) -> str:
         return node.name
@@ -121,6 +135,7 @@ class NodeDiscovery:
     def resync(self, items: list[NodeInfo]) -> None:
         with self._lock:
             self._nodes = {n.name: n for n in items}
+        self.cordons_changed([n.name for n in items])
         # A resync re-checks everything against the ledger, read once (not node by node).
         specs = self.ledger.node_specs()
         self._applied = {name: (s.capacity, s.slurm_name) for name, s in specs.items()}
@@ -132,10 +147,13 @@ class NodeDiscovery:
 
     def on_event(self, kind: str, node: NodeInfo) -> None:
         with self._lock:
+            before = self._nodes.get(node.name)
             if kind == "DELETED":
                 self._nodes.pop(node.name, None)
             else:
                 self._nodes[node.name] = node
+        if kind != "DELETED" and (before is None or before.cordoned != node.cordoned):
+            self.cordons_changed([node.name])
         if kind == "DELETED":
             self._remove(node.name)
         else:

@@ -15,6 +15,7 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from urllib3.exceptions import HTTPError
 
 from app.kube.client import KubeClient, KubeError
+from app.loops import Loop
 
 log = logging.getLogger(__name__)
 
@@ -39,42 +40,47 @@ class LeaderElector:
         self.on_start = on_start
         self.on_stop = on_stop
         self.leading = threading.Event()
-        self._thread: threading.Thread | None = None
+        # Never stopped: the official client's election cannot be interrupted (the thread
+        # is a daemon); the service's stop releases the Lease instead (release()).
+        self._loop = Loop(
+            "leader-election", self._elect, interval=0, logger=log, what="leader election"
+        )
         self._failed_at = float("-inf")  # the last failure of the election loop
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
-    def _run(self) -> None:
-        while True:
-            lock = LeaseLock(self.name, self.namespace, self.identity)
-            lock.api_instance = k8s.CoordinationV1Api(self.client.api_client)
-            config = electionconfig.Config(
-                lock,
-                lease_duration=int(self.lease_duration),
-                renew_deadline=max(1, int(self.lease_duration * 2 / 3)),
-                retry_period=max(1, int(self.lease_duration / 5)),
-                onstarted_leading=self._started,
-                onstopped_leading=self._stopped,
-            )
-            try:
-                leaderelection.LeaderElection(config).run()
-            except Exception as exc:  # the election loop must survive API hiccups
-                # One line per outage, not one traceback per retry: a failure soon after the
-                # last one is the same outage (the library retries every retry_period).
-                now = time.monotonic()
-                same = now - self._failed_at < 3 * config.retry_period
-                self._failed_at = now
-                if not isinstance(exc, OSError | HTTPError | KubeError):
-                    log.exception("leader election")  # not the API server away: a bug
-                elif same:
-                    log.debug("leader election: %s", exc)
-                else:
-                    log.warning("leader election: %s; retrying", exc)
-                # A connection error escapes the client's loop, which pauses only after
-                # API errors: without a pause here, an unreachable API server spun a core.
-                time.sleep(config.retry_period)
+    def _elect(self) -> float:
+        """The loop's step: one election, until this replica stops leading or it fails;
+        the seconds to pause before the next."""
+        lock = LeaseLock(self.name, self.namespace, self.identity)
+        lock.api_instance = k8s.CoordinationV1Api(self.client.api_client)
+        config = electionconfig.Config(
+            lock,
+            lease_duration=int(self.lease_duration),
+            renew_deadline=max(1, int(self.lease_duration * 2 / 3)),
+            retry_period=max(1, int(self.lease_duration / 5)),
+            onstarted_leading=self._started,
+            onstopped_leading=self._stopped,
+        )
+        try:
+            leaderelection.LeaderElection(config).run()
+        except Exception as exc:  # the election loop must survive API hiccups
+            # One line per outage, not one traceback per retry: a failure soon after the
+            # last one is the same outage (the library retries every retry_period).
+            now = time.monotonic()
+            same = now - self._failed_at < 3 * config.retry_period
+            self._failed_at = now
+            if not isinstance(exc, OSError | HTTPError | KubeError):
+                log.exception("leader election")  # not the API server away: a bug
+            elif same:
+                log.debug("leader election: %s", exc)
+            else:
+                log.warning("leader election: %s; retrying", exc)
+            # A connection error escapes the client's loop, which pauses only after
+            # API errors: without a pause here, an unreachable API server spun a core.
+            return float(config.retry_period)
+        return 0.0
 
     def _started(self) -> None:
         log.info("%s leads (lease %s/%s)", self.identity, self.namespace, self.name)

@@ -30,6 +30,7 @@ from app.core.components import Health
 from app.core.genericnode import MANAGED_BY, fingerprint, status_of
 from app.core.records import NodeView
 from app.kube.client import GENERICNODES, KubeClient, KubeError
+from app.kube.controllers.dirty import DirtyNames
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics
@@ -103,10 +104,7 @@ class StatusMirror:
         self.clock = clock
         self.metrics = metrics
         self.written: dict[str, str] = {}  # node -> fingerprint of its GenericNode's status
-        # Added to by the snapshot's refreshes, on whichever thread makes them: the lock
-        # guards it (never held while reading the snapshot, which may call back).
-        self._dirty: set[str] = set()
-        self._dirty_lock = threading.Lock()
+        self._dirty = DirtyNames()
         self._slurm_ok: bool | None = None
 
     def run(self, stop: threading.Event) -> None:
@@ -128,12 +126,7 @@ class StatusMirror:
             unsubscribe()
 
     def _mark(self, names: Collection[str]) -> None:
-        with self._dirty_lock:
-            self._dirty.update(names)
-
-    def _next_dirty(self) -> str | None:
-        with self._dirty_lock:
-            return self._dirty.pop() if self._dirty else None
+        self._dirty.add(names)
 
     def resync(self) -> None:
         """Read every GenericNode's status from Kubernetes and mark the nodes whose
@@ -172,7 +165,7 @@ class StatusMirror:
             if pause:
                 stop.wait(pause)
                 continue
-            while (name := self._next_dirty()) is not None and not self.write(name):
+            while (name := self._dirty.pop()) is not None and not self.write(name):
                 pass  # an unchanged node costs no token
 
     def write(self, name: str) -> bool:

@@ -26,6 +26,7 @@ import time
 from typing import Any, Generic, Protocol, TypeVar
 
 from app.kube.client import KubeClient, KubeError
+from app.loops import Stop
 from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class ListWatch(Generic[T]):
         self._listed = False
         metrics.kube_watch(name)
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Stop) -> None:
         backoff = 0.5
         while not stop.is_set():
             try:
@@ -109,7 +110,7 @@ class ListWatch(Generic[T]):
                 # a watch must resume within seconds of the API server's return.
                 backoff = min(backoff * 2, MAX_BACKOFF)
 
-    def _list_and_watch(self, stop: threading.Event) -> None:
+    def _list_and_watch(self, stop: Stop) -> None:
         if self._listed:
             self.metrics.kube_relisted(self.name)
         self._listed = True
@@ -140,7 +141,10 @@ class ListWatch(Generic[T]):
                     "%s: resync of %d from the watch, %.2f s",
                     self.name, len(known), resynced - started,
                 )  # fmt: skip
-            for event in self.client.watch(self.path, version, self.watch_timeout, **self.query):
+            events = self.client.watch(
+                self.path, version, self.watch_timeout, stop=stop, **self.query
+            )
+            for event in events:
                 if stop.is_set():
                     return
                 kind, obj = event.get("type"), event.get("object") or {}

@@ -16,12 +16,13 @@ from dataclasses import replace
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
-from app.core.claims import ClaimDevicesError, device_indices, device_uuids
-from app.core.ledger_errors import HoldingNotFound, LedgerError
+from app.core.claims import ClaimDevicesError, held_by_index
+from app.core.errors import NodeledgerError
+from app.core.ledger_errors import HoldingNotFound
 from app.core.placement import filter_nodes, prioritize
 from app.core.pods import pod_requests
 from app.core.quantities import QuantityError
-from app.core.records import Holder, HolderKind
+from app.core.records import HeldDevice, Holder, HolderKind
 from app.kube.claims import PodDevices
 from app.kube.client import KubeClient, KubeError
 from app.kube.extender.wire import (
@@ -84,11 +85,10 @@ class Extender:
                 replaced = f"pod {namespace}/{name} was replaced (uid changed)"
                 return ExtenderBindingResult(Error=replaced)
             requests = pod_requests(pod, self.gpu_resource)
-            devices: tuple[int, ...] = ()
-            uuids: tuple[str, ...] = ()
+            devices: tuple[HeldDevice, ...] = ()
             if self.devices is not None:
                 allocated = self.devices.of(pod, node)
-                devices, uuids = device_indices(allocated), device_uuids(allocated)
+                devices = held_by_index(allocated)
                 if devices:
                     if requests.gpus:
                         reason = (
@@ -98,9 +98,9 @@ class Extender:
                         raise ClaimDevicesError(allocated[0].claim, reason, retryable=False)
                     requests = replace(requests, gpus=len(devices))
             admission = self.admissions.admit(
-                node, holder, requests, path="extender", devices=devices, device_uuids=uuids
+                node, holder, requests, path="extender", devices=devices
             )
-        except (LedgerError, QuantityError, KubeError, ClaimDevicesError) as exc:
+        except NodeledgerError as exc:
             log.info("extender bind %s/%s on %s refused: %s", namespace, name, node, exc)
             return ExtenderBindingResult(Error=str(exc))
         try:

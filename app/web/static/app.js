@@ -180,8 +180,7 @@ function gpuDevices(node) {
   const held = [];
   for (const holding of node.holdings) {
     const holder = holding.holder.name || holding.holder.id;
-    const uuids = holding.device_uuids || [];
-    holding.devices.forEach((device, i) => held.push([device, holder, holding, uuids[i]]));
+    for (const device of holding.devices) held.push([device.index, holder, holding, device.uuid]);
   }
   if (held.length === 0) return null;
   held.sort((a, b) => a[0] - b[0]);
@@ -226,7 +225,7 @@ function signature(node) {
   const { used_at, ...figures } = headroom;
   const devices = holdings
     .filter((h) => h.devices.length > 0)
-    .map((h) => [h.holder.id, h.holder.name, h.devices, h.device_uuids, h.slurm_hold]);
+    .map((h) => [h.holder.id, h.holder.name, h.devices, h.slurm_hold]);
   return JSON.stringify([rest, figures, holdings.length, devices]);
 }
 

@@ -1,7 +1,7 @@
 """Job hints applied: each hinted job read from Slurm, moved in the cache, its nodes synced.
 
 slurmctld's PrologSlurmctld/EpilogSlurmctld name a job that started, ended or was requeued
-(app.slurm.hints); the leader reads that one job (``GET job/{id}``), moves it in the cache
+(app.slurm.hint_queue); the leader reads that one job (``GET job/{id}``), moves it in the cache
 (app.slurm.state) and syncs only the nodes it was on or is on now, each read afresh
 (``GET node/{name}``: states and ``gres_used`` are live there). Jobs seen COMPLETING still
 hold their nodes and are read again every time until they let go, so an Epilog hint that
@@ -15,10 +15,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from app.core.ledger_errors import LedgerError
+from app.core.errors import NodeledgerError
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError
-from app.slurm.hints import JobHints
+from app.slurm.hint_queue import HintQueue
 from app.slurm.reconcile import NodeReconciler
 from app.slurm.state import SlurmState
 
@@ -28,11 +28,11 @@ SLOW_HINTS = 0.5  # seconds: applying hints slower than this is logged as a warn
 MAX_REREADS = 10_000  # hinted jobs whose read failed, kept to read again; beyond: full pass
 
 
-class HintedJobs:
+class HintSync:
     def __init__(
         self,
         client: SlurmClient,
-        hints: JobHints,
+        hints: HintQueue,
         state: SlurmState,
         reconciler: NodeReconciler,
         *,
@@ -83,7 +83,7 @@ class HintedJobs:
         for slurm_name in sorted(touched):
             try:
                 self.reconciler.sync_slurm_node(slurm_name)
-            except (SlurmError, LedgerError) as exc:
+            except NodeledgerError as exc:
                 failures.append(f"{slurm_name}: {exc}")
         self.state.publish()
         done = self.monotonic()

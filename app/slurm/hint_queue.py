@@ -1,4 +1,4 @@
-"""Job hints: slurmctld's PrologSlurmctld and EpilogSlurmctld (slurm-plugins/hooks/
+"""The job hint queue: slurmctld's PrologSlurmctld and EpilogSlurmctld (slurm-plugins/hooks/
 nodeledger-job-hint) say "job N started, ended or was requeued", so the sync reads that one
 job instead of waiting for a full listing (tens of seconds at 15,000 nodes).
 
@@ -29,7 +29,7 @@ MAX_TAKEN = 10_000  # job ids taken at once; beyond: a full pass instead
 Row = SlurmJobHintRow
 
 
-class JobHints:
+class HintQueue:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._wake: Callable[[], None] = lambda: None
