@@ -315,6 +315,7 @@ __all__ = [
     "FULLNAME",
     "HOST_IP",
     "IMAGE",
+    "KUBE_VERSION",
     "NAMESPACE",
     "RELEASE",
     "RUNDIR",
