@@ -33,19 +33,25 @@ lint: venv deps
 # Slurm releases with a test cluster each; 25.11 is only built against (plugins, C tests).
 SLURM_CLUSTERS := 24.11 26.05
 SLURM_RELEASES := 24.11 25.11 26.05
+# Kubernetes minors with a test control plane each (testenv/kube/tools/kube-MINOR): the whole
+# suite runs on the newest, the API-facing tests on every one. NODELEDGER_TEST_KUBE_VERSIONS
+# (comma-separated) narrows the builds as it narrows the tests.
+comma := ,
+KUBE_RELEASES := 1.37 1.36 1.35
+KUBE_VERSIONS := $(subst $(comma), ,$(or $(NODELEDGER_TEST_KUBE_VERSIONS),$(KUBE_RELEASES)))
 
 # Heavy, cached builds first, so no test waits on them.
 testenv: deps
 	bash testenv/postgres/pg.sh up >/dev/null
 	for v in $(SLURM_CLUSTERS); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh build; done
 	NODELEDGER_SLURM_VERSION=25.11 bash testenv/slurm/cluster.sh source
-	bash testenv/kube/cluster.sh build >/dev/null
+	for v in $(KUBE_VERSIONS); do NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh build >/dev/null; done
 
 test: venv lint testenv
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 testenv-down:
-	-bash testenv/kube/cluster.sh down
+	-for v in $(KUBE_RELEASES); do NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh down; done
 	-for v in $(SLURM_RELEASES); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh down; done
 	-bash testenv/postgres/pg.sh down
 

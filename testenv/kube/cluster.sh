@@ -32,6 +32,11 @@
 # scheduler 16459. A second control plane (another NODELEDGER_RUNDIR) runs beside the
 # first with NODELEDGER_KUBE_PORT_BASE=P: etcd P, peer P+1, API server P+2, scheduler P+3,
 # and with nodes the controller manager P+4.
+# NODELEDGER_KUBE_VERSION picks the Kubernetes minor: 1.37 (default), 1.36 or 1.35, each
+# pinned by tools/kube-MINOR/go.mod, with etcd 3.7 (1.37) or 3.6 (tools/etcd-MINOR), cached
+# apart. 1.36 runs in $NODELEDGER_RUNDIR/kube-1.36 on the default ports + 10, 1.35 in
+# kube-1.35 on + 20 (and on NODELEDGER_KUBE_PORT_BASE + 10 or + 20), so the control planes
+# of all three run side by side; set it for every command of that cluster, not only `up`.
 # NODELEDGER_KUBE_SCHEDULER=false starts no kube-scheduler (e.g. for pods created with
 # spec.nodeName, which a scheduler would only cache). A CONFIG_FILE for `scheduler` must set clientConnection.kubeconfig to
 # $NODELEDGER_KUBE_RUN/scheduler.kubeconfig (kube-scheduler ignores --kubeconfig when
@@ -48,8 +53,22 @@ LOG_TAG=kube-cluster
 source "$HERE/../../scripts/lib.sh"
 CACHE_ROOT="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}"
 pinned() { awk -v m="$1" '{sub(/^require[ \t]+/, "")} $1 == m {print $2; exit}' "$2"; }
-KUBE_VERSION=$(pinned k8s.io/kubernetes "$HERE/tools/kube/go.mod")
-ETCD_VERSION=$(pinned go.etcd.io/etcd/server/v3 "$HERE/tools/etcd/go.mod")
+# The Kubernetes minor, pinned by tools/kube-MINOR/go.mod, with the etcd minor that release
+# is tested with upstream. The newest is the default and keeps the unversioned runtime
+# directory and ports; the others run beside it on their own (PORT_SHIFT), so one test
+# session can hold a control plane of each.
+KUBE_NEWEST=1.37
+KUBE_MINOR="${NODELEDGER_KUBE_VERSION:-$KUBE_NEWEST}"
+case "$KUBE_MINOR" in
+  1.37) PORT_SHIFT=0 ETCD_MINOR=3.7 ;;
+  1.36) PORT_SHIFT=10 ETCD_MINOR=3.6 ;;
+  1.35) PORT_SHIFT=20 ETCD_MINOR=3.6 ;;
+  *) log "NODELEDGER_KUBE_VERSION=$KUBE_MINOR: expected 1.35, 1.36 or 1.37"; exit 2 ;;
+esac
+KUBE_TOOLS="$HERE/tools/kube-$KUBE_MINOR"
+ETCD_TOOLS="$HERE/tools/etcd-$ETCD_MINOR"
+KUBE_VERSION=$(pinned k8s.io/kubernetes "$KUBE_TOOLS/go.mod")
+ETCD_VERSION=$(pinned go.etcd.io/etcd/server/v3 "$ETCD_TOOLS/go.mod")
 RECIPE=4   # bump when the build recipe changes: cached binaries without it are rebuilt
 # The recipe is part of the key: a checkout with another recipe builds beside this one.
 BIN="$CACHE_ROOT/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-r$RECIPE"
@@ -60,22 +79,23 @@ PROMTOOL="$CACHE_ROOT/promtool-$PROMTOOL_VERSION/promtool"
 COREDNS_VERSION=$(pinned github.com/coredns/coredns "$HERE/tools/coredns/go.mod")
 COREDNS="$CACHE_ROOT/coredns-$COREDNS_VERSION/coredns"
 RUN="${NODELEDGER_RUNDIR:-/tmp/nodeledger}/kube"
+[ "$KUBE_MINOR" = "$KUBE_NEWEST" ] || RUN="$RUN-$KUBE_MINOR"
 PKI="$RUN/pki"
 KUBECTL="${KUBECTL:-$BIN/kubectl}"   # built with the servers: no version skew
 
 if [ -n "${NODELEDGER_KUBE_PORT_BASE:-}" ]; then
   [[ $NODELEDGER_KUBE_PORT_BASE =~ ^[0-9]+$ ]] || { log "bad NODELEDGER_KUBE_PORT_BASE"; exit 2; }
-  ETCD_PORT=$NODELEDGER_KUBE_PORT_BASE
+  ETCD_PORT=$((NODELEDGER_KUBE_PORT_BASE + PORT_SHIFT))
   ETCD_PEER_PORT=$((ETCD_PORT + 1))
   API_PORT=$((ETCD_PORT + 2))
   SCHED_PORT=$((ETCD_PORT + 3))
   CM_PORT=$((ETCD_PORT + 4))   # only with nodes
 else
-  ETCD_PORT=12379
-  ETCD_PEER_PORT=12380
-  API_PORT=16443
-  SCHED_PORT=16459
-  CM_PORT=16460
+  ETCD_PORT=$((12379 + PORT_SHIFT))
+  ETCD_PEER_PORT=$((ETCD_PORT + 1))
+  API_PORT=$((16443 + PORT_SHIFT))
+  SCHED_PORT=$((16459 + PORT_SHIFT))
+  CM_PORT=$((SCHED_PORT + 1))
 fi
 WITH_SCHEDULER="${NODELEDGER_KUBE_SCHEDULER:-true}"
 SERVICE_CIDR=10.96.0.0/16
@@ -166,9 +186,9 @@ build() {
   local stamp="-X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
   stamp="$stamp -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
   log "building ${BINARIES[*]} $KUBE_VERSION and etcd $ETCD_VERSION"
-  (cd "$HERE/tools/kube" && go build -trimpath -ldflags="-s -w $stamp" -o "$tmp/" \
+  (cd "$KUBE_TOOLS" && go build -trimpath -ldflags="-s -w $stamp" -o "$tmp/" \
     "${BINARIES[@]/#/k8s.io/kubernetes/cmd/}")
-  (cd "$HERE/tools/etcd" && go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" \
+  (cd "$ETCD_TOOLS" && go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" \
     go.etcd.io/etcd/server/v3)
   echo "$RECIPE" >"$tmp/.recipe"
   # An incomplete build of this recipe may be running: move it aside, running processes keep
@@ -308,6 +328,12 @@ foreign_running() {   # a live process started from another cache owns this runt
 
 alive() { pid_of "$1" >/dev/null; }   # alive NAME
 
+same_build() {   # the running API server is this version's (not another checkout's)
+  local pid
+  pid=$(pid_of kube-apiserver) || return 1
+  [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == "$BIN/kube-apiserver "* ]]
+}
+
 etcd_ok() {
   [[ $(curl -fsS -m 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null) == *'"health":"true"'* ]]
 }
@@ -429,7 +455,10 @@ up() {
   exec 6>&- 7>&- 8>&- 9>&-   # the build locks: the daemons started next must not hold them
   command -v "$KUBECTL" >/dev/null || die "kubectl is not installed"
   command -v openssl >/dev/null || die "openssl is not installed"
-  if status >/dev/null 2>&1; then log "already up"; return 0; fi
+  if status >/dev/null 2>&1; then
+    same_build && { log "already up"; return 0; }
+    log "the control plane in $RUN runs another build: starting $KUBE_VERSION instead"
+  fi
   foreign_running && die "another control plane (binaries not from $CACHE_ROOT) runs in $RUN;" \
     "leave it alone or use another NODELEDGER_RUNDIR"
   down

@@ -41,7 +41,7 @@ from tests.support.kube_cluster import KubeCluster, wait_until
 from tests.support.net import free_port
 from tests.support.realenv import REPO
 
-pytestmark = [pytest.mark.kube, pytest.mark.anyio]
+pytestmark = [pytest.mark.kube, pytest.mark.kube_api, pytest.mark.anyio]
 NS = "nodeledger-auth-test"
 CRD = Path(REPO) / "crds" / "genericnodes.nodeledger.io.yaml"
 ROLE = """

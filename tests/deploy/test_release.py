@@ -20,6 +20,7 @@ import pytest
 from tests.support.deploy import (
     FULLNAME,
     IMAGE,
+    KUBE_VERSION,
     NAMESPACE,
     RELEASE,
     SCHEDULER_PODS,
@@ -107,6 +108,12 @@ def test_genericnodes_appear_for_the_real_nodes(release: Release) -> None:
         return {g["metadata"]["name"] for g in items}
 
     wait_until(lambda: names() == {"n1", "n2"}, 60, 1, "GenericNodes n1 and n2")
+    # The nodes' kubelets are the release the suite pins (the newest supported minor).
+    kubelets = {
+        n["metadata"]["name"]: n["status"]["nodeInfo"]["kubeletVersion"]
+        for n in release.kube.kubectl_json("get", "nodes")["items"]
+    }
+    assert kubelets == {"n1": KUBE_VERSION, "n2": KUBE_VERSION}
     n1 = release.ledger_node("n1")
     assert n1["admissible"], n1
     # The smaller of the kubelet's allocatable (this machine) and Slurm's n1.

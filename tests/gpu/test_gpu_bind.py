@@ -43,7 +43,7 @@ from tests.support.net import free_port
 from tests.support.service import ServiceProcess, running_service
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
-pytestmark = [pytest.mark.slurm, pytest.mark.kube]
+pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.kube_api]
 
 SCHEDULER = "nodeledger"  # the chart's profile name
 

@@ -39,7 +39,7 @@ from tests.support.kube_cluster import KubeCluster
 from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
-pytestmark = [pytest.mark.slurm, pytest.mark.kube]
+pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.kube_api]
 
 NODE = "gpu-1"  # the ledger's node, the Kubernetes node of that name; Slurm's n3
 SLURM_NODE = "n3"

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +21,36 @@ from app.slurm.settings import SlurmSettings
 from tests.support.kube_cluster import KubeCluster, cluster_sh
 from tests.support.realenv import REPO
 
-pytestmark = pytest.mark.kube
+# The render and the install on every supported release (--kube-version: the cluster's).
+pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
 CHART = Path(REPO) / "charts" / "nodeledger"
 # Nodes: patch only, for Slurm's taint of the service's own key (app.core.maintenance).
 WRITABLE = (["pods/binding"], ["genericnodes"], ["genericnodes/status"], ["nodes"])
 
 
+@dataclass(frozen=True)
+class Helm:
+    path: str
+    kube_version: str  # what `helm template --kube-version` renders for: the cluster's
+
+
 @pytest.fixture(scope="module")
-def helm(kube_cluster: KubeCluster) -> str:
+def helm(kube_cluster: KubeCluster) -> Helm:
     env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh("env"), re.MULTILINE))
-    return env["HELM"]
+    return Helm(env["HELM"], kube_cluster.version)
 
 
-def run(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
+def run(helm: Helm, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [helm.path, *args], capture_output=True, text=True, timeout=120, check=False
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)}: {result.stderr}")
     return result
 
 
-def render(helm: str, *sets: str) -> list[dict[str, Any]]:
-    args = ["template", "nl", str(CHART), "--namespace", "ops", "--kube-version", "v1.34.4"]
+def render(helm: Helm, *sets: str) -> list[dict[str, Any]]:
+    args = ["template", "nl", str(CHART), "--namespace", "ops", "--kube-version", helm.kube_version]
     for value in sets:
         args += ["--set", value]
     return [d for d in yaml.safe_load_all(run(helm, *args).stdout) if d]
@@ -55,11 +65,11 @@ def env_of(deployment: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-def test_lint_is_clean(helm: str) -> None:
+def test_lint_is_clean(helm: Helm) -> None:
     run(helm, "lint", "--strict", str(CHART))
 
 
-def test_defaults_run_the_controllers_with_the_token_as_a_file(helm: str) -> None:
+def test_defaults_run_the_controllers_with_the_token_as_a_file(helm: Helm) -> None:
     deployment = find(render(helm), "Deployment", "nl-nodeledger")
     env = env_of(deployment)
     assert env["NODELEDGER_KUBE_ENABLED"] == "true"
@@ -72,7 +82,7 @@ def test_defaults_run_the_controllers_with_the_token_as_a_file(helm: str) -> Non
     assert volumes["slurm-token"]["secret"]["secretName"] == "slurm-jwt"
 
 
-def test_the_service_selects_only_the_servers_pods(helm: str) -> None:
+def test_the_service_selects_only_the_servers_pods(helm: Helm) -> None:
     """The scheduler's pods carry the same name and instance labels: the Service must not
     pick them as endpoints."""
     docs = render(helm)
@@ -84,8 +94,9 @@ def test_the_service_selects_only_the_servers_pods(helm: str) -> None:
     assert not selector.items() <= scheduler_labels.items()
 
 
-def test_more_replicas_need_a_shared_database(helm: str) -> None:
-    args = ["template", "nl", str(CHART), "--kube-version", "v1.34.4", "--set", "replicaCount=2"]
+def test_more_replicas_need_a_shared_database(helm: Helm) -> None:
+    args = ["template", "nl", str(CHART), "--kube-version", helm.kube_version]
+    args += ["--set", "replicaCount=2"]
     failed = run(helm, *args, check=False)
     assert failed.returncode != 0
     assert "needs a shared database" in failed.stderr
@@ -93,7 +104,7 @@ def test_more_replicas_need_a_shared_database(helm: str) -> None:
     assert find(docs, "Deployment", "nl-nodeledger")["spec"]["replicas"] == 2
 
 
-def test_more_replicas_get_a_disruption_budget_and_spread_over_nodes(helm: str) -> None:
+def test_more_replicas_get_a_disruption_budget_and_spread_over_nodes(helm: Helm) -> None:
     one = render(helm)
     assert [d for d in one if d["kind"] == "PodDisruptionBudget"] == []
     assert "affinity" not in find(one, "Deployment", "nl-nodeledger")["spec"]["template"]["spec"]
@@ -123,12 +134,12 @@ def test_more_replicas_get_a_disruption_budget_and_spread_over_nodes(helm: str) 
     assert "affinity" not in find(off, "Deployment", "nl-nodeledger")["spec"]["template"]["spec"]
 
 
-def test_database_url_from_a_secret(helm: str) -> None:
+def test_database_url_from_a_secret(helm: Helm) -> None:
     env = env_of(find(render(helm, "database.existingSecret=db"), "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_DATABASE_URL"] == {"secretKeyRef": {"name": "db", "key": "url"}}
 
 
-def test_the_sqlite_ledger_is_kept_on_a_claim_and_the_pod_recreated(helm: str) -> None:
+def test_the_sqlite_ledger_is_kept_on_a_claim_and_the_pod_recreated(helm: Helm) -> None:
     """Issue 30: on an emptyDir every restart lost every manual holding."""
     docs = render(helm)
     deployment = find(docs, "Deployment", "nl-nodeledger")
@@ -145,21 +156,21 @@ def test_the_sqlite_ledger_is_kept_on_a_claim_and_the_pod_recreated(helm: str) -
     assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
 
-def test_the_claims_size_and_class(helm: str) -> None:
+def test_the_claims_size_and_class(helm: Helm) -> None:
     docs = render(helm, "persistence.size=5Gi", "persistence.storageClass=fast")
     claim = find(docs, "PersistentVolumeClaim", "nl-nodeledger")["spec"]
     assert claim["resources"] == {"requests": {"storage": "5Gi"}}
     assert claim["storageClassName"] == "fast"
 
 
-def test_an_existing_claim_is_mounted_and_none_created(helm: str) -> None:
+def test_an_existing_claim_is_mounted_and_none_created(helm: Helm) -> None:
     docs = render(helm, "persistence.existingClaim=ledger")
     assert [d for d in docs if d["kind"] == "PersistentVolumeClaim"] == []
     volumes = volumes_of(docs, "nl-nodeledger")
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "ledger"}
 
 
-def test_persistence_off_puts_the_ledger_on_an_emptydir(helm: str) -> None:
+def test_persistence_off_puts_the_ledger_on_an_emptydir(helm: Helm) -> None:
     docs = render(helm, "persistence.enabled=false")
     assert [d for d in docs if d["kind"] == "PersistentVolumeClaim"] == []
     assert volumes_of(docs, "nl-nodeledger")["data"] == {"name": "data", "emptyDir": {}}
@@ -167,14 +178,14 @@ def test_persistence_off_puts_the_ledger_on_an_emptydir(helm: str) -> None:
     assert find(docs, "Deployment", "nl-nodeledger")["spec"]["strategy"]["type"] == "Recreate"
 
 
-def test_postgresql_needs_no_claim_and_rolls_replicas(helm: str) -> None:
+def test_postgresql_needs_no_claim_and_rolls_replicas(helm: Helm) -> None:
     docs = render(helm, "replicaCount=2", "database.url=postgresql://nl@db/nl")
     assert [d for d in docs if d["kind"] == "PersistentVolumeClaim"] == []
     assert "strategy" not in find(docs, "Deployment", "nl-nodeledger")["spec"]
     assert volumes_of(docs, "nl-nodeledger")["data"] == {"name": "data", "emptyDir": {}}
 
 
-def test_slurm_can_be_turned_off(helm: str) -> None:
+def test_slurm_can_be_turned_off(helm: Helm) -> None:
     deployment = find(render(helm, "slurm.enabled=false"), "Deployment", "nl-nodeledger")
     env = env_of(deployment)
     assert env["NODELEDGER_SLURM_ENABLED"] == "false"
@@ -183,7 +194,7 @@ def test_slurm_can_be_turned_off(helm: str) -> None:
 
 
 def test_the_headroom_is_off_by_default_and_every_knob_reaches_the_service(
-    helm: str, monkeypatch: pytest.MonkeyPatch
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
     assert {k: v for k, v in env.items() if "HEADROOM" in k} == {
@@ -197,7 +208,7 @@ def test_the_headroom_is_off_by_default_and_every_knob_reaches_the_service(
     }
     values = {"cpu": "1500m", "memory": "4Gi", "gpus": 2, "lowWater": 0.25, "growStep": 2,
               "maxFactor": 8, "idleSeconds": 60}  # fmt: skip
-    args = ["template", "nl", str(CHART), "--kube-version", "v1.34.4"]
+    args = ["template", "nl", str(CHART), "--kube-version", helm.kube_version]
     rendered = run(helm, *args, "--set-json", f"slurm.headroom={json.dumps(values)}").stdout
     env = env_of(
         find([d for d in yaml.safe_load_all(rendered) if d], "Deployment", "nl-nodeledger")
@@ -219,7 +230,7 @@ def test_the_headroom_is_off_by_default_and_every_knob_reaches_the_service(
     assert not [k for k in off if "HEADROOM" in k]
 
 
-def test_scheduler_calls_the_extender_and_rolls_on_config_change(helm: str) -> None:
+def test_scheduler_calls_the_extender_and_rolls_on_config_change(helm: Helm) -> None:
     docs = render(helm)
     config = yaml.safe_load(
         find(docs, "ConfigMap", "nl-nodeledger-scheduler")["data"]["config.yaml"]
@@ -239,7 +250,7 @@ def test_scheduler_calls_the_extender_and_rolls_on_config_change(helm: str) -> N
     ]
 
 
-def test_rbac_is_least_privilege(helm: str) -> None:
+def test_rbac_is_least_privilege(helm: Helm) -> None:
     docs = render(helm)
     role = find(docs, "ClusterRole", "nl-nodeledger")
     for rule in role["rules"]:
@@ -291,8 +302,8 @@ def test_rbac_is_least_privilege(helm: str) -> None:
         "persistence.claim=x",
     ],
 )
-def test_schema_rejects_bad_values(helm: str, value: str) -> None:
-    args = ["template", "nl", str(CHART), "--kube-version", "v1.34.4", "--set", value]
+def test_schema_rejects_bad_values(helm: Helm, value: str) -> None:
+    args = ["template", "nl", str(CHART), "--kube-version", helm.kube_version, "--set", value]
     assert run(helm, *args, check=False).returncode != 0
 
 
@@ -314,8 +325,8 @@ def scheduler_extender(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return extender
 
 
-def fails(helm: str, *sets: str) -> str:
-    args = ["template", "nl", str(CHART), "--namespace", "ops", "--kube-version", "v1.34.4"]
+def fails(helm: Helm, *sets: str) -> str:
+    args = ["template", "nl", str(CHART), "--namespace", "ops", "--kube-version", helm.kube_version]
     for value in sets:
         args += ["--set", value]
     result = run(helm, *args, check=False)
@@ -323,7 +334,7 @@ def fails(helm: str, *sets: str) -> str:
     return result.stderr
 
 
-def test_defaults_serve_https_and_check_callers_with_the_api_server(helm: str) -> None:
+def test_defaults_serve_https_and_check_callers_with_the_api_server(helm: Helm) -> None:
     docs = render(helm)
     deployment = find(docs, "Deployment", "nl-nodeledger")
     env = env_of(deployment)
@@ -348,7 +359,7 @@ def test_defaults_serve_https_and_check_callers_with_the_api_server(helm: str) -
     ]
 
 
-def test_the_scheduler_binds_over_https_with_its_client_certificate(helm: str) -> None:
+def test_the_scheduler_binds_over_https_with_its_client_certificate(helm: Helm) -> None:
     docs = render(helm)
     extender = scheduler_extender(docs)
     assert extender["enableHTTPS"] is True
@@ -386,7 +397,7 @@ def openssl(*args: str, input: bytes | None = None) -> str:
 
 
 def test_generated_certificates_chain_to_one_ca_and_name_the_scheduler(
-    helm: str, tmp_path: Path
+    helm: Helm, tmp_path: Path
 ) -> None:
     docs = render(helm)
     for secret, prefix in (
@@ -420,7 +431,7 @@ def test_generated_certificates_chain_to_one_ca_and_name_the_scheduler(
     ]
 
 
-def test_tls_and_auth_can_be_turned_off(helm: str) -> None:
+def test_tls_and_auth_can_be_turned_off(helm: Helm) -> None:
     docs = render(helm, "tls.enabled=false", "auth.mode=none")
     env = env_of(find(docs, "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_AUTH_MODE"] == "none"
@@ -438,7 +449,7 @@ def test_tls_and_auth_can_be_turned_off(helm: str) -> None:
     assert ("ClusterRole", "nl-nodeledger-scheduler-extender") not in names
 
 
-def test_auth_without_tls_is_refused_while_the_chart_runs_a_scheduler(helm: str) -> None:
+def test_auth_without_tls_is_refused_while_the_chart_runs_a_scheduler(helm: Helm) -> None:
     assert "can only authenticate its bind calls with a TLS client certificate" in fails(
         helm, "tls.enabled=false"
     )
@@ -449,7 +460,7 @@ def test_auth_without_tls_is_refused_while_the_chart_runs_a_scheduler(helm: str)
     )
 
 
-def test_list_page_size_and_status_rate(helm: str) -> None:
+def test_list_page_size_and_status_rate(helm: Helm) -> None:
     env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_KUBE_LIST_PAGE_SIZE"] == "2000"
     docs = render(helm, "kube.listPageSize=200", "kube.statusQps=50", "kube.statusBurst=100")
@@ -459,7 +470,7 @@ def test_list_page_size_and_status_rate(helm: str) -> None:
 
 
 def test_gpu_drivers_reach_the_service_and_only_then_may_it_read_dra_objects(
-    helm: str,
+    helm: Helm,
 ) -> None:
     docs = render(helm)
     env = env_of(find(docs, "Deployment", "nl-nodeledger"))
@@ -485,14 +496,14 @@ def test_gpu_drivers_reach_the_service_and_only_then_may_it_read_dra_objects(
     assert dra == [(["resourceclaims"], ["get"]), (["resourceslices"], ["list"])]
 
 
-def test_full_sync_interval_only_when_set(helm: str) -> None:
+def test_full_sync_interval_only_when_set(helm: Helm) -> None:
     env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
     assert "NODELEDGER_SLURM_FULL_SYNC_INTERVAL" not in env
     env = env_of(find(render(helm, "slurm.fullSyncInterval=300"), "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_SLURM_FULL_SYNC_INTERVAL"] == "300"
 
 
-def test_request_limits_library_logs_and_the_plugin_check(helm: str) -> None:
+def test_request_limits_library_logs_and_the_plugin_check(helm: Helm) -> None:
     env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_MAX_BODY_BYTES"] == "1048576"
     assert env["NODELEDGER_REQUEST_TIMEOUT_SECONDS"] == "10"
@@ -512,7 +523,7 @@ def test_request_limits_library_logs_and_the_plugin_check(helm: str) -> None:
     assert env["NODELEDGER_SLURM_PLUGIN_CHECK"] == "warn"
 
 
-def test_the_scheduler_may_elect_itself_on_its_own_lease(helm: str) -> None:
+def test_the_scheduler_may_elect_itself_on_its_own_lease(helm: Helm) -> None:
     """system:kube-scheduler grants only the Lease named kube-scheduler: a real scheduler
     pod never got past leader election without this Role."""
     docs = render(helm)
@@ -527,14 +538,14 @@ def test_the_scheduler_may_elect_itself_on_its_own_lease(helm: str) -> None:
     assert binding["subjects"][0]["name"] == "nl-nodeledger-scheduler"
 
 
-def test_protected_reads_and_the_cache_ttl(helm: str) -> None:
+def test_protected_reads_and_the_cache_ttl(helm: Helm) -> None:
     docs = render(helm, "auth.protectReads=true", "auth.cacheTTL=2")
     env = env_of(find(docs, "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_AUTH_PROTECT_READS"] == "true"
     assert env["NODELEDGER_AUTH_CACHE_TTL"] == "2"
 
 
-def test_static_mode_mounts_the_token_file(helm: str) -> None:
+def test_static_mode_mounts_the_token_file(helm: Helm) -> None:
     docs = render(helm, "auth.mode=static", "auth.staticTokens.secretName=nl-tokens")
     deployment = find(docs, "Deployment", "nl-nodeledger")
     env = env_of(deployment)
@@ -555,7 +566,7 @@ def test_static_mode_mounts_the_token_file(helm: str) -> None:
     fails(helm, "auth.mode=static")  # the schema wants the Secret's name
 
 
-def test_tls_from_your_own_secrets(helm: str) -> None:
+def test_tls_from_your_own_secrets(helm: Helm) -> None:
     docs = render(
         helm, "tls.source=secrets", "tls.serverSecret=srv", "tls.schedulerClientSecret=cli"
     )
@@ -566,7 +577,7 @@ def test_tls_from_your_own_secrets(helm: str) -> None:
     fails(helm, "tls.source=secrets", "tls.serverSecret=srv")
 
 
-def test_tls_from_cert_manager(helm: str) -> None:
+def test_tls_from_cert_manager(helm: Helm) -> None:
     docs = render(
         helm,
         "tls.source=certManager",
@@ -585,18 +596,19 @@ def test_tls_from_cert_manager(helm: str) -> None:
     assert client["usages"] == ["client auth"]
     assert client["issuerRef"] == issuer
     fails(helm, "tls.source=certManager")  # no issuer
-    long = ["template", "a-rather-long-release-name", str(CHART), "--kube-version", "v1.34.4",
-            "--namespace", "hpc-scheduling-team", "--set", "tls.source=certManager",
+    long = ["template", "a-rather-long-release-name", str(CHART),
+            "--kube-version", helm.kube_version, "--namespace", "hpc-scheduling-team",
+            "--set", "tls.source=certManager",
             "--set", "tls.certManager.issuerRef.name=lab-ca"]  # fmt: skip
     failed = run(helm, *long, check=False)
     assert failed.returncode != 0
     assert "longer than the 64 characters of a commonName" in failed.stderr
 
 
-def test_installs_into_a_real_control_plane(helm: str, kube_cluster: KubeCluster) -> None:
+def test_installs_into_a_real_control_plane(helm: Helm, kube_cluster: KubeCluster) -> None:
     env = {**os.environ, "KUBECONFIG": str(kube_cluster.kubeconfig)}
     namespace = "nodeledger-chart"
-    args = [helm, "upgrade", "--install", "nl", str(CHART), "--namespace", namespace,
+    args = [helm.path, "upgrade", "--install", "nl", str(CHART), "--namespace", namespace,
             "--create-namespace", "--set", "replicaCount=2",
             "--set", "database.url=postgresql://nl@db/nl"]  # fmt: skip
     result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
@@ -633,5 +645,5 @@ def test_installs_into_a_real_control_plane(helm: str, kube_cluster: KubeCluster
         assert client["tls.crt"] != first["nl-nodeledger-scheduler-tls"]["tls.crt"]
         assert client["ca.crt"] == first["nl-nodeledger-tls"]["ca.crt"]
     finally:
-        subprocess.run([helm, "uninstall", "nl", "--namespace", namespace], env=env,
+        subprocess.run([helm.path, "uninstall", "nl", "--namespace", namespace], env=env,
                        capture_output=True, timeout=120, check=False)  # fmt: skip

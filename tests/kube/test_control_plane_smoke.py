@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.kube_cluster import KubeCluster, wait_until
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
 
 
 @pytest.fixture

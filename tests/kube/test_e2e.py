@@ -12,7 +12,7 @@ from tests.kube.coloc import NODES, Coloc
 from tests.support.service import ServiceProcess
 from tests.support.slurm_cluster import wait_until
 
-pytestmark = [pytest.mark.kube, pytest.mark.slurm]
+pytestmark = [pytest.mark.kube, pytest.mark.kube_api, pytest.mark.slurm]
 
 
 @pytest.fixture

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.kube_cluster import cluster_sh
+from tests.support.kube_cluster import cluster_sh, pinned_version
 from tests.support.realenv import REPO, unavailable
 
 pytestmark = pytest.mark.kube
 CHART = Path(REPO) / "charts" / "nodeledger"
+KUBE_VERSION = pinned_version()  # the newest supported release
 RULE_TESTS = Path(__file__).parent / "monitoring_rules_test.yaml"
 SWITCHES = {
     "serviceMonitor": ("ServiceMonitor", "nl-nodeledger"),
@@ -93,7 +94,8 @@ def promtool(tools: dict[str, str]) -> str:
 def helm_template(helm: str, *sets: str) -> subprocess.CompletedProcess[str]:
     """``key=value`` is a --set (numbers with a dot become strings there), ``key:=json`` a
     --set-json."""
-    args = [helm, "template", "nl", str(CHART), "--namespace", "ops", "--kube-version", "v1.34.4"]
+    args = [helm, "template", "nl", str(CHART), "--namespace", "ops"]
+    args += ["--kube-version", KUBE_VERSION]
     for value in sets:
         key, json_value = value.split(":=", 1) if ":=" in value else (value, None)
         args += ["--set", value] if json_value is None else ["--set-json", f"{key}={json_value}"]

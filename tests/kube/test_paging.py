@@ -18,7 +18,7 @@ from app.kube.controllers.watch import ListWatch
 from app.loops import Stop
 from tests.support.kube_cluster import KubeCluster, wait_until
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
 PODS = "/api/v1/namespaces/default/pods"
 
 

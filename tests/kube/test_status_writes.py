@@ -27,7 +27,7 @@ from tests.kube.coloc import CRD
 from tests.support.headroom import set_headroom
 from tests.support.kube_cluster import KubeCluster
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
 GIB = 2**30
 NODES = 6
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.kube_cluster import KubeCluster, cluster_sh
+from tests.support.kube_cluster import KubeCluster, cluster_sh, pinned_version
 from tests.support.oci import SERVICE_BUILD, build
 from tests.support.realenv import REPO, run_script, wait_until
 from tests.support.slurm_cluster import SlurmCluster, main_cache, seed_cache
@@ -45,11 +45,7 @@ SLURM_ENV = {
 IMAGE = "registry.nodeledger.test/nodeledger:test"
 SCHEDULER_IMAGE_REPOSITORY = "registry.nodeledger.test/kube-scheduler"
 # cluster.sh tags the kube-scheduler image it builds with the pinned Kubernetes version.
-KUBE_VERSION = re.search(
-    r"^require k8s.io/kubernetes (v\S+)$",
-    (Path(REPO) / "testenv" / "kube" / "tools" / "kube" / "go.mod").read_text(),
-    re.MULTILINE,
-).group(1)  # type: ignore[union-attr]
+KUBE_VERSION = pinned_version()  # the newest supported release: cluster.sh's default
 CHART = Path(REPO) / "charts" / "nodeledger"
 NAMESPACE = "nodeledger"
 RELEASE = "nl"
@@ -319,6 +315,7 @@ __all__ = [
     "FULLNAME",
     "HOST_IP",
     "IMAGE",
+    "KUBE_VERSION",
     "NAMESPACE",
     "RELEASE",
     "RUNDIR",

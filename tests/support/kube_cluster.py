@@ -3,6 +3,7 @@
 etcd, kube-apiserver and the real kube-scheduler, no kubelet and no controller manager:
 nodes are plain v1 Node objects created through the API, pods bound to them stay in phase
 Pending until a test patches their status, and nothing garbage-collects or finalizes.
+One control plane per supported Kubernetes minor (KUBE_VERSIONS), side by side.
 """
 
 from __future__ import annotations
@@ -21,7 +22,41 @@ from tests.support.realenv import REPO, run_script, wait_until
 
 SCRIPT = Path(REPO) / "testenv" / "kube" / "cluster.sh"
 
-__all__ = ["SCRIPT", "KubeCluster", "cluster_sh", "wait_until"]
+__all__ = [
+    "KUBE_NEWEST",
+    "KUBE_VERSIONS",
+    "SCRIPT",
+    "KubeCluster",
+    "cluster_sh",
+    "kube_env",
+    "pinned_version",
+    "wait_until",
+]
+
+# The supported minors, each pinned by testenv/kube/tools/kube-MINOR/go.mod; cluster.sh's
+# default (no NODELEDGER_KUBE_VERSION) is the newest.
+SUPPORTED = ("1.37", "1.36", "1.35")
+# The minors `make test` runs a control plane of; NODELEDGER_TEST_KUBE_VERSIONS narrows them
+# for a quick local run. Tests marked kube_api run on each, every other test on the newest
+# of them (kube_fixtures).
+KUBE_VERSIONS = tuple(
+    v for v in os.environ.get("NODELEDGER_TEST_KUBE_VERSIONS", ",".join(SUPPORTED)).split(",") if v
+)
+KUBE_NEWEST = max(KUBE_VERSIONS or SUPPORTED[:1], key=lambda v: tuple(map(int, v.split("."))))
+
+
+def kube_env(minor: str) -> dict[str, str]:
+    """cluster.sh's environment for the control plane of Kubernetes ``minor`` (e.g. 1.36)."""
+    return {"NODELEDGER_KUBE_VERSION": minor}
+
+
+def pinned_version(minor: str = SUPPORTED[0]) -> str:
+    """The release cluster.sh builds for ``minor``, e.g. v1.37.2 (its go.mod)."""
+    go_mod = SCRIPT.parent / "tools" / f"kube-{minor}" / "go.mod"
+    match = re.search(r"^require k8s.io/kubernetes (v\S+)$", go_mod.read_text(), re.MULTILINE)
+    if match is None:
+        raise ValueError(f"no k8s.io/kubernetes requirement in {go_mod}")
+    return match.group(1)
 
 
 def cluster_sh(
@@ -62,7 +97,7 @@ class KubeCluster:
 
     @property
     def version(self) -> str:
-        """The pinned Kubernetes version the binaries were built from, e.g. v1.34.4."""
+        """The pinned Kubernetes version the binaries were built from, e.g. v1.37.2."""
         match = re.match(r"kube-(v[0-9.]+)-etcd-", self.bin_dir.name)
         if match is None:
             raise ValueError(f"no version in {self.bin_dir}")

@@ -1,18 +1,35 @@
 """pytest fixtures for the real Kubernetes control plane (etcd, kube-apiserver,
-kube-scheduler; no kubelet): started once per session, reused when already up."""
+kube-scheduler; no kubelet): started once per session and Kubernetes minor, reused when
+already up."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support.kube_cluster import KubeCluster, cluster_sh
+from tests.support.kube_cluster import KUBE_NEWEST, KUBE_VERSIONS, KubeCluster, cluster_sh, kube_env
 from tests.support.realenv import unavailable
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked kube_api (it crosses the parts of the API a release may change) runs on
+    every minor of KUBE_VERSIONS, any other test that uses the control plane on the newest."""
+    if "kube_cluster" not in metafunc.fixturenames:
+        return
+    every = metafunc.definition.get_closest_marker("kube_api") is not None
+    metafunc.parametrize(
+        "kube_cluster",
+        KUBE_VERSIONS if every else (KUBE_NEWEST,),
+        indirect=True,
+        scope="session",
+        ids=lambda v: f"kube-{v}",
+    )
+
+
 @pytest.fixture(scope="session")
-def kube_cluster() -> KubeCluster:
+def kube_cluster(request: pytest.FixtureRequest) -> KubeCluster:
+    version: str = request.param
     try:
-        cluster_sh("up", timeout=1800)  # a cold build of the binaries takes minutes
-        return KubeCluster.from_env()
+        cluster_sh("up", timeout=1800, env=kube_env(version))  # a cold build takes minutes
+        return KubeCluster.from_env(kube_env(version))
     except Exception as exc:  # any failure to start means the control plane is unavailable
-        unavailable("Kubernetes control plane", str(exc))
+        unavailable(f"Kubernetes {version} control plane", str(exc))

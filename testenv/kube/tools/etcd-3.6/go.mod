@@ -1,5 +1,5 @@
 // Pins the etcd server built for the test control plane (see ../../cluster.sh).
-module nodeledger.io/testenv/etcd
+module nodeledger.io/testenv/etcd-3.6
 
 go 1.26.0
 
