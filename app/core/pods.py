@@ -53,23 +53,10 @@ class _Meta(TypedDict, total=False):
     name: str
 
 
-class _Present(TypedDict, total=False):
-    """A key whose presence is all that is read (its fields are not parsed)."""
-
-
-class _State(TypedDict, total=False):
-    terminated: _Present
-
-
-class _ContainerStatus(TypedDict, total=False):
-    state: _State
-
-
 class _Status(TypedDict, total=False):
+    # Not the container statuses (``PodInfo.stopped``): they would double the cost of
+    # parsing a listed page, and a listed pod is there, where they decide nothing.
     phase: str
-    containerStatuses: list[_ContainerStatus]
-    initContainerStatuses: list[_ContainerStatus]
-    ephemeralContainerStatuses: list[_ContainerStatus]
 
 
 class PodShape(TypedDict, total=False):
@@ -148,7 +135,8 @@ class PodInfo:
     claims: bool = False
     claim_refs: tuple[ClaimRef, ...] = ()
     # Every container of its status was terminated (app.core.pod_release): of a pod deleted
-    # while its node is lost, the one proof the pod itself can give that nothing runs.
+    # while its node is lost, the one proof the pod itself can give that nothing runs. Read
+    # from watch events (whole objects) only: a listed page is parsed into PodShape.
     stopped: bool = False
 
     @property
