@@ -54,6 +54,8 @@ class _Meta(TypedDict, total=False):
 
 
 class _Status(TypedDict, total=False):
+    # Not the container statuses (``PodInfo.stopped``): they would double the cost of
+    # parsing a listed page, and a listed pod is there, where they decide nothing.
     phase: str
 
 
@@ -132,19 +134,39 @@ class PodInfo:
     # devices, which the extender's bind admits (issue 23), or pod accounting counts.
     claims: bool = False
     claim_refs: tuple[ClaimRef, ...] = ()
+    # Every container of its status was terminated (app.core.pod_release): of a pod deleted
+    # while its node is lost, the one proof the pod itself can give that nothing runs. Read
+    # from watch events (whole objects) only: a listed page is parsed into PodShape.
+    stopped: bool = False
 
     @property
     def display_name(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
     def holds(self) -> bool:
         """Bound and not finished: what the ledger must count."""
-        return bool(self.node) and self.phase not in TERMINAL_PHASES
+        return bool(self.node) and not self.terminal
+
+
+def containers_stopped(status: Mapping[str, Any]) -> bool:
+    """Every container the status reports (init, sidecar, app, ephemeral) terminated, and it
+    reports some: a pod without statuses may have containers the kubelet never reported."""
+    statuses = [
+        s
+        for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
+        for s in status.get(key) or []
+    ]
+    return bool(statuses) and all("terminated" in (s.get("state") or {}) for s in statuses)
 
 
 def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInfo:
     meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName") or None
     # Namespaces, node names and phases repeat across thousands of pods: one copy each.
     return PodInfo(
@@ -152,8 +174,9 @@ def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInf
         namespace=sys.intern(str(meta.get("namespace", ""))),
         name=str(meta.get("name", "")),
         node=sys.intern(str(node)) if node else None,
-        phase=sys.intern(str((pod.get("status") or {}).get("phase") or "Pending")),
+        phase=sys.intern(str(status.get("phase") or "Pending")),
         requests=pod_requests(pod, gpu_resource),
         claims=bool((pod.get("spec") or {}).get("resourceClaims")),
         claim_refs=pod_claims(pod),
+        stopped=containers_stopped(status),
     )

@@ -242,6 +242,12 @@ class Metrics:
             "GenericNode status writes (only nodes whose figures differ from Kubernetes')",
             registry=r,
         )
+        self.orphaned_pod_holdings = Gauge(
+            "nodeledger_kube_orphaned_pod_holdings",
+            "Pod holdings kept after their pod was deleted while its node was not Ready (a "
+            "lost kubelet), until a proof that its containers stopped",
+            registry=r,
+        )
         self.slurm_plugins_ok = Gauge(
             "nodeledger_slurm_plugins_ok",
             "1 when slurmctld runs the plugins its release needs to share nodes safely "
@@ -379,6 +385,9 @@ class Metrics:
 
     def kube_status_written(self) -> None:
         self.status_writes.inc()
+
+    def kube_orphaned_pod_holdings(self, count: int) -> None:
+        self.orphaned_pod_holdings.set(count)
 
 
 # Components built without a Metrics (unit tests, tools) count here; nothing exposes it.

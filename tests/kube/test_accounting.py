@@ -1,20 +1,26 @@
 """Pod accounting against a real ledger: a resync writes only what the ledger does not
-already have, and sweeps release holdings whose pod is not bound, once past the grace."""
+already have, sweeps release holdings whose pod is not bound, once past the grace, and a
+pod gone while its node is lost keeps its holding until a proof (issue 34)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from app.admission.service import Admissions
+from app.core.pod_release import NodeHealth
 from app.core.pods import PodInfo
 from app.core.records import EventKind, Holder, HolderKind, NodeSpec, Recorded, Recording
 from app.core.resources import Resources
 from app.db.engine import Database
 from app.kube.controllers.accounting import RECORD_BATCH, PodAccounting
 from app.ledger.service import Ledger
+from app.metrics.registry import Metrics
+from tests.metrics.scrape import parse
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -137,3 +143,175 @@ def test_a_cold_resync_records_in_batches(
     accounting.resync([pod(f"p{i}", cpu=10) for i in range(1200)])
     assert calls == [RECORD_BATCH, RECORD_BATCH, 1200 - 2 * RECORD_BATCH]
     assert len(pod_holdings(ledger)) == 1200
+
+
+# Lost kubelets (issue 34): a pod deleted while its node is not Ready keeps its holding until
+# a proof that its containers stopped; the release event names the proof.
+
+LOST = NodeHealth(ready=False)
+
+
+@pytest.fixture
+def nodes() -> dict[str, NodeHealth]:
+    """The managed Nodes' health, as discovery would tell it (a Node absent: deleted)."""
+    return {"n1": NodeHealth(ready=True)}
+
+
+@pytest.fixture
+def watched(ledger: Ledger, clock: Clock, nodes: dict[str, NodeHealth]) -> PodAccounting:
+    accounting = PodAccounting(
+        Admissions(ledger), nodes.__contains__, gpu_resource="nvidia.com/gpu",
+        binding_grace=30, clock=clock, node_health=nodes.get, metrics=Metrics(CollectorRegistry()),
+    )  # fmt: skip
+    accounting.resync([])
+    return accounting
+
+
+def releases_since(ledger: Ledger, event_id: int) -> list[str]:
+    return [
+        f"{e.holder_id}: {e.message}"
+        for e in ledger.events(after_id=event_id, limit=1000)
+        if e.kind is EventKind.RELEASED
+    ]
+
+
+def orphaned(accounting: PodAccounting) -> float:
+    """The gauge, as scraped."""
+    registry = accounting.metrics.registry
+    assert registry is not None
+    return parse(generate_latest(registry).decode()).value("nodeledger_kube_orphaned_pod_holdings")
+
+
+def test_a_pod_deleted_on_a_ready_node_is_released_as_before(
+    ledger: Ledger, watched: PodAccounting
+) -> None:
+    watched.on_event("ADDED", pod("p", phase="Running"))
+    mark = ledger.last_event_id()
+    watched.on_event("DELETED", pod("p", phase="Running"))
+    assert releases_since(ledger, mark) == [
+        "p: pod finished or deleted; proof: pod-deleted-node-ready"
+    ]
+
+
+def test_a_pod_finished_on_a_lost_node_is_released(
+    ledger: Ledger, watched: PodAccounting, nodes: dict[str, NodeHealth]
+) -> None:
+    watched.on_event("ADDED", pod("p", phase="Running"))
+    nodes["n1"] = LOST
+    mark = ledger.last_event_id()
+    watched.on_event("MODIFIED", pod("p", phase="Failed"))
+    assert releases_since(ledger, mark) == ["p: pod finished or deleted; proof: pod-terminal"]
+
+
+def test_a_pod_force_deleted_on_a_lost_node_keeps_its_holding_until_the_taint(
+    ledger: Ledger, watched: PodAccounting, nodes: dict[str, NodeHealth]
+) -> None:
+    watched.on_event("ADDED", pod("p", phase="Running"))
+    watched.on_event("ADDED", pod("q", phase="Running"))
+    nodes["n1"] = LOST
+    mark = ledger.last_event_id()
+    watched.on_event("DELETED", pod("p", phase="Running"))  # kubectl delete --force
+    assert set(pod_holdings(ledger)) == {"p", "q"}
+    assert orphaned(watched) == 1
+    watched.sweep()
+    watched.nodes_changed(["n1"])  # nothing that proves anything yet
+    assert releases_since(ledger, mark) == []
+    nodes["n1"] = NodeHealth(ready=False, out_of_service=True)
+    watched.nodes_changed(["n1"])
+    assert releases_since(ledger, mark) == ["p: orphaned pod holding; proof: out-of-service-taint"]
+    assert set(pod_holdings(ledger)) == {"q"}  # the pod still in the API still holds
+    assert orphaned(watched) == 0
+
+
+@pytest.mark.parametrize(
+    ("node", "proof"),
+    [(None, "node-deleted"), (NodeHealth(ready=True), "kubelet-returned")],
+    ids=["node-deleted", "kubelet-returned"],
+)
+def test_an_orphaned_holding_goes_with_its_node_or_its_kubelets_return(
+    ledger: Ledger,
+    watched: PodAccounting,
+    nodes: dict[str, NodeHealth],
+    node: NodeHealth | None,
+    proof: str,
+) -> None:
+    watched.on_event("ADDED", pod("p", phase="Running"))
+    nodes["n1"] = LOST
+    watched.on_event("DELETED", pod("p", phase="Running"))
+    mark = ledger.last_event_id()
+    if node is None:
+        del nodes["n1"]
+    else:
+        nodes["n1"] = node
+    watched.nodes_changed(["n1"])
+    assert releases_since(ledger, mark) == [f"p: orphaned pod holding; proof: {proof}"]
+
+
+def test_a_pod_whose_containers_were_reported_stopped_is_released_on_a_lost_node(
+    ledger: Ledger, watched: PodAccounting, nodes: dict[str, NodeHealth]
+) -> None:
+    watched.on_event("ADDED", pod("p", phase="Running"))
+    nodes["n1"] = LOST
+    mark = ledger.last_event_id()
+    watched.on_event("DELETED", replace(pod("p", phase="Running"), stopped=True))
+    assert releases_since(ledger, mark) == ["p: pod finished or deleted; proof: containers-stopped"]
+    assert orphaned(watched) == 0
+
+
+def test_a_missed_node_change_is_caught_by_the_next_sweep(
+    ledger: Ledger, watched: PodAccounting, nodes: dict[str, NodeHealth]
+) -> None:
+    watched.on_event("ADDED", pod("p", phase="Running"))
+    nodes["n1"] = LOST
+    watched.on_event("DELETED", pod("p", phase="Running"))
+    mark = ledger.last_event_id()
+    nodes["n1"] = NodeHealth(ready=False, out_of_service=True)  # the hook was not called
+    watched.sweep()
+    assert releases_since(ledger, mark) == ["p: orphaned pod holding; proof: out-of-service-taint"]
+
+
+def test_after_a_restart_resync_and_sweeps_keep_holdings_on_a_lost_node(
+    ledger: Ledger, clock: Clock, nodes: dict[str, NodeHealth]
+) -> None:
+    """The service was down while the pods were force-deleted: nothing lists them now."""
+    admissions = Admissions(ledger)
+    ledger.upsert_node("n2", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    nodes["n2"] = LOST
+    admissions.record("n1", Holder(HolderKind.POD, "on-ready"), Resources(1000, GIB), reason="x")
+    admissions.record("n2", Holder(HolderKind.POD, "on-lost"), Resources(1000, GIB), reason="x")
+    clock.advance(60)
+    admissions.record("n2", Holder(HolderKind.POD, "young"), Resources(1000, GIB), reason="x")
+    mark = ledger.last_event_id()
+    restarted = PodAccounting(
+        admissions, nodes.__contains__, gpu_resource="nvidia.com/gpu",
+        binding_grace=30, clock=clock, node_health=nodes.get, metrics=Metrics(CollectorRegistry()),
+    )  # fmt: skip
+    restarted.resync([])
+    assert releases_since(ledger, mark) == [
+        "on-ready: no such bound pod; proof: pod-deleted-node-ready"
+    ]
+    clock.advance(60)  # "young" comes of age: the periodic sweep looks at it
+    restarted.sweep()
+    restarted.resync([])  # the periodic resync, too
+    assert set(pod_holdings(ledger)) == {"on-lost", "young"}
+    assert orphaned(restarted) == 2
+    mark = ledger.last_event_id()
+    del nodes["n2"]
+    restarted.nodes_changed(["n2"])
+    assert sorted(releases_since(ledger, mark)) == [
+        "on-lost: orphaned pod holding; proof: node-deleted",
+        "young: orphaned pod holding; proof: node-deleted",
+    ]
+    assert orphaned(restarted) == 0
+
+
+def test_an_orphaned_holding_released_by_hand_is_forgotten_at_the_next_resync(
+    ledger: Ledger, watched: PodAccounting, nodes: dict[str, NodeHealth]
+) -> None:
+    watched.on_event("ADDED", pod("p", phase="Running"))
+    nodes["n1"] = LOST
+    watched.on_event("DELETED", pod("p", phase="Running"))
+    watched.admissions.release("p", HolderKind.POD, reason="an operator")
+    assert orphaned(watched) == 1
+    watched.resync([])
+    assert orphaned(watched) == 0

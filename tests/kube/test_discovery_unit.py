@@ -1,18 +1,22 @@
 """Node discovery when a Kubernetes Node is deleted: the ledger lets the node go, cordons
-it while something holds on it, or refuses, which is logged and stops nothing else."""
+it while something holds on it, or refuses, which is logged and stops nothing else; and a
+Node's health (Ready, out-of-service taint), whose changes pod accounting is told first."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+import msgspec
 import pytest
 
 from app.core.ledger_errors import LedgerError
+from app.core.pod_release import OUT_OF_SERVICE_TAINT as OUT_OF_SERVICE
+from app.core.pod_release import NodeHealth
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.kube.client import GENERICNODES
-from app.kube.controllers.discovery import NodeDiscovery, NodeInfo
+from app.kube.controllers.discovery import NodeDiscovery, NodeInfo, NodeShape
 from app.ledger.service import Ledger
 
 GIB = 2**30
@@ -114,3 +118,69 @@ def test_with_dra_drivers_a_nodes_gpus_are_slurms(
     capacity = found._spec(node).capacity
     assert capacity.gpus == expected
     assert capacity.cpu_millis == (8000 if slurm else 16000)
+
+
+def node_object(
+    name: str, ready: str | None = "True", taints: list[str] | None = None
+) -> dict[str, Any]:
+    conditions = [{"type": "MemoryPressure", "status": "False"}]
+    if ready is not None:
+        conditions.append({"type": "Ready", "status": ready})
+    return {
+        "metadata": {"name": name},
+        "spec": {"taints": [{"key": k, "effect": "NoExecute"} for k in taints or []]},
+        "status": {"allocatable": {"cpu": "16", "memory": "32Gi"}, "conditions": conditions},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ready", "taints", "expected"),
+    [
+        pytest.param("True", [], NodeHealth(True), id="ready"),
+        pytest.param("False", [], NodeHealth(False), id="not-ready"),
+        pytest.param("Unknown", [], NodeHealth(False), id="unknown"),
+        pytest.param(None, [], NodeHealth(True), id="no-kubelet-report-yet"),
+        pytest.param("Unknown", [OUT_OF_SERVICE], NodeHealth(False, True), id="out-of-service"),
+        pytest.param(
+            "True", ["node.kubernetes.io/unreachable"], NodeHealth(True), id="other-taint"
+        ),
+    ],
+)
+def test_a_nodes_health_is_its_ready_condition_and_out_of_service_taint(
+    ledger: Ledger, ready: str | None, taints: list[str], expected: NodeHealth
+) -> None:
+    found = discovery(ledger, RecordingClient())
+    obj = node_object("kn1", ready, taints)
+    assert found.decode(obj).health == expected
+    # The shape the node watch parses pages into keeps what this reads.
+    shaped = msgspec.json.decode(msgspec.json.encode(obj), type=NodeShape)
+    assert found.decode(shaped).health == expected  # type: ignore[arg-type]
+
+
+def test_pod_accounting_is_told_of_health_changes_before_the_ledger_lets_a_node_go(
+    ledger: Ledger,
+) -> None:
+    found = discovery(ledger, RecordingClient())
+    told: list[tuple[list[str], bool]] = []  # names, and whether the ledger still had kn1
+    found.health_changed = lambda names: told.append((names, "kn1" in ledger.node_specs()))
+    found.on_event("ADDED", found.decode(node_object("kn1")))
+    found.on_event("MODIFIED", found.decode(node_object("kn1")))  # nothing changed
+    assert told == []
+    found.on_event("MODIFIED", found.decode(node_object("kn1", "Unknown")))
+    assert found.health("kn1") == NodeHealth(False)
+    found.on_event("MODIFIED", found.decode(node_object("kn1", "Unknown", [OUT_OF_SERVICE])))
+    found.on_event("DELETED", found.decode(node_object("kn1", "Unknown", [OUT_OF_SERVICE])))
+    assert told == [(["kn1"], True)] * 3
+    assert found.health("kn1") is None
+    assert "kn1" not in ledger.node_specs()
+
+
+def test_a_resync_tells_pod_accounting_of_every_node_and_those_gone(ledger: Ledger) -> None:
+    found = discovery(ledger, RecordingClient())
+    found.on_event("ADDED", found.decode(node_object("kn1")))
+    found.on_event("ADDED", found.decode(node_object("kn2")))
+    told: list[list[str]] = []
+    found.health_changed = told.append
+    found.client.list = lambda *args, **kwargs: ([], "1")  # type: ignore[attr-defined]
+    found.resync([found.decode(node_object("kn1"))])
+    assert told == [["kn1", "kn2"]]

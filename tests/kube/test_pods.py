@@ -1,12 +1,14 @@
-"""A pod's effective request by Kubernetes' rules (pure)."""
+"""A pod's effective request by Kubernetes' rules, and whether its containers stopped
+(pure)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
-from app.core.pods import pod_info, pod_requests
+from app.core.pods import PodShape, pod_info, pod_requests
 from app.core.resources import Resources
 
 MI = 2**20
@@ -87,3 +89,58 @@ def test_pod_info_says_whether_it_holds() -> None:
     assert info.display_name == "ns/p"
     assert not pod_info({**pod, "status": {"phase": "Succeeded"}}).holds
     assert not pod_info({**pod, "spec": {"containers": []}}).holds  # not bound yet
+
+
+RUNNING = {"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+DONE = {"state": {"terminated": {"exitCode": 0}}}
+WAITING = {"state": {"waiting": {"reason": "ContainerCreating"}}}
+STOPPED_CASES = [
+    ("no status yet", {}, False),
+    ("every container terminated", {"containerStatuses": [DONE, DONE]}, True),
+    ("one still running", {"containerStatuses": [DONE, RUNNING]}, False),
+    ("one waiting to start", {"containerStatuses": [DONE, WAITING]}, False),
+    (
+        "a sidecar still running",
+        {"initContainerStatuses": [RUNNING], "containerStatuses": [DONE]},
+        False,
+    ),
+    (
+        "an ephemeral container still running",
+        {"containerStatuses": [DONE], "ephemeralContainerStatuses": [RUNNING]},
+        False,
+    ),
+    (
+        "init, app and ephemeral all terminated",
+        {
+            "initContainerStatuses": [DONE],
+            "containerStatuses": [DONE],
+            "ephemeralContainerStatuses": [DONE],
+        },
+        True,
+    ),
+    (
+        "only the last state terminated",
+        {"containerStatuses": [{**RUNNING, "lastState": DONE["state"]}]},
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(s, e) for _, s, e in STOPPED_CASES],
+    ids=[n for n, _, _ in STOPPED_CASES],
+)
+def test_pod_info_says_whether_its_containers_stopped(
+    status: dict[str, Any], expected: bool
+) -> None:
+    pod = {
+        "metadata": {"uid": "u1", "namespace": "ns", "name": "p"},
+        "spec": {"nodeName": "n1", "containers": [c("1")]},
+        "status": {"phase": "Running", **status},
+    }
+    assert pod_info(pod).stopped is expected
+    # A listed page is parsed without the statuses (a listed pod is there: they decide
+    # nothing); the DELETED event that does need them carries the whole object.
+    shaped = msgspec.json.decode(msgspec.json.encode(pod), type=PodShape)
+    assert pod_info(shaped).stopped is False  # type: ignore[arg-type]

@@ -65,6 +65,7 @@ CONTRACT = {
     "nodeledger_kube_watch_restarts": "counter",
     "nodeledger_kube_relists": "counter",
     "nodeledger_kube_status_writes": "counter",
+    "nodeledger_kube_orphaned_pod_holdings": "gauge",
 }
 PER_NODE = {name for name in CONTRACT if name.startswith("nodeledger_node_")}
 

@@ -74,6 +74,8 @@ class KubeControllers:
             binding_grace=settings.binding_grace,
             clock=clock,
             claim_gpus=devices.count if devices is not None else None,
+            node_health=self.discovery.health,
+            metrics=metrics,
         )
         protocol = AdmissionRequests(
             admissions, client, gpu_resource=settings.gpu_resource, clock=clock
@@ -103,6 +105,7 @@ class KubeControllers:
             resync_period=settings.resync_period,
         )
         self.discovery.cordons_changed = self.maintenance.mark
+        self.discovery.health_changed = accounting.nodes_changed
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period
         self.watches: list[ListWatch[Any]] = [

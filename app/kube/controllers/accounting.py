@@ -1,7 +1,11 @@
 """Pods on managed nodes hold what they request, whichever scheduler bound them.
 
 The watch selects bound, unfinished pods (``spec.nodeName!=``, phase not Succeeded or
-Failed), so a pod that finishes or is deleted arrives as DELETED and is released. A bound
+Failed), so a pod that finishes or is deleted arrives as DELETED. It is released on proof
+that its containers no longer run (app.core.pod_release), named in the release event; a
+pod deleted while its node is NotReady (a lost kubelet) keeps its holding, an orphaned
+holding, until its Node gets the out-of-service taint, is deleted or is Ready again
+(discovery tells ``nodes_changed``; every sweep looks again too). A bound
 pod the ledger does not know (default scheduler, DaemonSet controller) is recorded as it
 is, even when it overcommits the node. A full resync compares every listed pod with the
 ledger's pod holdings, read once, and records only the pods the ledger does not have as
@@ -10,7 +14,8 @@ would take minutes).
 
 A sweep releases pod holdings whose pod is not bound anywhere once they are older than
 ``binding_grace`` (an admission's pod may not be bound yet), so holdings of pods deleted
-while the service was down go too. After a resync it looks at every pod holding; the
+while the service was down go too, by the same rule: one on a NotReady node is orphaned,
+not released. After a resync it looks at every pod holding; the
 periodic sweep (every second) only at those that came of age since the previous one: an
 older holding was looked at then, and whatever happens to its pod later is an event.
 
@@ -37,9 +42,11 @@ from typing import Any
 from app.admission.service import Admissions
 from app.core.claims import ClaimDevicesError
 from app.core.ledger_errors import HoldingNotFound, LedgerError
+from app.core.pod_release import OUT_OF_SERVICE_TAINT, READY, NodeHealth, Proof, release_proof
 from app.core.pods import PodInfo, PodShape, pod_info
 from app.core.records import Holder, HolderKind, Placement, Recording
 from app.ledger.service import Clock
+from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
 FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -59,18 +66,26 @@ class PodAccounting:
         binding_grace: float,
         clock: Clock,
         claim_gpus: Callable[[PodInfo], int] | None = None,
+        node_health: Callable[[str], NodeHealth | None] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         """``claim_gpus``: the co-managed GPUs a bound pod's claims hold (app.kube.claims);
-        None: GPU identity is off, claims count no GPU."""
+        None: GPU identity is off, claims count no GPU. ``node_health``: a managed Node's
+        readiness and out-of-service taint, None for no such Node (NodeDiscovery.health);
+        None: every managed node counts as Ready."""
         self.admissions = admissions
+        self.metrics = metrics
+        self.node_health = node_health or self._ready_if_managed
         self.claim_gpus = claim_gpus
         self._unread: dict[str, PodInfo] = {}  # claim pods recorded without their GPUs
         self.managed = managed
         self.gpu_resource = gpu_resource
         self.binding_grace = timedelta(seconds=binding_grace)
         self.clock = clock
-        self._lock = threading.Lock()  # _present, _synced
+        self._lock = threading.Lock()  # _present, _synced, _orphans
         self._present: set[str] = set()
+        # Pod uid -> node of the holdings kept after their pod went (their node was lost).
+        self._orphans: dict[str, str] = {}
         self._synced = False
         self._sweeping = threading.Lock()  # one sweep at a time; owns _swept_until
         self._swept_until: datetime | None = None  # older holdings were looked at
@@ -91,16 +106,19 @@ class PodAccounting:
             with self._lock:
                 self._present = set(pods)
                 self._synced = True
+                orphans = set(self._orphans)
             # One pass over the ledger's pod holdings, streamed: what is recorded as it is
-            # needs nothing, what is old and not bound anywhere goes.
+            # needs nothing, what is old and not bound anywhere goes (or is orphaned).
             done: set[str] = set()
-            unbound: list[str] = []
+            unbound: list[tuple[str, str]] = []
             for uid, placement in self.admissions.ledger.each_placement(HolderKind.POD):
                 pod = pods.get(uid)
+                orphans.discard(uid)
                 if pod is not None and _recorded_as(placement, pod):
                     done.add(uid)
                 elif pod is None and placement.created_at < cutoff:
-                    unbound.append(uid)
+                    unbound.append((uid, placement.node))
+            self._forget_orphans(orphans)  # released meanwhile (through the REST API)
             missing = [
                 self._recording(pod)
                 for uid, pod in pods.items()
@@ -117,7 +135,9 @@ class PodAccounting:
             with self._lock:
                 self._present.discard(pod.uid)
                 self._unread.pop(pod.uid, None)
-            self._release(pod.uid, "pod finished or deleted")
+                proof = self._proof(pod, pod.uid, pod.node or "")
+            if proof is not None:
+                self._release(pod.uid, f"pod finished or deleted; proof: {proof}")
         else:
             with self._lock:
                 self._present.add(pod.uid)
@@ -125,7 +145,8 @@ class PodAccounting:
 
     def sweep(self) -> None:
         """Release pod holdings that came of age (older than the binding grace) since the
-        last sweep and whose pod is not bound on any node."""
+        last sweep and whose pod is not bound on any node, and orphaned holdings that have
+        a proof now (one whose release failed is tried again)."""
         with self._sweeping:
             with self._lock:
                 if not self._synced:
@@ -135,18 +156,70 @@ class PodAccounting:
             aged = self.admissions.ledger.placements(
                 HolderKind.POD, created_from=since, created_before=cutoff
             )
-            self._release_unbound(aged)
+            self._release_unbound((uid, p.node) for uid, p in aged.items())
             self._swept_until = cutoff
             with self._lock:
                 unread = list(self._unread.values())
+                nodes = set(self._orphans.values())
             for pod in unread:
                 self._hold(pod)
+        self.nodes_changed(nodes)
 
-    def _release_unbound(self, uids: Iterable[str]) -> None:
+    def nodes_changed(self, names: Iterable[str]) -> None:
+        """Discovery's hook: these Nodes' readiness or out-of-service taint changed, or
+        they went. Release the orphaned holdings there that now have a proof."""
+        names = set(names)
         with self._lock:
-            gone = [uid for uid in uids if uid not in self._present]
-        for uid in gone:
-            self._release(uid, "no such bound pod")
+            due = [
+                (uid, proof)
+                for uid, node in self._orphans.items()
+                if node in names and (proof := self._decide(None, uid, node)) is not None
+            ]
+        for uid, proof in due:
+            self._release(uid, f"orphaned pod holding; proof: {proof}")
+
+    def _release_unbound(self, placements: Iterable[tuple[str, str]]) -> None:
+        with self._lock:
+            due = [
+                (uid, proof)
+                for uid, node in placements
+                if uid not in self._present and (proof := self._proof(None, uid, node))
+            ]
+        for uid, proof in due:
+            self._release(uid, f"no such bound pod; proof: {proof}")
+
+    def _proof(self, pod: PodInfo | None, uid: str, node: str) -> Proof | None:
+        """Under ``_lock``, so that nodes_changed cannot run between the decision and the
+        orphaning: the proof that the holding of a pod gone (``pod``: as last seen, None:
+        not listed) may go, or None: it is orphaned."""
+        proof = self._decide(pod, uid, node)
+        if proof is None and uid not in self._orphans:
+            self._orphans[uid] = node
+            self.metrics.kube_orphaned_pod_holdings(len(self._orphans))
+            log.warning(
+                "pod %s went while its node %s is not Ready: its holding stays until the Node "
+                "is tainted %s, deleted, or Ready again",
+                pod.display_name if pod else uid, node, OUT_OF_SERVICE_TAINT,
+            )  # fmt: skip
+        return proof
+
+    def _decide(self, pod: PodInfo | None, uid: str, node: str) -> Proof | None:
+        return release_proof(
+            gone=True,
+            terminal=pod is not None and pod.terminal,
+            stopped=pod is not None and pod.stopped,
+            node=self.node_health(node),
+            orphaned=uid in self._orphans,
+        )
+
+    def _forget_orphans(self, uids: Iterable[str]) -> None:
+        with self._lock:
+            for uid in uids:
+                self._orphans.pop(uid, None)
+            self.metrics.kube_orphaned_pod_holdings(len(self._orphans))
+
+    def _ready_if_managed(self, node: str) -> NodeHealth | None:
+        return READY if self.managed(node) else None
 
     def _accountable(self, pod: PodInfo) -> bool:
         return pod.holds and pod.node is not None and self.managed(pod.node)
@@ -178,6 +251,8 @@ class PodAccounting:
     def _release(self, uid: str, reason: str) -> None:
         with contextlib.suppress(HoldingNotFound):
             self.admissions.release(uid, HolderKind.POD, reason=reason, path="kubernetes")
+        if uid in self._orphans:  # read without the lock: the lock-taking path is rare
+            self._forget_orphans([uid])
 
     def _recording(self, pod: PodInfo) -> Recording:
         """The pod as the ledger records it: its requests, and for a claim pod whose requests

@@ -7,8 +7,11 @@ not as the extended resource, and a node's GPUs are Slurm's (issue 23). Nodes
 that disappear leave the ledger (or are cordoned while something still holds on them),
 and their GenericNodes are garbage-collected.
 
-Of a Node only its name, Slurm alias, allocatable and cordon are kept (``NodeInfo``): a real
-Node object carries its image list and conditions, tens of KB each at 15,000 nodes.
+Of a Node only its name, Slurm alias, allocatable, cordon, readiness and out-of-service
+taint are kept (``NodeInfo``): a real Node object carries its image list and conditions,
+tens of KB each at 15,000 nodes. Pod accounting is told when a Node's readiness or
+out-of-service taint changes, or the Node goes, before the ledger lets go of it: a pod
+deleted while its node was lost keeps its holding until then (app.core.pod_release).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any, TypedDict
 
 from app.core.genericnode import MANAGED_BY, new_object
 from app.core.ledger_errors import LedgerError, NodeInUse, NodeNotFound
+from app.core.pod_release import OUT_OF_SERVICE_TAINT, READY, NodeHealth
 from app.core.quantities import Rounding, cpu_millis, gpu_count, memory_bytes
 from app.core.records import NodeSpec, NodeView
 from app.core.resources import Resources
@@ -47,12 +51,23 @@ class _Meta(TypedDict, total=False):
     labels: dict[str, str]
 
 
+class _Condition(TypedDict, total=False):
+    type: str
+    status: str
+
+
 class _Status(TypedDict, total=False):
     allocatable: dict[str, Any]
+    conditions: list[_Condition]
+
+
+class _Taint(TypedDict, total=False):
+    key: str
 
 
 class _Spec(TypedDict, total=False):
     unschedulable: bool
+    taints: list[_Taint]
 
 
 class NodeShape(TypedDict, total=False):
@@ -75,6 +90,16 @@ class NodeInfo:
     alias: str | None  # the Slurm node named by the label, if any
     allocatable: Resources
     cordoned: bool = False  # spec.unschedulable (kubectl cordon, kubectl drain)
+    health: NodeHealth = READY
+
+
+def node_health(obj: dict[str, Any]) -> NodeHealth:
+    """Ready unless its Ready condition says False or Unknown: a Node no kubelet reported
+    yet has none (the node lifecycle controller sets Unknown if none comes)."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    ready = all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
+    taints = (obj.get("spec") or {}).get("taints") or []
+    return NodeHealth(ready, any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints))
 
 
 def smaller(a: Resources, b: Resources | None) -> Resources:
@@ -110,6 +135,8 @@ class NodeDiscovery:
         self._genericnodes: set[str] = set()  # names known to have a GenericNode
         # Told the Nodes whose cordon changed (app.kube.controllers.maintenance).
         self.cordons_changed: Callable[[list[str]], None] = lambda names: None
+        # Told the Nodes whose health changed or that went (app.kube.controllers.accounting).
+        self.health_changed: Callable[[list[str]], None] = lambda names: None
 
     def managed(self, name: str) -> bool:
         with self._lock:
@@ -120,6 +147,12 @@ class NodeDiscovery:
             node = self._nodes.get(name)
         return node is not None and node.cordoned
 
+    def health(self, name: str) -> NodeHealth | None:
+        """None: no such managed Node (deleted, or it left the selector)."""
+        with self._lock:
+            node = self._nodes.get(name)
+        return None if node is None else node.health
+
     # WatchHandler[NodeInfo]
     shape = NodeShape
 
@@ -127,15 +160,20 @@ class NodeDiscovery:
         meta = obj["metadata"]
         alias = (meta.get("labels") or {}).get(self.slurm_node_label) or None
         cordoned = bool((obj.get("spec") or {}).get("unschedulable"))
-        return NodeInfo(meta["name"], alias, allocatable(obj, self.gpu_resource), cordoned)
+        return NodeInfo(
+            meta["name"], alias, allocatable(obj, self.gpu_resource), cordoned, node_health(obj)
+        )
 
     def key(self, node: NodeInfo) -> str:
         return node.name
 
     def resync(self, items: list[NodeInfo]) -> None:
+        nodes = {n.name: n for n in items}
         with self._lock:
-            self._nodes = {n.name: n for n in items}
+            gone = [name for name in self._nodes if name not in nodes]
+            self._nodes = nodes
         self.cordons_changed([n.name for n in items])
+        self.health_changed([n.name for n in items] + gone)
         # A resync re-checks everything against the ledger, read once (not node by node).
         specs = self.ledger.node_specs()
         self._applied = {name: (s.capacity, s.slurm_name) for name, s in specs.items()}
@@ -154,6 +192,8 @@ class NodeDiscovery:
                 self._nodes[node.name] = node
         if kind != "DELETED" and (before is None or before.cordoned != node.cordoned):
             self.cordons_changed([node.name])
+        if kind == "DELETED" or (before is not None and before.health != node.health):
+            self.health_changed([node.name])  # before the ledger lets go of a deleted one
         if kind == "DELETED":
             self._remove(node.name)
         else:
