@@ -43,10 +43,11 @@ class Slurmrestd(FakeSlurm):
     def __init__(self) -> None:
         super().__init__(slurm_node(), latency=0)
         self.down = False
+        self.reads_down = False  # only its reads time out (a slurmctld too busy to list)
         self.state_updates: list[str] = []
 
     def _answer(self, what: str) -> None:
-        if self.down:
+        if self.down or (self.reads_down and what.startswith("GET")):
             raise SlurmUnavailable(f"slurmrestd {what}: slurmrestd unreachable")
 
     def get_node(self, name: str) -> SlurmNode:
@@ -327,6 +328,34 @@ def test_an_uncordon_resumes_slurm_once_slurmrestd_answers(world: World) -> None
     assert world.slurm.state_updates == ["DRAIN", "RESUME"]
     assert world.kube.ours() == []
     assert "Slurm node n1 resumed: the Node was uncordoned" in world.events()
+
+
+def test_a_failed_read_of_slurm_is_no_licence_to_resume(world: World) -> None:
+    drained_for_a_cordon(world)
+    world.slurm.drain("bad DIMM")  # an administrator's, unseen: reads fail from now on
+    world.slurm.reads_down = True
+    world.cordon(False)
+    assert world.settle(5)
+    assert world.slurm.state_updates == ["DRAIN"]
+    assert world.slurm.node.reason == "bad DIMM"
+
+    world.slurm.reads_down = False
+    assert world.settle() == []
+    assert world.slurm.state_updates == ["DRAIN"]  # not the service's drain any more
+    assert world.slurm.node.reason == "bad DIMM"
+    assert len(world.kube.ours()) == 1  # Slurm keeps it out: so does the taint
+
+
+def test_a_failed_read_of_slurm_is_no_licence_to_drain(world: World) -> None:
+    world.slurm.drain("bad DIMM")  # an administrator's, unseen: reads fail from now on
+    world.slurm.reads_down = True
+    world.cordon(True)
+    assert world.settle(5)
+    assert world.slurm.state_updates == []
+    world.slurm.reads_down = False
+    assert world.settle() == []
+    assert world.slurm.state_updates == []  # drained already: left as it is
+    assert world.slurm.node.reason == "bad DIMM"
 
 
 def test_kubernetes_unreachable_drains_and_resumes_nothing_until_it_answers(
