@@ -27,7 +27,7 @@ from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics
 from app.slurm.drains import SlurmDrains
-from app.slurm.errors import SlurmError, SlurmUnavailable
+from app.slurm.errors import SlurmError, SlurmRequestError, SlurmUnavailable
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
@@ -52,6 +52,8 @@ class Slurmrestd(FakeSlurm):
 
     def get_node(self, name: str) -> SlurmNode:
         self._answer(f"GET node/{name}")
+        if name != "n1":
+            raise SlurmRequestError(f"Slurm has no node {name!r}")
         return super().get_node(name)
 
     def get_nodes(self, update_time: int | None = None) -> Listing[SlurmNode]:
@@ -184,7 +186,7 @@ def make_world(ledger: Ledger, *, slurm_taints: bool = True, co_managed: bool = 
     maintenance = Maintenance(
         snapshot,
         kube,  # type: ignore[arg-type]
-        lambda name: name == "n1",
+        lambda name: name in ledger.node_specs(),
         lambda name: cordoned.get(name, False),
         SlurmDrains(slurm),  # type: ignore[arg-type]
         lambda: T0,
@@ -415,3 +417,18 @@ def test_without_slurm_no_node_disagrees(ledger: Ledger) -> None:
     world.cordon(True)
     world.settle()
     assert world.gauge("nodeledger_maintenance_disagreeing_nodes") == 0
+
+
+def test_a_cordoned_node_slurm_does_not_list_is_no_drain_and_stalls_no_other(
+    world: World,
+) -> None:
+    world.ledger.upsert_node("n2", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    world.cordoned["n2"] = True
+    world.maintenance.mark(["n2"])
+    assert world.settle() == []
+    assert world.health() is None
+    assert world.ledger.get_node("n2").health_reason == "Slurm has no node 'n2'"
+    world.cordon(True)
+    assert world.settle() == []
+    assert world.slurm.state_updates == ["DRAIN"]  # n1's, not held up behind n2
+    assert world.gauge("nodeledger_maintenance_disagreeing_nodes") == 0  # n2: one side only
