@@ -31,6 +31,7 @@ from app.core.resources import Resources
 from app.core.slurm_models import SlurmJob, SlurmNode
 
 UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "INVALID_REG", "INVALID", "NOT_RESPONDING", "FAIL"})
+UNLISTED = "Slurm has no node "  # how the health reason of a node Slurm does not list begins
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +138,7 @@ def health_reason(node: SlurmNode | None, slurm_name: str) -> str | None:
     NOT_RESPONDING, FAIL, or no such node); None when healthy. ``slurm_states`` reads the
     states back."""
     if node is None:
-        return f"Slurm has no node {slurm_name!r}"
+        return f"{UNLISTED}{slurm_name!r}"
     bad = node.states & UNHEALTHY_STATES
     if not bad:
         return None
@@ -155,6 +156,11 @@ def slurm_states(reason: str | None) -> frozenset[str]:
     if stated is None:
         return frozenset()
     return frozenset(stated["states"].split("+")) & UNHEALTHY_STATES
+
+
+def slurm_lists(reason: str | None) -> bool:
+    """Whether Slurm listed the node at the last sync, from a reason ``health_reason`` wrote."""
+    return not (reason or "").startswith(UNLISTED)
 
 
 def slurm_reason(reason: str | None) -> str:

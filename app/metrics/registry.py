@@ -267,6 +267,17 @@ class Metrics:
             ["dependency"],
             registry=r,
         )
+        self.maintenance_disagreeing = Gauge(
+            "nodeledger_maintenance_disagreeing_nodes",
+            "Co-managed nodes one side keeps out and the other not (cordon or taint in "
+            "Kubernetes, drain/down/fail in Slurm), as the kube-controllers leader sees",
+            registry=r,
+        )
+        self.maintenance_oldest = Gauge(
+            "nodeledger_maintenance_oldest_disagreement_seconds",
+            "Seconds the longest of those disagreements has lasted (0: none)",
+            registry=r,
+        )
         self._freshness = _SlurmFreshness(monotonic)
         if registry is not None:
             registry.register(self._freshness)
@@ -388,6 +399,11 @@ class Metrics:
 
     def kube_orphaned_pod_holdings(self, count: int) -> None:
         self.orphaned_pod_holdings.set(count)
+
+    def maintenance_disagreements(self, nodes: int, oldest_seconds: float) -> None:
+        """What the maintenance reconciler last found (zeros when it stops leading)."""
+        self.maintenance_disagreeing.set(nodes)
+        self.maintenance_oldest.set(oldest_seconds)
 
 
 # Components built without a Metrics (unit tests, tools) count here; nothing exposes it.

@@ -5,19 +5,22 @@ An operator drains a co-managed node in Slurm: the Node gets the service's taint
 of any scheduler (here the default one) stays off it; a resume lifts that taint and no one
 else's. Turned off, the service removes its own taints. An operator cordons the Node: the
 Slurm node drains, so no job starts there; the uncordon resumes it, unless an
-administrator's drain came meanwhile.
+administrator's drain came meanwhile. With slurmrestd stopped, a cordon drains nothing and
+counts as a disagreement; once slurmrestd answers again, the drain is applied.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import httpx
 import pytest
 
 from app.core.maintenance import REASON_ANNOTATION, TAINT_KEY
 from tests.kube.coloc import Coloc
 from tests.support.service import ServiceProcess
-from tests.support.slurm_cluster import wait_until
+from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 RACK = {"key": "example.com/rack", "value": "7", "effect": "NoSchedule"}
@@ -147,3 +150,30 @@ def test_an_uncordon_leaves_an_administrators_drain_alone(
     coloc.kube.kubectl("uncordon", "kn3")
     wait_until(lambda: "DRAIN" not in slurm_node(coloc, "n3")[0], 60, what="n3 resumed")
     coloc.slurm.run("scontrol", "update", "nodename=n2", "state=resume")
+
+
+def metric(coloc: Coloc, name: str) -> float:
+    text = httpx.get(f"{coloc.url}/metrics", timeout=30).text
+    (value,) = [line.split()[1] for line in text.splitlines() if line.startswith(f"{name} ")]
+    return float(value)
+
+
+def test_with_slurmrestd_stopped_a_cordon_drains_nothing_until_it_answers(
+    env: tuple[Coloc, ServiceProcess], restd_restarted: SlurmCluster
+) -> None:
+    coloc, _ = env
+    disagreeing = "nodeledger_maintenance_disagreeing_nodes"
+    assert metric(coloc, disagreeing) == 0
+    restd_restarted.stop_restd()
+    coloc.kube.kubectl("cordon", "kn2")
+    wait_until(lambda: metric(coloc, disagreeing) == 1, 60, what="the disagreement counted")
+    time.sleep(3)  # passes every half second, each failing: none guesses
+    assert "DRAIN" not in slurm_node(coloc, "n2")[0]  # scontrol: slurmctld itself
+    assert metric(coloc, "nodeledger_maintenance_oldest_disagreement_seconds") >= 2
+
+    restd_restarted.start_restd()
+    wait_until(lambda: "DRAIN" in slurm_node(coloc, "n2")[0], 60, what="n2 drained")
+    assert slurm_node(coloc, "n2")[1].startswith("nodeledger: cordoned in Kubernetes at ")
+    wait_until(lambda: metric(coloc, disagreeing) == 0, 60, what="the sides agreeing")
+    coloc.kube.kubectl("uncordon", "kn2")
+    wait_until(lambda: "DRAIN" not in slurm_node(coloc, "n2")[0], 60, what="n2 resumed")

@@ -1,5 +1,5 @@
 """One maintenance on both sides (app.core.maintenance), table-tested: Slurm's states as the
-Node's taint, a cordon as a Slurm drain."""
+Node's taint, a cordon as a Slurm drain; when the two sides disagree (app.core.disagreement)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from app.core.disagreement import Disagreements, disagree
 from app.core.maintenance import (
     REASON_ANNOTATION,
     TAINT_KEY,
@@ -19,7 +20,7 @@ from app.core.maintenance import (
     slurm_action,
     slurm_taint,
 )
-from app.core.plan import health_reason, slurm_states
+from app.core.plan import health_reason, slurm_lists, slurm_states
 from app.core.slurm_models import SlurmNode
 
 
@@ -140,3 +141,50 @@ def test_the_services_own_drain_makes_no_taint() -> None:
     reason = cordon_reason(datetime(2026, 11, 27, 1, 40, tzinfo=UTC))
     assert reason == "nodeledger: cordoned in Kubernetes at 2026-11-27T01:40:00Z"
     assert slurm_action(False, f"Slurm node n1 is DRAIN+IDLE: {reason}") is SlurmAction.RESUME
+
+
+TAINTED = SlurmTaint("DRAIN", "NoSchedule", DRAINED)
+
+
+@pytest.mark.parametrize(
+    ("cordoned", "taint", "reason", "expected"),
+    [
+        pytest.param(False, None, None, False, id="both-in"),
+        pytest.param(False, TAINTED, DRAINED, False, id="drained-and-tainted"),
+        pytest.param(True, None, OURS, False, id="cordoned-and-drained-for-it"),
+        pytest.param(True, TAINTED, DOWNED, False, id="cordoned-tainted-and-down"),
+        pytest.param(False, None, DRAINED, True, id="drained-not-tainted"),
+        pytest.param(False, None, "Slurm node n1 is IDLE+NOT_RESPONDING", True,
+                     id="not-responding"),
+        pytest.param(True, None, None, True, id="cordoned-not-drained"),
+        pytest.param(False, TAINTED, None, True, id="tainted-after-a-resume"),
+        pytest.param(False, None, "Slurm hold jobs of GPU devices gone, held again soon: p", False,
+                     id="no-slurm-state"),
+    ],
+)  # fmt: skip
+def test_the_sides_disagree_when_exactly_one_keeps_the_node_out(
+    cordoned: bool, taint: SlurmTaint | None, reason: str | None, expected: bool
+) -> None:
+    assert disagree(cordoned, taint, reason) is expected
+
+
+def test_a_disagreement_is_as_old_as_the_first_look_that_found_it() -> None:
+    seen = Disagreements()
+    assert (seen.count(), seen.oldest(5.0)) == (0, 0.0)
+    seen.look("n1", True, 10.0)
+    seen.look("n2", True, 20.0)
+    seen.look("n1", True, 30.0)  # still: its age counts from 10
+    assert (seen.count(), seen.oldest(40.0)) == (2, 30.0)
+    seen.look("n1", False, 41.0)
+    assert (seen.count(), seen.oldest(41.0)) == (1, 21.0)
+    seen.look("n1", True, 42.0)  # again: a new one
+    seen.keep({"n1"})  # n2 no longer co-managed
+    assert (seen.count(), seen.oldest(50.0)) == (1, 8.0)
+    seen.clear()
+    assert seen.count() == 0
+
+
+def test_the_health_reason_says_whether_slurm_lists_the_node() -> None:
+    assert not slurm_lists(health_reason(None, "n1"))
+    assert slurm_lists(DRAINED)
+    assert slurm_lists(None)

@@ -63,6 +63,8 @@ CONTRACT = HISTOGRAMS | {
     "nodeledger_kube_watch_restarts_total",
     "nodeledger_kube_relists_total",
     "nodeledger_kube_status_writes_total",
+    "nodeledger_maintenance_disagreeing_nodes",
+    "nodeledger_maintenance_oldest_disagreement_seconds",
 }
 SERIES = CONTRACT | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 METRIC = re.compile(r"\bnodeledger_[a-z_]+")
@@ -212,6 +214,8 @@ def test_lint_is_clean_with_everything_on(helm: str) -> None:
         "monitoring.prometheusRule.driftUncorrected.syncIntervals=0",
         "monitoring.prometheusRule.slurmUnreachable.stalenessSeconds=0",
         "monitoring.prometheusRule.admissionsFailingClosed.threshold=-1",
+        "monitoring.prometheusRule.maintenanceDisagreement.thresholdSeconds=0",
+        "monitoring.prometheusRule.maintenanceDisagreement.for=5m",
         "monitoring.dashboard.labels=x",
     ],
 )
@@ -301,6 +305,7 @@ ALERTS = {
     "NodeledgerSlurmDriftUncorrected",
     "NodeledgerNodeOvercommitted",
     "NodeledgerAdmissionsFailingClosed",
+    "NodeledgerMaintenanceDisagreement",
 }
 
 
@@ -332,6 +337,8 @@ def test_rule_thresholds_and_labels_are_values(helm: str) -> None:
         "monitoring.prometheusRule.admissionsFailingClosed.window=10m",
         "monitoring.prometheusRule.admissionsFailingClosed.threshold:=0.5",
         "monitoring.prometheusRule.targetDown.for=1m",
+        "monitoring.prometheusRule.maintenanceDisagreement.thresholdSeconds=900",
+        "monitoring.prometheusRule.maintenanceDisagreement.severity=critical",
         "monitoring.prometheusRule.alertLabels.team=hpc",
         'monitoring.prometheusRule.selector=job="nodeledger"',
     )
@@ -344,6 +351,11 @@ def test_rule_thresholds_and_labels_are_values(helm: str) -> None:
     assert "[10m])) > 0.5" in failing
     assert rules["NodeledgerTargetDown"]["expr"] == 'up{job="nodeledger"} == 0'
     assert rules["NodeledgerTargetDown"]["for"] == "1m"
+    disagreement = rules["NodeledgerMaintenanceDisagreement"]
+    assert disagreement["expr"].endswith(
+        'nodeledger_maintenance_oldest_disagreement_seconds{job="nodeledger"}) > 900'
+    )
+    assert disagreement["labels"] == {"severity": "critical", "team": "hpc"}
 
 
 def test_no_slurm_no_slurm_alerts(helm: str) -> None:

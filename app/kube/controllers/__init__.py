@@ -103,6 +103,8 @@ class KubeControllers:
             evict=settings.slurm_taints_evict,
             node_selector=settings.node_selector,
             resync_period=settings.resync_period,
+            co_managed=drains is not None,  # Slurm integrated: each node has two sides
+            metrics=metrics,
         )
         self.discovery.cordons_changed = self.maintenance.mark
         self.discovery.health_changed = accounting.nodes_changed

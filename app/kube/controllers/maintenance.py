@@ -13,6 +13,10 @@ pass, nothing guessed meanwhile.
 
 Turned off (``slurm_taints=False``), it still runs and removes its own taints: a taint the
 service can no longer lift must not outlive the setting.
+
+After each pass it looks at the nodes it was told of (app.core.disagreement): how many
+co-managed nodes one side keeps out and the other not, and since when, as metrics; the
+chart's alert fires on one that lasts (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
+from app.core.disagreement import Disagreements, disagree
 from app.core.maintenance import (
     TAINT_KEY,
     SlurmAction,
@@ -32,12 +37,14 @@ from app.core.maintenance import (
     slurm_action,
     slurm_taint,
 )
+from app.core.plan import slurm_lists
 from app.core.records import EventKind
 from app.kube.client import KubeClient, KubeError
 from app.kube.controllers.dirty import DirtyNames
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot, Views
 from app.loops import Loop, Stop
+from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
 POLL = 0.5  # seconds between looks at the snapshot
@@ -68,11 +75,15 @@ class Maintenance:
         evict: bool,
         node_selector: str,
         resync_period: float,
+        co_managed: bool = True,
+        metrics: Metrics = NO_METRICS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``managed``: the Nodes discovery put in the ledger (others are never touched);
         ``cordoned``: whether a Node is (discovery's watch); ``drains``: the Slurm side of a
         cordon (None: cordons are not relayed, e.g. Slurm off); ``record``: appends a
-        ledger event (``Ledger.record_event``), one per transition relayed."""
+        ledger event (``Ledger.record_event``), one per transition relayed;
+        ``co_managed``: Slurm is integrated (False: no node has two sides to disagree)."""
         self.snapshot = snapshot
         self.client = client
         self.managed = managed
@@ -84,12 +95,17 @@ class Maintenance:
         self.evict = evict
         self.node_selector = node_selector
         self.resync_period = resync_period
+        self.co_managed = co_managed
+        self.metrics = metrics
+        self.monotonic = monotonic
         self.asked: dict[str, SlurmAction] = {}  # per node: what Slurm was last asked to do
         self.seen: dict[str, bool] = {}  # per node: its cordon as last relayed
         # What each Node carries of ours, as last written or listed: a node whose wanted
         # taint equals it costs nothing.
         self.carried: dict[str, SlurmTaint | None] = {}
         self._dirty = DirtyNames()
+        self.disagreements = Disagreements()
+        self._unlooked = DirtyNames()  # marked or reconciled since the last look
         self._resynced: float | None = None
         self._loop = Loop(
             "maintenance", self.step, interval=POLL, logger=log, what="node maintenance"
@@ -103,13 +119,19 @@ class Maintenance:
             self._loop.run(stop)
         finally:
             unsubscribe()
+            self.disagreements.clear()  # the next leader counts
+            self.metrics.maintenance_disagreements(0, 0.0)
 
     def step(self) -> None:
-        now = time.monotonic()
-        if self._resynced is None or now - self._resynced > self.resync_period:
-            self.resync()
-            self._resynced = now
-        self.flush()
+        now = self.monotonic()
+        try:
+            if self._resynced is None or now - self._resynced > self.resync_period:
+                self.resync()
+                self._resynced = now
+            self.flush()
+        finally:
+            # Also when a call failed: a disagreement an outage leaves open counts.
+            self.look(self.snapshot.views(max_age=POLL), self._unlooked.take(), now)
 
     def wanted(self, views: Views, name: str) -> SlurmTaint | None:
         view = views.get(name)
@@ -125,6 +147,8 @@ class Maintenance:
         views = self.snapshot.views(max_age=POLL)
         self.carried = dict(listed)
         self.mark([name for name, taint in listed if taint != self.wanted(views, name)])
+        self.disagreements.keep(self.carried)
+        self._unlooked.add(self.carried)
 
     def flush(self) -> None:
         """Reconcile every node marked since the last pass (the snapshot's refresh marks
@@ -142,6 +166,8 @@ class Maintenance:
         except Exception:
             self.mark(names)  # none is lost: the next pass goes over them again
             raise
+        finally:
+            self._unlooked.add(names)
         self.mark(again)
 
     def reconcile(self, name: str, wanted: SlurmTaint | None) -> bool:
@@ -181,8 +207,8 @@ class Maintenance:
         """Drain the Slurm node of a cordoned Node, resume it at the uncordon (the port
         checks Slurm's state first); each once, until the ledger's view of Slurm changes."""
         view = views.get(name)
-        if view is None:
-            return
+        if view is None or not slurm_lists(view.health_reason):
+            return  # no Slurm node to drain or resume (a failing call would stall every pass)
         cordoned = self.cordoned(name)
         before, self.seen[name] = self.seen.get(name), cordoned
         action = slurm_action(cordoned, view.health_reason)
@@ -220,10 +246,32 @@ class Maintenance:
         self.record(EventKind.MAINTENANCE, name, message, {"side": "slurm", "action": action})
         self.asked[name] = action
 
+    def look(self, views: Views, names: Collection[str], now: float) -> None:
+        """Whether each of these nodes' two sides disagree (as last read or written), and
+        the metrics of all that do."""
+        for name in names:
+            view = views.get(name)
+            co_managed = (
+                self.co_managed
+                and view is not None
+                and self.managed(name)
+                and slurm_lists(view.health_reason)
+            )
+            disagreeing = co_managed and disagree(
+                self.cordoned(name),
+                self.carried.get(name),
+                view.health_reason if view is not None else None,
+            )
+            self.disagreements.look(name, disagreeing, now)
+        self.metrics.maintenance_disagreements(
+            self.disagreements.count(), self.disagreements.oldest(now)
+        )
+
     def mark(self, names: Collection[str]) -> None:
         """Reconcile these nodes on the next pass (the snapshot: they changed; discovery:
         their cordon did)."""
         self._dirty.add(names)
+        self._unlooked.add(names)
         if names:
             self._loop.wake()
 
