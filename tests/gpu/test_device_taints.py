@@ -51,6 +51,12 @@ class Tainting:
         listed = self.dra.kube.kubectl_json("get", "devicetaintrules", "-l", OURS)
         return {r["metadata"]["name"]: r for r in listed.get("items", [])}
 
+    def gpus(self) -> list[dict[str, Any]]:
+        """The GenericNode's status.gpus, as `kubectl get` shows it."""
+        found = self.dra.kube.kubectl_json("get", "genericnodes", NODE)
+        gpus: list[dict[str, Any]] = found.get("status", {}).get("gpus", [])
+        return gpus
+
     def node(self) -> dict[str, Any]:
         body: dict[str, Any] = httpx.get(f"{self.service.url}/v1/nodes/{NODE}", timeout=30).json()
         return body
@@ -120,6 +126,9 @@ def test_a_device_a_slurm_job_holds_is_tainted_and_no_pod_is_allocated_it(
             "NoSchedule",
         )
         assert set(tainting.rules()) == {rule}  # device 0 only
+        shown = {"device": 0, "holderKind": "slurm_job", "holderID": job, "holder": job,
+                 "deviceTaintRule": rule}  # fmt: skip
+        wait_until(lambda: tainting.gpus() == [shown], 30, 0.05, what="status.gpus")
 
         # kube-scheduler allocates lowest first: gpu0, were it not tainted.
         pod = f"gpu-tainted-{uuid.uuid4().hex[:8]}"
@@ -132,6 +141,7 @@ def test_a_device_a_slurm_job_holds_is_tainted_and_no_pod_is_allocated_it(
         slurm.scancel(job)
     wait_until(lambda: rule not in tainting.rules(), 30, 0.05, what=f"rule {rule} deleted")
     untainted_after = time.perf_counter() - cancelled
+    wait_until(lambda: tainting.gpus() == [], 30, 0.05, what="status.gpus emptied")
     print(
         f"device taints: Slurm {slurm.release}, Kubernetes {dra.kube.version}: job {job} on "
         f"gpu0, rule {rule} visible {tainted_after * 1000:.0f} ms after the job was seen "

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
@@ -21,7 +22,9 @@ from app.core.device_taints import (
     rule_name,
     wanted_rules,
 )
-from app.core.genericnode import MANAGED_BY
+from app.core.genericnode import MANAGED_BY, gpus_of
+from app.core.records import HeldDevice, Holder, HolderKind, Holding, HoldingState
+from app.core.resources import Resources
 from app.core.slurm_models import HOLD_JOB_NAME, JobAllocation, SlurmJob, hold_comment
 from app.kube.client import KubeClient, KubeError
 from app.kube.controllers.device_taints import RULES_PATH, DeviceTaints
@@ -297,3 +300,69 @@ def test_a_failed_write_is_reported_and_retried() -> None:
     reconciler.step()
     assert values(api) == {"nodeledger-gpu-1-g0": "7"}
     assert reconciler.error is None
+
+
+def test_without_gpu_drivers_it_reads_nothing() -> None:
+    api = FakeApi()
+    reconciler = DeviceTaints(
+        cast(KubeClient, api),
+        lambda: NODES,
+        lambda: by_node(job("7", "n3", 0)),
+        drivers=set(),
+        attribute="index",
+        enabled=True,
+        resync_period=300,
+    )
+    reconciler.step()
+    assert api.calls == []
+
+
+def test_a_refused_list_is_reported_once_and_retried() -> None:
+    api = FakeApi()
+    reconciler = taints(api, [by_node(job("7", "n3", 0))])
+    real = api.list
+
+    def forbidden(*args: Any, **kw: Any) -> Any:
+        raise KubeError("devicetaintrules is forbidden", 403)
+
+    api.list = forbidden  # type: ignore[method-assign]
+    reconciler.step()
+    assert reconciler.error == "devicetaintrules is forbidden"
+    api.list = real  # type: ignore[method-assign]
+    reconciler.step()
+    assert reconciler.error is None
+    assert values(api) == {"nodeledger-gpu-1-g0": "7"}
+
+
+def test_the_nodes_whose_taints_changed_are_told_and_shown() -> None:
+    api = FakeApi()
+    listing: list[Listing | None] = [by_node(job("7", "n3", 0), job("8", "n4", 2))]
+    reconciler = taints(api, listing)
+    told: list[set[str]] = []
+    reconciler.changed = lambda nodes: told.append(set(nodes))
+    reconciler.step()
+    assert told == [{"gpu-1", "gpu-2"}]
+    assert reconciler.tainted("gpu-1") == {0: ("7", "nodeledger-gpu-1-g0")}
+    listing[0] = by_node(job("8", "n4", 2))
+    reconciler.step()
+    assert told[-1] == {"gpu-1"}
+    assert reconciler.tainted("gpu-1") == {}
+
+
+def test_status_gpus_lists_the_tainted_devices_beside_the_holdings() -> None:
+    now = datetime(2026, 11, 27, tzinfo=UTC)
+    pod = Holding(
+        node="gpu-1",
+        holder=Holder(HolderKind.POD, "uid-1", "default/trainer"),
+        resources=Resources.ZERO,
+        state=HoldingState.HELD,
+        created_at=now,
+        updated_at=now,
+        devices=(HeldDevice(1, ""),),
+    )
+    tainted = {0: ("7", "nodeledger-gpu-1-g0"), 1: ("9", "nodeledger-gpu-1-g1")}
+    assert gpus_of((pod,), tainted) == [
+        {"device": 0, "holderKind": "slurm_job", "holderID": "7", "holder": "7",
+         "deviceTaintRule": "nodeledger-gpu-1-g0"},
+        {"device": 1, "holderKind": "pod", "holderID": "uid-1", "holder": "default/trainer"},
+    ]  # fmt: skip

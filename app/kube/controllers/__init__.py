@@ -81,6 +81,15 @@ class KubeControllers:
         protocol = AdmissionRequests(
             admissions, client, gpu_resource=settings.gpu_resource, clock=clock
         )
+        self.device_taints = DeviceTaints(
+            client,
+            lambda: {v.slurm_name: v.name for v in snapshot.views(max_age=POLL).values()},
+            slurm_jobs or _no_jobs,
+            drivers=settings.gpu_driver_names,
+            attribute=settings.gpu_index_attribute,
+            enabled=settings.gpu_device_taints and slurm_jobs is not None,
+            resync_period=settings.resync_period,
+        )
         self.mirror = StatusMirror(
             snapshot,
             client,
@@ -91,7 +100,9 @@ class KubeControllers:
             gpu_resource=settings.gpu_resource,
             clock=clock,
             metrics=metrics,
+            tainted=self.device_taints.tainted,
         )
+        self.device_taints.changed = self.mirror.mark
         self.maintenance = Maintenance(
             snapshot,
             client,
@@ -106,15 +117,6 @@ class KubeControllers:
             resync_period=settings.resync_period,
         )
         self.discovery.cordons_changed = self.maintenance.mark
-        self.device_taints = DeviceTaints(
-            client,
-            lambda: {v.slurm_name: v.name for v in snapshot.views(max_age=POLL).values()},
-            slurm_jobs or _no_jobs,
-            drivers=settings.gpu_driver_names,
-            attribute=settings.gpu_index_attribute,
-            enabled=settings.gpu_device_taints and slurm_jobs is not None,
-            resync_period=settings.resync_period,
-        )
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         period = settings.resync_period
         self.watches: list[ListWatch[Any]] = [

@@ -7,10 +7,11 @@ updates and deletes the difference. A new leader starts from that list: nothing 
 across terms.
 
 Fail closed: while the Slurm sync's last read failed (``jobs`` answers None) nothing is
-written; a failed read is not "no jobs". Turned off (or the GPU drivers emptied), it deletes
-every rule of ours once per term and writes nothing else. The API is checked once per term:
-Kubernetes without DeviceTaintRule in resource.k8s.io/v1 (before 1.37) gets no taints, said
-in one log line and in ``note`` (the component's health, hence /readyz).
+written; a failed read is not "no jobs". Turned off (or Slurm off), it deletes every rule
+of ours once per term and writes nothing else; without GPU drivers it reads nothing at all.
+The API is checked once per term: Kubernetes without DeviceTaintRule in resource.k8s.io/v1
+(before 1.37; 1.36's opt-in v1beta2 is not used) gets no taints, said in one log line and in
+``note`` (the component's health, hence /readyz).
 
 A device's identity (Slurm index -> driver/pool/device) is read from the node's slices the
 first time a job holds a device there, and read again after every resync.
@@ -20,13 +21,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from app.core.device_taints import (
     RULES_PATH,
     Carried,
     DeviceId,
+    WantedRule,
     carried_of,
     identity,
     plan,
@@ -74,6 +76,10 @@ class DeviceTaints:
         self._seen: object = None  # the jobs map last reconciled
         self._resynced: float | None = None
         self._cleaned = False
+        # Per Kubernetes node, the devices our rules taint as last written (index -> job
+        # id, rule): status.gpus lists them; ``changed`` hears of the nodes that changed.
+        self.applied: dict[str, dict[int, tuple[str, str]]] = {}
+        self.changed: Callable[[Collection[str]], None] = lambda _nodes: None
         self._loop = Loop("device-taints", self.step, interval=POLL, logger=log,
                           what="GPU device taints")  # fmt: skip
 
@@ -83,8 +89,19 @@ class DeviceTaints:
         self._loop.run(stop)
 
     def step(self) -> None:
+        if not self.drivers:
+            return  # no co-managed GPUs: no DRA object is read (turn taints off first)
+        try:
+            self._step()
+        except KubeError as exc:  # a list refused (RBAC) or failed: said once, retried
+            if str(exc) != self.error:
+                log.warning("GPU device taints: %s", exc)
+            self.error = str(exc)
+
+    def _step(self) -> None:
         if self.served is None:
             self.served = self._detect()
+            self.error = None
         if not self.served:
             return
         if not self.enabled:
@@ -130,6 +147,24 @@ class DeviceTaints:
                 f"; skipped: {'; '.join(self.skipped[:5])}" if self.skipped else "",
             )  # fmt: skip
         self.error = "; ".join(failures[:5]) or None
+        self._applied(wanted.values() if not failures else ())
+
+    def tainted(self, node: str) -> Mapping[int, tuple[str, str]]:
+        """A node's devices our rules taint (index -> job id, rule), as last written."""
+        return self.applied.get(node, {})
+
+    def _applied(self, rules: Iterable[WantedRule]) -> None:
+        """Keep what our rules now taint (a failed write: nothing is shown until a
+        reconcile succeeds) and tell ``changed`` which nodes differ."""
+        applied: dict[str, dict[int, tuple[str, str]]] = {}
+        for rule in rules:
+            applied.setdefault(rule.node, {})[rule.index] = (rule.carried.job_id, rule.name)
+        nodes = {
+            n for n in applied.keys() | self.applied.keys() if applied.get(n) != self.applied.get(n)
+        }
+        self.applied = applied
+        if nodes:
+            self.changed(nodes)
 
     def _identity(self, node: str) -> dict[int, DeviceId]:
         if node not in self._identities:
@@ -156,6 +191,7 @@ class DeviceTaints:
             log.info("GPU device taints off: %d DeviceTaintRules of ours deleted", len(listed))
         self.error = "; ".join(failures[:5]) or None
         self._cleaned = not failures
+        self._applied(())
 
     def _detect(self) -> bool:
         """Whether the API server serves DeviceTaintRule in resource.k8s.io/v1; when not,
@@ -167,7 +203,7 @@ class DeviceTaints:
             if exc.status != 404:
                 raise
             served = False
-        if not served and (self.enabled or self.drivers):
+        if not served:
             self.note = (
                 "GPU device taints off: the API server does not serve "
                 "resource.k8s.io/v1 DeviceTaintRule (Kubernetes 1.37 or later); falling back "
