@@ -10,6 +10,7 @@ earlier release does not serve the v1 API, and the test is skipped saying so.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -166,3 +167,44 @@ def test_turned_off_the_rules_of_ours_go(
     finally:
         with contextlib.suppress(Exception):
             slurm.scancel(job)
+
+
+def test_a_slurmctld_restart_keeps_the_taint_of_a_running_job(tainting: Tainting) -> None:
+    """While slurmctld restarts the listings fail: a failed read is not "no jobs", so the
+    rule stays throughout, and goes within a listing of the job's end afterwards."""
+    slurm = tainting.slurm
+    rule = "nodeledger-gpu-1-g2"
+    job = slurm.sbatch("-w", SLURM_NODE, "-c", "1", "--mem=100", "--gres=gpu:g2:1",
+                       "--wrap", "sleep 600")  # fmt: skip
+    try:
+        wait_until(lambda: rule in tainting.rules(), 30, 0.05, what=f"rule {rule}")
+        seen: list[bool] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                seen.append(rule in tainting.rules())
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        started = time.perf_counter()
+        slurm.restart_ctld()
+        wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, what=f"job {job} running")
+        restarted_after = time.perf_counter() - started
+        time.sleep(3)  # listings again
+        done.set()
+        watcher.join(5)
+        assert seen, "the rules were never read"
+        assert all(seen), f"rule {rule} gone during the restart ({seen.count(False)} looks)"
+        value = tainting.rules()[rule]["spec"]["taint"]["value"]
+        assert value == job
+    finally:
+        slurm.scancel(job)
+    cancelled = time.perf_counter()
+    wait_until(lambda: rule not in tainting.rules(), 30, 0.05, what=f"rule {rule} deleted")
+    print(
+        f"device taints, slurmctld restart: Slurm {slurm.release}: restart took "
+        f"{restarted_after:.1f} s, rule {rule} present in all {len(seen)} looks; gone "
+        f"{(time.perf_counter() - cancelled) * 1000:.0f} ms after scancel"
+    )

@@ -366,3 +366,13 @@ def test_status_gpus_lists_the_tainted_devices_beside_the_holdings() -> None:
          "deviceTaintRule": "nodeledger-gpu-1-g0"},
         {"device": 1, "holderKind": "pod", "holderID": "uid-1", "holder": "default/trainer"},
     ]  # fmt: skip
+
+
+def test_a_new_leader_starts_from_the_rules_it_finds() -> None:
+    """The old leader left rules of a job that ended while none led, and one now stale
+    (another job has the device): the new one's first reconcile fixes both."""
+    api = FakeApi()
+    taints(api, [by_node(job("7", "n3", 0, 1))]).step()  # the old leader's term
+    new = taints(api, [by_node(job("8", "n3", 1))])
+    new.step()
+    assert values(api) == {"nodeledger-gpu-1-g1": "8"}
