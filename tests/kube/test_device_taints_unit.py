@@ -376,3 +376,18 @@ def test_a_new_leader_starts_from_the_rules_it_finds() -> None:
     new = taints(api, [by_node(job("8", "n3", 1))])
     new.step()
     assert values(api) == {"nodeledger-gpu-1-g1": "8"}
+
+
+def test_an_unknown_device_is_skipped_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    api = FakeApi()
+    listing: list[Listing | None] = [by_node(job("7", "n3", 0, 9))]
+    reconciler = taints(api, listing)
+    with caplog.at_level("WARNING"):
+        reconciler.step()
+        listing[0] = by_node(job("7", "n3", 0, 9))  # a new listing, the same jobs
+        reconciler.step()
+    assert values(api) == {"nodeledger-gpu-1-g0": "7"}
+    assert reconciler.skipped == ["job 7: device 9 of gpu-1 is in no ResourceSlice"]
+    assert [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()] == [
+        "GPU device taints: skipped job 7: device 9 of gpu-1 is in no ResourceSlice"
+    ]

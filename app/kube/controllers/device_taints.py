@@ -128,7 +128,10 @@ class DeviceTaints:
         nodes = self.nodes()
         held = {nodes[a.node] for j in jobs for a in j.allocations if a.devices and a.node in nodes}
         identities = {node: self._identity(node) for node in sorted(held)}
-        wanted, self.skipped = wanted_rules(jobs, nodes, identities)
+        wanted, skipped = wanted_rules(jobs, nodes, identities)
+        if skipped and skipped != self.skipped:  # said once, not at every listing
+            log.warning("GPU device taints: skipped %s", "; ".join(skipped[:5]))
+        self.skipped = skipped
         listed, _ = self.client.list(RULES_PATH, carried_of, labelSelector=_SELECTOR)
         carried: dict[str, Carried | None] = dict(listed)
         todo = plan(wanted, carried)
@@ -142,9 +145,8 @@ class DeviceTaints:
             self._write(failures, "DELETE", f"{RULES_PATH}/{name}", None, name)
         if not todo.empty:
             log.info(
-                "GPU device taints: %d created, %d updated, %d deleted%s",
+                "GPU device taints: %d created, %d updated, %d deleted",
                 len(todo.create), len(todo.update), len(todo.delete),
-                f"; skipped: {'; '.join(self.skipped[:5])}" if self.skipped else "",
             )  # fmt: skip
         self.error = "; ".join(failures[:5]) or None
         self._applied(wanted.values() if not failures else ())
