@@ -28,9 +28,11 @@ from app.core.caps import KubeCaps
 from app.core.components import Component, Health
 from app.core.headroom import NO_POLICY
 from app.core.resources import Resources
+from app.core.slurm_models import SlurmJob
 from app.db import migrate
 from app.db.engine import Database, Liveness
 from app.kube.client import KubeClient
+from app.kube.controllers.device_taints import SlurmJobs
 from app.kube.controllers.discovery import SlurmSizes
 from app.kube.extender.service import Extender
 from app.kube.reviews import KubeReviews
@@ -168,9 +170,13 @@ def build_services(
     )
 
 
-def _slurm_for_kube(sync: SlurmSync | None) -> tuple[SlurmSizes, Callable[[], Health | None]]:
-    """What the Kubernetes controllers read of the Slurm sync, a node's size and the sync's
-    health (None without it): built here, so that app.kube knows nothing of app.slurm."""
+def _slurm_for_kube(
+    sync: SlurmSync | None,
+) -> tuple[SlurmSizes, Callable[[], Health | None], SlurmJobs]:
+    """What the Kubernetes controllers read of the Slurm sync, a node's size, the sync's
+    health (None without it) and its jobs by node as last listed (None while its last read
+    failed: the device taints keep what they have): built here, so that app.kube knows
+    nothing of app.slurm."""
 
     def sizes(name: str) -> Resources | None:
         return sync.state.snapshot().node_size(name) if sync is not None else None
@@ -178,7 +184,12 @@ def _slurm_for_kube(sync: SlurmSync | None) -> tuple[SlurmSizes, Callable[[], He
     def health() -> Health | None:
         return sync.health() if sync is not None else None
 
-    return sizes, health
+    def jobs() -> Mapping[str, Mapping[str, SlurmJob]] | None:
+        if sync is None or not sync.listings_read:
+            return None
+        return sync.state.snapshot().jobs_by_node
+
+    return sizes, health, jobs
 
 
 @contextmanager

@@ -98,7 +98,9 @@ def _claim_name(claim: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _attribute(attributes: Mapping[str, Any], name: str, driver: str) -> Mapping[str, Any] | None:
+def device_attribute(
+    attributes: Mapping[str, Any], name: str, driver: str
+) -> Mapping[str, Any] | None:
     """The device attribute ``name``: qualified (``domain/name``) or not, an unqualified
     attribute being in the driver's own domain (resource.k8s.io/v1 QualifiedName)."""
     domain, _, short = name.rpartition("/")
@@ -114,7 +116,7 @@ def _attribute(attributes: Mapping[str, Any], name: str, driver: str) -> Mapping
     return None
 
 
-def _current_devices(
+def current_devices(
     slices: Iterable[Mapping[str, Any]], node: str, drivers: Collection[str]
 ) -> dict[tuple[str, str, str], Mapping[str, Any]]:
     """(driver, pool, device name) -> device, over the node's slices of ``drivers``, each
@@ -155,7 +157,7 @@ def allocated_devices(
     a device is not in the slices, or its index attribute is missing or not a non-negative
     int. Results of other drivers, and admin-access results (which do not own the device),
     are left out."""
-    devices = _current_devices(slices, node, drivers)
+    devices = current_devices(slices, node, drivers)
     found: list[AllocatedDevice] = []
     for claim in claims:
         name = _claim_name(claim)
@@ -173,7 +175,7 @@ def allocated_devices(
                 reason = f"{where} is not in node {node!r}'s ResourceSlices"
                 raise ClaimDevicesError(name, reason, retryable=True)
             attributes = device.get("attributes") or {}
-            value = _attribute(attributes, attribute, driver)
+            value = device_attribute(attributes, attribute, driver)
             if value is None:
                 reason = f"{where} has no attribute {attribute!r}"
                 raise ClaimDevicesError(name, reason, retryable=False)
@@ -190,7 +192,7 @@ def allocated_devices(
 def _uuid(attributes: Mapping[str, Any], driver: str) -> str:
     """The device's UUID from its string attribute ``uuid``, "" when it has none the ledger
     can keep (app.core.devices.valid_uuid)."""
-    value = _attribute(attributes, "uuid", driver)
+    value = device_attribute(attributes, "uuid", driver)
     uuid = value.get("string") if value is not None else None
     return uuid if isinstance(uuid, str) and valid_uuid(uuid) else ""
 

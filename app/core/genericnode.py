@@ -21,7 +21,7 @@ from app.core.components import Health
 from app.core.headroom import HeadroomNode
 from app.core.headroom import free as headroom_free
 from app.core.presentation import format_cpu, format_memory
-from app.core.records import Holding, NodeView
+from app.core.records import HolderKind, Holding, NodeView
 from app.core.resources import Resources
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeledger"}
@@ -81,8 +81,11 @@ def status_of(
     previous: Mapping[str, Any],
     now: datetime,
     gpu_resource: str,
+    tainted: Mapping[int, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """The status part the mirror owns (admissionChecks belong to the protocol)."""
+    """The status part the mirror owns (admissionChecks belong to the protocol);
+    ``tainted``: the node's devices a DeviceTaintRule of ours taints for a Slurm job, by
+    index: job id and rule (app.core.device_taints)."""
     reason = view.not_admissible_reason
     if slurm is None:
         synced = _condition(
@@ -120,14 +123,18 @@ def status_of(
     }
     if isinstance(view, NodeView):  # figures without holdings say nothing of devices
         # Always written, [] too: a merge patch that left it out would keep the old list.
-        status["gpus"] = gpus_of(view.holdings)
+        status["gpus"] = gpus_of(view.holdings, tainted or {})
     return status
 
 
-def gpus_of(holdings: tuple[Holding, ...]) -> list[dict[str, Any]]:
+def gpus_of(
+    holdings: tuple[Holding, ...], tainted: Mapping[int, tuple[str, str]]
+) -> list[dict[str, Any]]:
     """Which holder has which GPU device on the node (issue 23), by device: one entry per
     device a holding names (GPUs held by count only are in allocatedResources alone), with
-    its UUID when the holding knows it."""
+    its UUID when the holding knows it; and each device a Slurm job has that a
+    DeviceTaintRule taints (``tainted``: index -> job id, rule), unless a holding names it
+    (one entry per device: the list's key)."""
     held = [
         {
             "device": device.index,
@@ -139,6 +146,18 @@ def gpus_of(holdings: tuple[Holding, ...]) -> list[dict[str, Any]]:
         }
         for holding in holdings
         for device in holding.devices
+    ]
+    named = {entry["device"] for entry in held}
+    held += [
+        {
+            "device": index,
+            "holderKind": HolderKind.SLURM_JOB.value,
+            "holderID": job,
+            "holder": job,
+            "deviceTaintRule": rule,
+        }
+        for index, (job, rule) in tainted.items()
+        if index not in named
     ]
     return sorted(held, key=lambda entry: int(entry["device"]))
 

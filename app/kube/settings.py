@@ -32,6 +32,13 @@ class KubeSettings(BaseSettings):
         description="ResourceSlice device attribute (an int) that is the device's index N "
         "of /dev/nvidiaN and Slurm's gpu:gN (NVIDIA's driver: minor)",
     )
+    gpu_device_taints: bool = Field(
+        default=True,
+        description="With gpu_drivers set and Kubernetes serving resource.k8s.io/v1 "
+        "DeviceTaintRule (1.37 on): taint each co-managed GPU a Slurm job holds "
+        "(nodeledger.io/slurm-job=<job id>, NoSchedule), so kube-scheduler allocates it to no "
+        "pod (docs/gpu-identity.md); off: delete those rules",
+    )
     slurm_taints: bool = Field(
         default=True,
         description="Taint a co-managed Node (nodeledger.io/slurm-unavailable, NoSchedule) while "

@@ -126,6 +126,9 @@ class SlurmSync:
                 monotonic=monotonic,
             )
         self._standby = False
+        # Whether the last read of Slurm's listings succeeded (a failed read is not "no
+        # jobs": the device taints keep theirs meanwhile).
+        self.listings_read = False
         # The ledger nodes where Slurm jobs wait for resources, as the leader last saw: the
         # gate keeps their admissions off the headroom (app.slurm.gate.headroom_open).
         self.contended: frozenset[str] = frozenset()
@@ -202,9 +205,11 @@ class SlurmSync:
                 exc,
             )
             self.metrics.slurm_reached(False)
+            self.listings_read = False
             return
         finally:
             self.state.publish()
+        self.listings_read = self.listings.jobs_listed_at is not None
         self.metrics.slurm_reached(True)
         leads = self.leadership is None or self.leadership.check()
         self.metrics.leader("slurm-sync", leads)

@@ -121,6 +121,9 @@ def gpu_bind(
         "NODELEDGER_KUBE_NODE_SELECTOR": selector,
         "NODELEDGER_KUBE_CLUSTER_NAME": "lab",
         "NODELEDGER_KUBE_GPU_DRIVERS": DRIVER,
+        # The bind's refusal of a device a job has is what these tests show: the device
+        # taints (tests/gpu/test_device_taints.py) would keep the scheduler off it before.
+        "NODELEDGER_KUBE_GPU_DEVICE_TAINTS": "false",
         **slurm.service_env,
     }
     port = free_port()

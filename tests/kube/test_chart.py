@@ -297,6 +297,7 @@ def test_rbac_is_least_privilege(helm: Helm) -> None:
         "kube.gpuDrivers=gpu.nvidia.com",
         "kube.gpuDrivers={Not_A_Driver}",
         "kube.gpuIndexAttribute=",
+        "kube.gpuDeviceTaints=maybe",
         "persistence.enabled=maybe",
         "persistence.size=lots",
         "persistence.claim=x",
@@ -493,7 +494,22 @@ def test_gpu_drivers_reach_the_service_and_only_then_may_it_read_dra_objects(
         for r in find(docs, "ClusterRole", "nl-nodeledger")["rules"]
         if r["apiGroups"] == ["resource.k8s.io"]
     ]
-    assert dra == [(["resourceclaims"], ["get"]), (["resourceslices"], ["list"])]
+    assert dra == [
+        (["resourceclaims"], ["get"]),
+        (["resourceslices"], ["list"]),
+        (["devicetaintrules"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
+    ]
+
+
+def test_gpu_device_taints_reach_the_service(helm: Helm) -> None:
+    env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_KUBE_GPU_DEVICE_TAINTS"] == "true"
+    docs = render(helm, "kube.gpuDrivers={gpu.nvidia.com}", "kube.gpuDeviceTaints=false")
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_KUBE_GPU_DEVICE_TAINTS"] == "false"
+    # Off, the service still deletes the rules it made: the grant stays with the drivers.
+    rules = find(docs, "ClusterRole", "nl-nodeledger")["rules"]
+    assert any(r["resources"] == ["devicetaintrules"] for r in rules)
 
 
 def test_full_sync_interval_only_when_set(helm: Helm) -> None:

@@ -18,9 +18,10 @@ from app.kube.claims import PodDevices
 from app.kube.client import GENERICNODES, KubeClient
 from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.controllers.admission_requests import AdmissionRequests
+from app.kube.controllers.device_taints import DeviceTaints, SlurmJobs
 from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
 from app.kube.controllers.leader import LeaderElector
-from app.kube.controllers.maintenance import DrainPort, Maintenance
+from app.kube.controllers.maintenance import POLL, DrainPort, Maintenance
 from app.kube.controllers.mirror import StatusMirror
 from app.kube.controllers.watch import ListWatch
 from app.kube.settings import KubeSettings
@@ -51,10 +52,12 @@ class KubeControllers:
         metrics: Metrics = NO_METRICS,
         devices: PodDevices | None = None,
         drains: DrainPort | None = None,
+        slurm_jobs: SlurmJobs | None = None,
     ) -> None:
         """``devices``: reads a pod's co-managed GPU devices from its claims (none: the
         feature is off); ``drains``: drains and resumes Slurm nodes for cordons (none:
-        Slurm is off)."""
+        Slurm is off); ``slurm_jobs``: the Slurm sync's jobs by node, for the GPU device
+        taints (none: Slurm is off, nothing to taint)."""
         ledger = admissions.ledger
         self.metrics = metrics
         metrics.leader("kube-controllers", False)
@@ -80,6 +83,15 @@ class KubeControllers:
         protocol = AdmissionRequests(
             admissions, client, gpu_resource=settings.gpu_resource, clock=clock
         )
+        self.device_taints = DeviceTaints(
+            client,
+            lambda: {v.slurm_name: v.name for v in snapshot.views(max_age=POLL).values()},
+            slurm_jobs or _no_jobs,
+            drivers=settings.gpu_driver_names,
+            attribute=settings.gpu_index_attribute,
+            enabled=settings.gpu_device_taints and slurm_jobs is not None,
+            resync_period=settings.resync_period,
+        )
         self.mirror = StatusMirror(
             snapshot,
             client,
@@ -90,7 +102,9 @@ class KubeControllers:
             gpu_resource=settings.gpu_resource,
             clock=clock,
             metrics=metrics,
+            tainted=self.device_taints.tainted,
         )
+        self.device_taints.changed = self.mirror.mark
         self.maintenance = Maintenance(
             snapshot,
             client,
@@ -159,12 +173,15 @@ class KubeControllers:
         if not self._threads:
             return Health("ok", "standing by (another replica leads)")
         errors = [w.error for w in self.watches if w.error]
+        if self.device_taints.error:
+            errors.append(f"GPU device taints: {self.device_taints.error}")
         if errors:
             return Health("degraded", "; ".join(errors))
         waiting = [w.name for w in self.watches if not w.synced.is_set()]
         if waiting:
             return Health("degraded", f"not synced yet: {', '.join(waiting)}")
-        return Health("ok", "leading")
+        note = self.device_taints.note
+        return Health("ok", f"leading; {note}" if note else "leading")
 
     # leadership
     def _lead(self) -> None:
@@ -186,6 +203,7 @@ class KubeControllers:
             self._spawn(f"watch-{watch.name}", lambda w=watch: w.run(stop))  # type: ignore[misc]
         self._spawn("genericnode-status", lambda: self.mirror.run(stop))
         self._spawn("maintenance", lambda: self.maintenance.run(stop))
+        self._spawn("device-taints", lambda: self.device_taints.run(stop))
         self._spawn("housekeeping", lambda: self.housekeeping.run(stop))
 
     def _follow(self) -> None:
@@ -212,3 +230,7 @@ class KubeControllers:
         self.accounting.sweep()
         if self._rounds % REFRESH_EVERY == 0:
             self.discovery.refresh()
+
+
+def _no_jobs() -> None:
+    return None  # Slurm off: never read, so no taint is ever written

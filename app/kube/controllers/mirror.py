@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -94,8 +94,12 @@ class StatusMirror:
         gpu_resource: str,
         clock: Clock,
         metrics: Metrics = NO_METRICS,
+        tainted: Callable[[str], Mapping[int, tuple[str, str]]] = lambda _node: {},
     ) -> None:
+        """``tainted``: a node's devices the GPU device taints taint for Slurm jobs (index ->
+        job id, rule), listed in status.gpus."""
         self.snapshot = snapshot
+        self.tainted = tainted
         self.client = client
         self.slurm_health = slurm_health
         self.bucket = TokenBucket(qps, burst)
@@ -127,6 +131,10 @@ class StatusMirror:
 
     def _mark(self, names: Collection[str]) -> None:
         self._dirty.add(names)
+
+    def mark(self, names: Collection[str]) -> None:
+        """Write these nodes' status again if it changed (their device taints did)."""
+        self._mark(names)
 
     def resync(self) -> None:
         """Read every GenericNode's status from Kubernetes and mark the nodes whose
@@ -193,7 +201,8 @@ class StatusMirror:
         of the status Kubernetes has."""
         known = self.written.get(view.name)
         previous = json.loads(known) if known else {}
-        status = status_of(view, health, previous, now, self.gpu_resource)
+        tainted = self.tainted(view.name)
+        status = status_of(view, health, previous, now, self.gpu_resource, tainted)
         return status, fingerprint(status)
 
 

@@ -1,0 +1,210 @@
+"""Issue 33: Slurm's GPU devices are visible to Kubernetes, on real parts.
+
+A Slurm job holding gpu-1's device 0 (Slurm's n3, ``--gres=gpu:g0:1``) gets a
+DeviceTaintRule (resource.k8s.io/v1, NoSchedule) naming it, from `nodeledger serve`'s
+leader; the real kube-scheduler then allocates a pod's claim another device (its allocator
+skips a device a rule taints), and the rule goes when the job ends. Kubernetes 1.37 on: an
+earlier release does not serve the v1 API, and the test is skipped saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.gpu.test_gpu_identity import (
+    DRIVER,
+    GPUS,
+    NODE,
+    SLURM_NODE,
+    TEST_LABEL,
+    DraNode,
+    dra_node,  # noqa: F401  (the fixture)
+    job_gpus,
+)
+from tests.kube.coloc import CRD
+from tests.support.service import ServiceProcess, running_service
+from tests.support.slurm_cluster import SlurmCluster, wait_until
+
+pytestmark = [pytest.mark.slurm, pytest.mark.kube]
+
+OURS = "app.kubernetes.io/managed-by=nodeledger"
+
+
+@dataclass
+class Tainting:
+    dra: DraNode
+    slurm: SlurmCluster
+    service: ServiceProcess
+    env: dict[str, str]
+
+    def rules(self) -> dict[str, dict[str, Any]]:
+        """Our DeviceTaintRules by name, as `kubectl get` shows them."""
+        listed = self.dra.kube.kubectl_json("get", "devicetaintrules", "-l", OURS)
+        return {r["metadata"]["name"]: r for r in listed.get("items", [])}
+
+    def gpus(self) -> list[dict[str, Any]]:
+        """The GenericNode's status.gpus, as `kubectl get` shows it."""
+        found = self.dra.kube.kubectl_json("get", "genericnodes", NODE)
+        gpus: list[dict[str, Any]] = found.get("status", {}).get("gpus", [])
+        return gpus
+
+    def node(self) -> dict[str, Any]:
+        body: dict[str, Any] = httpx.get(f"{self.service.url}/v1/nodes/{NODE}", timeout=30).json()
+        return body
+
+
+@pytest.fixture
+def tainting(
+    dra_node: DraNode,  # noqa: F811  (test_gpu_identity's fixture, imported above)
+    slurm: SlurmCluster,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> Iterator[Tainting]:
+    kube = dra_node.kube
+    served = kube.kubectl("api-resources", "--api-group=resource.k8s.io", "-o", "wide")
+    if not any(
+        line.split()[:1] == ["devicetaintrules"] and "resource.k8s.io/v1 " in line + " "
+        for line in served.splitlines()
+    ):
+        pytest.skip(
+            f"Kubernetes {kube.version} serves no resource.k8s.io/v1 DeviceTaintRule "
+            "(GA in 1.37): the service falls back to no taints there"
+        )
+    kube.apply(CRD.read_text())
+    kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
+    selector = ",".join(f"{k}={v}" for k, v in TEST_LABEL.items())
+    env = {
+        "NODELEDGER_LOG_LEVEL": "info",
+        "NODELEDGER_KUBE_ENABLED": "true",
+        "NODELEDGER_KUBE_KUBECONFIG": str(kube.kubeconfig),
+        "NODELEDGER_KUBE_NODE_SELECTOR": selector,
+        "NODELEDGER_KUBE_GPU_DRIVERS": DRIVER,
+        **slurm.service_env,
+    }
+    try:
+        with running_service(sqlite_url, tmp_path, env=env, name="device-taints") as svc:
+            found = Tainting(dra_node, slurm, svc, env)
+
+            def discovered() -> bool:
+                node = found.node()
+                return node.get("name") == NODE and node["capacity"].get("gpu") == GPUS
+
+            wait_until(discovered, 30, what=f"{NODE} discovered with Slurm's {GPUS} GPUs")
+            yield found
+    finally:
+        kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
+        kube.kubectl("delete", "genericnodes", "--all", check=False)
+
+
+def test_a_device_a_slurm_job_holds_is_tainted_and_no_pod_is_allocated_it(
+    tainting: Tainting,
+) -> None:
+    slurm, dra = tainting.slurm, tainting.dra
+    rule = "nodeledger-gpu-1-g0"
+    job = slurm.sbatch("-w", SLURM_NODE, "-c", "1", "--mem=100", "--gres=gpu:g0:1",
+                       "--wrap", "sleep 600")  # fmt: skip
+    try:
+        wait_until(lambda: slurm.job_state(job) == "RUNNING", 30, what=f"job {job} running")
+        running = time.perf_counter()
+        assert job_gpus(slurm, job)[1] == {0}
+        found = wait_until(lambda: tainting.rules().get(rule), 30, 0.05, what=f"rule {rule}")
+        tainted_after = time.perf_counter() - running
+        assert found["spec"]["deviceSelector"] == {"driver": DRIVER, "pool": NODE, "device": "gpu0"}
+        taint = found["spec"]["taint"]
+        assert (taint["key"], taint["value"], taint["effect"]) == (
+            "nodeledger.io/slurm-job",
+            job,
+            "NoSchedule",
+        )
+        assert set(tainting.rules()) == {rule}  # device 0 only
+        shown = {"device": 0, "holderKind": "slurm_job", "holderID": job, "holder": job,
+                 "deviceTaintRule": rule}  # fmt: skip
+        wait_until(lambda: tainting.gpus() == [shown], 30, 0.05, what="status.gpus")
+
+        # kube-scheduler allocates lowest first: gpu0, were it not tainted.
+        pod = f"gpu-tainted-{uuid.uuid4().hex[:8]}"
+        allocation, latency = dra.allocate(pod)
+        [result] = allocation["devices"]["results"]
+        assert result["device"] != "gpu0", allocation
+        assert dra.kube.wait_bound(pod) == NODE
+    finally:
+        cancelled = time.perf_counter()
+        slurm.scancel(job)
+    wait_until(lambda: rule not in tainting.rules(), 30, 0.05, what=f"rule {rule} deleted")
+    untainted_after = time.perf_counter() - cancelled
+    wait_until(lambda: tainting.gpus() == [], 30, 0.05, what="status.gpus emptied")
+    print(
+        f"device taints: Slurm {slurm.release}, Kubernetes {dra.kube.version}: job {job} on "
+        f"gpu0, rule {rule} visible {tainted_after * 1000:.0f} ms after the job was seen "
+        f"RUNNING; pod {pod} got {result['device']} ({latency * 1000:.0f} ms); rule gone "
+        f"{untainted_after * 1000:.0f} ms after scancel"
+    )
+
+
+def test_turned_off_the_rules_of_ours_go(
+    tainting: Tainting, sqlite_url: str, tmp_path: Path
+) -> None:
+    slurm = tainting.slurm
+    job = slurm.sbatch("-w", SLURM_NODE, "-c", "1", "--mem=100", "--gres=gpu:g1:1",
+                       "--wrap", "sleep 600")  # fmt: skip
+    try:
+        wait_until(lambda: "nodeledger-gpu-1-g1" in tainting.rules(), 30, 0.05, what="rule")
+        tainting.service.process.terminate()  # it releases its lease: the next leads at once
+        tainting.service.process.wait(timeout=30)
+        env = {**tainting.env, "NODELEDGER_KUBE_GPU_DEVICE_TAINTS": "false"}
+        with running_service(sqlite_url, tmp_path, env=env, name="taints-off"):
+            wait_until(lambda: not tainting.rules(), 30, 0.05, what="our rules deleted")
+    finally:
+        with contextlib.suppress(Exception):
+            slurm.scancel(job)
+
+
+def test_a_slurmctld_restart_keeps_the_taint_of_a_running_job(tainting: Tainting) -> None:
+    """While slurmctld restarts the listings fail: a failed read is not "no jobs", so the
+    rule stays throughout, and goes within a listing of the job's end afterwards."""
+    slurm = tainting.slurm
+    rule = "nodeledger-gpu-1-g2"
+    job = slurm.sbatch("-w", SLURM_NODE, "-c", "1", "--mem=100", "--gres=gpu:g2:1",
+                       "--wrap", "sleep 600")  # fmt: skip
+    try:
+        wait_until(lambda: rule in tainting.rules(), 30, 0.05, what=f"rule {rule}")
+        seen: list[bool] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                seen.append(rule in tainting.rules())
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        started = time.perf_counter()
+        slurm.restart_ctld()
+        wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, what=f"job {job} running")
+        restarted_after = time.perf_counter() - started
+        time.sleep(3)  # listings again
+        done.set()
+        watcher.join(5)
+        assert seen, "the rules were never read"
+        assert all(seen), f"rule {rule} gone during the restart ({seen.count(False)} looks)"
+        value = tainting.rules()[rule]["spec"]["taint"]["value"]
+        assert value == job
+    finally:
+        slurm.scancel(job)
+    cancelled = time.perf_counter()
+    wait_until(lambda: rule not in tainting.rules(), 30, 0.05, what=f"rule {rule} deleted")
+    print(
+        f"device taints, slurmctld restart: Slurm {slurm.release}: restart took "
+        f"{restarted_after:.1f} s, rule {rule} present in all {len(seen)} looks; gone "
+        f"{(time.perf_counter() - cancelled) * 1000:.0f} ms after scancel"
+    )
