@@ -23,6 +23,9 @@
 #                        start one more kube-scheduler (e.g. a second scheduler with an
 #                        extender) from a KubeSchedulerConfiguration; waits for its healthz
 #   cluster.sh stop-scheduler NAME
+#   cluster.sh kill-kubelet nI     kill -9 node nI's kubelet (a lost kubelet: its containers
+#                        keep running, the Node turns NotReady)
+#   cluster.sh start-kubelet nI    start it again; waits until the Node is Ready
 #   cluster.sh restart-apiserver   stop kube-apiserver and start it again (etcd keeps the
 #                        data): every client's watch breaks and must resume
 #
@@ -564,6 +567,8 @@ case "${1:-}" in
   scheduler) shift; extra_scheduler "$@" ;;
   load-image) shift; load_image "$@" ;;
   stop-scheduler) shift; stop_scheduler "$@" ;;
+  kill-kubelet) [[ ${2:-} =~ ^n([0-9])$ ]] || die "usage: kill-kubelet nI"; kill_kubelet "${2#n}" ;;
+  start-kubelet) [[ ${2:-} =~ ^n([0-9])$ ]] || die "usage: start-kubelet nI"; restart_kubelet "${2#n}" ;;
   restart-apiserver)
     pid=$(pid_of kube-apiserver) && stop "$pid"
     start_apiserver ;;

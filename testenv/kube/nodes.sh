@@ -217,12 +217,32 @@ start_node() {   # start_node I
   wait_for 30 "containerd socket of n$i" test -S "$d/containerd/containerd.sock" \
     || { logs_tail "containerd-n$i"; die "containerd of n$i did not start"; }
   import_images "$i"
+  start_kubelet "$i"
+  spawn "kube-proxy-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
+    "$BIN/kube-proxy" --config="$d/proxy/config.yaml"
+}
+
+start_kubelet() {   # start_kubelet I: node I's kubelet (its containerd runs)
+  local i=$1 d
+  d=$(node_dir "$i")
   spawn "kubelet-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
     "$BIN/kubelet" --config="$d/kubelet/config.yaml" --kubeconfig="$d/kubelet.kubeconfig" \
     --hostname-override="n$i" --node-ip="$(node_ip "$i")" --root-dir="$d/kubelet/root" \
     --cert-dir="$d/kubelet/pki" --node-labels="nodeledger.io/managed=true,nodeledger.io/slurm-node=n$i"
-  spawn "kube-proxy-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
-    "$BIN/kube-proxy" --config="$d/proxy/config.yaml"
+}
+
+# A lost kubelet, as when its process dies: containerd and the containers keep running, the
+# Node's lease is not renewed, and the node lifecycle controller marks it NotReady.
+kill_kubelet() {   # kill_kubelet I
+  local pid
+  pid=$(pid_of "kubelet-n$1") || die "no kubelet of n$1 runs"
+  kill -9 "$pid"
+}
+
+restart_kubelet() {   # restart_kubelet I: start it again and wait until the Node is Ready
+  pid_of "kubelet-n$1" >/dev/null && die "the kubelet of n$1 runs"
+  start_kubelet "$1"
+  wait_for 120 "node n$1 Ready" node_ready "n$1" || { logs_tail "kubelet-n$1"; die "n$1 not Ready"; }
 }
 
 import_images() {   # import_images I: every archive named in $RUN/images into node I

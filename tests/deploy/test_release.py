@@ -268,6 +268,79 @@ def test_helm_upgrade_rolls_the_replicas_without_losing_a_holding(
     assert release.holding_of(uid, node) is not None
 
 
+def _released_with(release: Release, uid: str) -> str | None:
+    """The message of the pod's release event, None while it holds."""
+    response = release.api("GET", "/v1/events", params={"node": "n2", "kind": "released"})
+    response.raise_for_status()
+    for event in response.json():
+        if event["holder_id"] == uid:
+            message: str = event["message"]
+            return message
+    return None
+
+
+def test_a_lost_kubelets_pod_holds_until_the_node_is_out_of_service(
+    release: Release, pods: list[str]
+) -> None:
+    """n2's kubelet is killed while a pod runs there: its containers may still run, so the
+    pod, force-deleted, keeps its holding (and Slurm keeps its CPUs withheld) until the
+    operator's out-of-service taint; then the release names that proof and a job that
+    needs those CPUs runs. The kubelet comes back afterwards."""
+    slurm = release.slurm
+    pod = run_pod(
+        release,
+        pods,
+        busybox_pod(
+            "stranded", "sleep 3600", cpu="1", node_selector={"kubernetes.io/hostname": "n2"}
+        ),
+    )
+    uid = pod["metadata"]["uid"]
+    wait_until(lambda: release.holding_of(uid, "n2"), 30, 0.5, "the pod's holding")
+    held = release.ledger_node("n2")["held_by_kubernetes"]["cpu_millis"]
+    cpus = int(slurm.node("n2")["cpus"])
+    left = cpus - math.ceil(held / 1000)
+    wait_until(lambda: slurm.k8s_counts("n2")["k8scpu"] == left, 30, 0.5, f"k8scpu {left}")
+
+    def ready() -> str:
+        node = release.kube.get("node", "n2") or {}
+        conditions = node.get("status", {}).get("conditions") or []
+        return next((c["status"] for c in conditions if c["type"] == "Ready"), "")
+
+    taint = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+    release.kube.script("kill-kubelet", "n2")
+    try:
+        # The node lifecycle controller's grace period (50 s) before it says so.
+        wait_until(lambda: ready() != "True", 120, 1, "n2 not Ready")
+        release.kube.kubectl("delete", "pod", "stranded", "--force", "--grace-period=0")
+        assert release.kube.pod("stranded") is None
+        wait_until(
+            lambda: max(release.replica_metric("nodeledger_kube_orphaned_pod_holdings")) >= 1,
+            60,
+            0.5,
+            "the holding kept as orphaned",
+        )
+        assert release.holding_of(uid, "n2") is not None
+        assert slurm.k8s_counts("n2")["k8scpu"] <= left  # still withheld from Slurm
+
+        release.kube.kubectl("taint", "node", "n2", taint)
+        message = wait_until(lambda: _released_with(release, uid), 60, 0.5, "the release")
+        assert message is not None
+        assert "proof: out-of-service-taint" in message, message
+        assert release.holding_of(uid, "n2") is None
+        # The taint (NoExecute) takes every pod off n2, the service's own included: all of
+        # n2 goes back to Slurm, and a job of the whole node (more than the pod left it) runs.
+        wait_until(lambda: slurm.k8s_counts("n2")["k8scpu"] == cpus, 60, 0.5, f"k8scpu {cpus}")
+        job = slurm.sbatch("-w", "n2", "-c", str(cpus), "--wrap", "sleep 300")
+        try:
+            wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, 0.5, "the job on freed CPUs")
+        finally:
+            slurm.scancel(job)
+    finally:
+        release.kube.kubectl("taint", "node", "n2", taint + "-", check=False)
+        release.kube.script("start-kubelet", "n2", timeout=300)
+        wait_rollout(release.kube, f"deployment/{FULLNAME}")
+
+
 def test_helm_uninstall_leaves_the_crd_and_the_leases(release: Release) -> None:
     release.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "3m")
     assert release.kube.get("crd", "genericnodes.nodeledger.io") is not None

@@ -243,7 +243,7 @@ class Release:
             if not p["metadata"].get("deletionTimestamp") and _ready(p)
         ]
 
-    def _tls(self) -> ssl.SSLContext:
+    def tls(self) -> ssl.SSLContext:
         secret = self.kube.kubectl_json("-n", NAMESPACE, "get", "secret", f"{FULLNAME}-tls")
         ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
         context = ssl.create_default_context(cadata=ca)
@@ -255,7 +255,24 @@ class Release:
         """A call to one ready replica of the service (reads need no token by default)."""
         ips = wait_until(self.ready_server_ips, 120, 0.5, "a ready replica")
         url = f"https://{ips[0]}:8080{path}"
-        return httpx.request(method, url, verify=self._tls(), timeout=10, **kwargs)
+        return httpx.request(method, url, verify=self.tls(), timeout=10, **kwargs)
+
+    def replica_metric(self, name: str) -> list[float]:
+        """An unlabelled metric as every replica that answers serves it, ready or not (the
+        leader may run on a node whose kubelet is lost)."""
+        figures = []
+        for pod in self.pods(SERVER_PODS):
+            ip = pod.get("status", {}).get("podIP")
+            if not ip:
+                continue
+            try:
+                text = httpx.get(f"https://{ip}:8080/metrics", verify=self.tls(), timeout=5).text
+            except httpx.HTTPError:
+                continue
+            figures += [
+                float(line.split()[1]) for line in text.splitlines() if line.split(" ")[0] == name
+            ]
+        return figures or [0.0]
 
     def ledger_node(self, name: str) -> dict[str, Any]:
         response = self.api("GET", f"/v1/nodes/{name}")
