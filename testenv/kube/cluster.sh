@@ -40,6 +40,7 @@
 # apart. 1.36 runs in $NODELEDGER_RUNDIR/kube-1.36 on the default ports + 10, 1.35 in
 # kube-1.35 on + 20 (and on NODELEDGER_KUBE_PORT_BASE + 10 or + 20), so the control planes
 # of all three run side by side; set it for every command of that cluster, not only `up`.
+# Real nodes (NODELEDGER_KUBE_NODES) run 1.37 only: 1.36 and 1.35 build no node binaries.
 # NODELEDGER_KUBE_SCHEDULER=false starts no kube-scheduler (e.g. for pods created with
 # spec.nodeName, which a scheduler would only cache). A CONFIG_FILE for `scheduler` must set clientConnection.kubeconfig to
 # $NODELEDGER_KUBE_RUN/scheduler.kubeconfig (kube-scheduler ignores --kubeconfig when
@@ -111,7 +112,14 @@ if [ "$NODE_COUNT" -gt 0 ]; then API_HOST=$HOST_IP; else API_HOST=127.0.0.1; fi
 
 # ---------------------------------------------------------------------------- build
 
-BINARIES=(kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy kubectl)
+BINARIES=(kube-apiserver kube-scheduler kubectl)
+# The nodes' binaries only for the newest minor: the older ones run the API-facing tests,
+# on a control plane without nodes, and their builds count in CI's cold 90 minutes.
+if [ "$KUBE_MINOR" = "$KUBE_NEWEST" ]; then
+  BINARIES+=(kube-controller-manager kubelet kube-proxy)
+else
+  [ "$NODE_COUNT" -eq 0 ] || die "NODELEDGER_KUBE_NODES: real nodes run Kubernetes $KUBE_NEWEST only"
+fi
 
 built() {
   local b
