@@ -5,15 +5,21 @@ counts left to Slurm never let a job overlap a pod: k8scpu = CPUs - ceil(millico
 k8smemory = usable MB - ceil(bytes/MiB), k8sgpu = GPUs - held GPUs, each kept within
 [0, the node's size].
 
-The same amounts are also written into the node's ``extra`` field as the token
-``nodeledger=k8scpu:C,k8smemory:M,k8sgpu:G`` (what Kubernetes holds), so the
-node_features/k8s_resources plugin restores the lowered counts when the node re-registers.
+The same amounts are also written into the node's ``extra`` field (what Kubernetes holds),
+so the node_features/k8s_resources plugin restores the lowered counts when the node
+re-registers: as the keys ``nodeledger_k8scpu``, ``nodeledger_k8smemory`` and
+``nodeledger_k8sgpu`` of a JSON object (others' keys kept), or, beside a site's text of
+another form, as the token ``nodeledger=k8scpu:C,k8smemory:M,k8sgpu:G``. Jobs queue behind
+pods (``marked``): the object also carries ``"nodeledger": 1``, the key the job_submit
+plugin's extra constraint names (docs/slurm.md#jobs-wait-for-what-pods-hold).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from app.core.gres import gres_count, parse_gres, with_counts
 from app.core.headroom import held
@@ -23,6 +29,7 @@ from app.core.slurm_models import SlurmJob, SlurmNode
 
 MIB = 1024 * 1024
 EXTRA_TOKEN = "nodeledger="
+EXTRA_KEY = "nodeledger"  # the JSON form's marker; its amounts are nodeledger_k8scpu, ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +100,54 @@ def gres_update(node: SlurmNode, counts: K8sCounts) -> str:
     return with_counts(node.gres, counts.as_dict())
 
 
-def extra_with_holdings(extra: str, held: SlurmUnits) -> str:
-    """``extra`` with our token replaced (others' tokens kept); no token when nothing is held."""
+def extra_with_holdings(extra: str, held: SlurmUnits, *, marked: bool = False) -> str:
+    """``extra`` with what Kubernetes holds written in, what others wrote kept.
+
+    Empty or a JSON object, it is written as a JSON object, our keys replaced and the
+    marker added when ``marked`` (jobs queue behind pods): with
+    SchedulerParameters=extra_constraints slurmctld refuses any other Extra (error 2171,
+    "Invalid extra constraints specification"). A site's text of another form gets our
+    token among its tokens. Nothing of ours when nothing is held and not ``marked``."""
     tokens = [t for t in extra.split() if not t.startswith(EXTRA_TOKEN)]
-    if held != SlurmUnits(0, 0, 0):
+    fields = _json_object(" ".join(tokens))
+    nothing = held == SlurmUnits(0, 0, 0)
+    if fields is not None:
+        kept = {k: v for k, v in fields.items() if k != EXTRA_KEY and not k.startswith(_KEYS)}
+        marker = {EXTRA_KEY: 1} if marked else {}
+        amounts = {} if nothing else {
+            f"{_KEYS}k8scpu": held.cpus,
+            f"{_KEYS}k8smemory": held.memory_mb,
+            f"{_KEYS}k8sgpu": held.gpus,
+        }  # fmt: skip
+        written = kept | marker | amounts
+        return json.dumps(written, separators=(",", ":")) if written else ""
+    if not nothing:
         tokens.append(
             f"{EXTRA_TOKEN}k8scpu:{held.cpus},k8smemory:{held.memory_mb},k8sgpu:{held.gpus}"
         )
     return " ".join(tokens)
+
+
+_KEYS = f"{EXTRA_KEY}_"
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object ({} when empty); None when it is anything else."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def in_place(node: SlurmNode, held: SlurmUnits, *, marked: bool = False) -> bool:
+    """Whether Slurm already withholds ``held`` on ``node``: its counts, and what ``extra``
+    says for the plugin (and, ``marked``, for jobs' extra constraints)."""
+    return current_counts(node) == desired_counts(node, held) and node.extra == (
+        extra_with_holdings(node.extra, held, marked=marked)
+    )
 
 
 def withheld(view: NodeView) -> SlurmUnits:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.core.counts import MIB, current_counts, desired_counts, job_on, withheld
+from app.core.counts import MIB, current_counts, desired_counts, in_place, job_on, withheld
 from app.core.gres import gres_count
 from app.core.records import EventKind, HolderKind, Holding, NodeView, SnapshotEntry
 from app.core.resources import Resources
@@ -93,10 +93,14 @@ def plan_node(
     jobs: Iterable[SlurmJob],
     unlisted: Resources = Resources.ZERO,
     listed_at: datetime | None = None,
+    *,
+    marked: bool = False,
 ) -> NodePlan:
     """Reconcile ``view`` with Slurm's ``node`` (None: Slurm does not list it), the ``jobs``
     holding resources on it, and ``unlisted``: what the node reported allocated beyond
-    those jobs at the last full listing, which began at ``listed_at``.
+    those jobs at the last full listing, which began at ``listed_at``. A push is due when
+    the counts differ from what the ledger withholds, or, ``marked`` (jobs queue behind
+    pods), ``extra`` does (app.core.counts.in_place).
 
     Jobs that would overcommit the node beside a holding confirmed after ``listed_at`` are
     not written (``deferred``): Slurm confirmed that holding after the listing was read, so
@@ -110,8 +114,12 @@ def plan_node(
     if node is None:
         return NodePlan(health, None, None)
     holdings = slurm_snapshot(node, jobs, unlisted)
-    desired = desired_counts(node, withheld(view))
-    push = None if current_counts(node) == desired else Push(node.name)
+    held = withheld(view)
+    # Marked, ``extra`` too: a node without the marker is one no job queues behind pods on.
+    settled = in_place(node, held, marked=True) if marked else (
+        current_counts(node) == desired_counts(node, held)
+    )  # fmt: skip
+    push = None if settled else Push(node.name)
     if _same(view, holdings):
         return NodePlan(health, None, push)
     if _outdated(view, holdings, listed_at):

@@ -51,6 +51,7 @@ from app.core.counts import (
     gres_usage,
     held_units,
     hides_usage,
+    in_place,
     read_back_grant,
     slurm_grant,
     slurm_usage,
@@ -113,10 +114,13 @@ class Pusher:
         *,
         metrics: Metrics = NO_METRICS,
         witness: SlurmWitness | None = None,
+        marked: bool = False,
     ) -> None:
         """``witness``: whether grants may be used without Slurm (app.slurm.witness); a push
         that finds slurmrestd away raises doubt, and one whose read-back came before a
-        doubt raises no grant."""
+        doubt raises no grant. ``marked``: every node's ``extra`` carries the marker jobs'
+        extra constraints name, so that jobs queue behind pods (app.core.counts)."""
+        self.marked = marked
         self.client = client
         self.ledger = ledger
         self.metrics = metrics
@@ -200,9 +204,9 @@ class Pusher:
             known = slot.last.node if slot.last is not None else None  # as this process left it
             node = known
             for _ in range(MAX_ROUNDS):
-                if node is not None and not _in_place(node, held):
+                if node is not None and not in_place(node, held, marked=self.marked):
                     gres = gres_update(node, desired_counts(node, held))
-                    extra = extra_with_holdings(node.extra, held)
+                    extra = extra_with_holdings(node.extra, held, marked=self.marked)
                     self.client.update_node(
                         view.slurm_name,
                         gres=gres,
@@ -214,7 +218,7 @@ class Pusher:
                 node = self.client.get_node(view.slurm_name)
                 if not pushed and known is not None:
                     drifted = drifted or current_counts(node) != current_counts(known)
-                if _in_place(node, held):
+                if in_place(node, held, marked=self.marked):
                     break
             else:
                 raise SlurmRequestError(
@@ -277,13 +281,6 @@ def _comment_update(node: SlurmNode, view: NodeView, held: SlurmUnits) -> str | 
     last count change."""
     comment = node_comment(view, held)
     return comment if ours(node.comment) and comment != node.comment else None
-
-
-def _in_place(node: SlurmNode, held: SlurmUnits) -> bool:
-    """Whether Slurm already withholds ``held`` on ``node`` (counts and the ``extra`` token)."""
-    return current_counts(node) == desired_counts(node, held) and node.extra == (
-        extra_with_holdings(node.extra, held)
-    )
 
 
 def _units(held: SlurmUnits) -> dict[str, int]:

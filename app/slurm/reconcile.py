@@ -83,11 +83,11 @@ class NodeReconciler:
             self._in_place[view.name] = last
             return False
         listed_at = self.listed_at()
-        plan = _plan(view, observed, listed_at)
+        plan = _plan(view, observed, listed_at, marked=self.pusher.marked)
         settled = plan.settled
         if plan.health is not None:
             view = self.ledger.set_health(view.name, plan.health.reason)
-            plan = _plan(view, observed, listed_at)  # the rest against the view written
+            plan = _plan(view, observed, listed_at, marked=self.pusher.marked)  # as written
         if plan.holdings is not None:
             self.ledger.replace_holdings(
                 view.name,
@@ -113,6 +113,10 @@ class NodeReconciler:
             self.ledger.record_event(event.kind, view.name, event.message, event.details)
 
 
-def _plan(view: NodeView, observed: Observed, listed_at: datetime | None) -> NodePlan:
+def _plan(
+    view: NodeView, observed: Observed, listed_at: datetime | None, *, marked: bool
+) -> NodePlan:
     jobs = observed.jobs.values()
-    return plan_node(view, observed.node, jobs, observed.unlisted, listed_at=listed_at)
+    return plan_node(
+        view, observed.node, jobs, observed.unlisted, listed_at=listed_at, marked=marked
+    )

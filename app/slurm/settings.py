@@ -61,6 +61,13 @@ class SlurmSettings(BaseSettings):
     register_nodes: bool = Field(
         default=False, description="Add every Slurm node to the ledger with Slurm's sizes"
     )
+    jobs_queue: bool = Field(
+        default=False,
+        description=(
+            "Jobs larger than what pods leave queue (Reason=Constraints) instead of failing "
+            "at submit: marks every node's Extra; needs SchedulerParameters=extra_constraints"
+        ),
+    )
     kube_max_cpu_fraction: float = Field(
         default=1.0, ge=0, le=1, description="Share of a node's CPUs Kubernetes may hold"
     )

@@ -68,7 +68,7 @@ def build_slurm(
     # The fast path's witness goes stale after ten sync intervals without a read of
     # slurmctld (30 s at least: a full pass at scale takes a while).
     witness = SlurmWitness(max_age=max(30.0, 10 * settings.sync_interval))
-    pusher = Pusher(client, ledger, metrics=metrics, witness=witness)
+    pusher = Pusher(client, ledger, metrics=metrics, witness=witness, marked=settings.jobs_queue)
     hints = HintQueue(db)
     holds = HoldJobs(client)
     sync = SlurmSync(

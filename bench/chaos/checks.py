@@ -3,6 +3,7 @@ the clients were told, and Slurm's counts against the ledger."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bench.chaos.slurm import NodeCounts
@@ -67,13 +68,21 @@ def desired(size: NodeCounts, held: tuple[int, int, int]) -> dict[str, int | Non
     }
 
 
-def extra_token(held: tuple[int, int, int]) -> list[str]:
-    """The ``nodeledger=`` token the service keeps in the node's ``extra`` (none when
-    nothing is held)."""
-    cpus, mb, gpus = held
-    if held == (0, 0, 0):
-        return []
-    return [f"nodeledger=k8scpu:{cpus},k8smemory:{mb},k8sgpu:{gpus}"]
+def extra_held(extra: str) -> tuple[int, int, int] | None:
+    """What the node's ``extra`` says Kubernetes holds (None: nothing of the service's):
+    the keys ``nodeledger_k8scpu``... of a JSON object, or the ``nodeledger=`` token."""
+    if extra.strip().startswith("{"):
+        fields = json.loads(extra)
+        keys = ("nodeledger_k8scpu", "nodeledger_k8smemory", "nodeledger_k8sgpu")
+        if not any(k in fields for k in keys):
+            return None
+        cpus, mb, gpus = (int(fields.get(k, 0)) for k in keys)
+        return cpus, mb, gpus
+    for token in extra.split():
+        if token.startswith("nodeledger="):
+            amounts = dict(e.split(":") for e in token.removeprefix("nodeledger=").split(","))
+            return int(amounts["k8scpu"]), int(amounts["k8smemory"]), int(amounts["k8sgpu"])
+    return None
 
 
 def counts_check(slurm: dict[str, NodeCounts], nodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -83,10 +92,9 @@ def counts_check(slurm: dict[str, NodeCounts], nodes: list[dict[str, Any]]) -> d
         held = withheld(node)
         want = desired(size, held)
         have = {"k8scpu": size.k8scpu, "k8smemory": size.k8smemory, "k8sgpu": size.k8sgpu}
-        tokens = [t for t in size.extra.split() if t.startswith("nodeledger=")]
         result[node["name"]] = {
             "counts_match": have == want,
-            "extra_token_match": tokens == extra_token(held),
+            "extra_token_match": extra_held(size.extra) == (None if held == (0, 0, 0) else held),
             "slurm": have,
             "ledger_wants": want,
             "slurm_extra": size.extra,

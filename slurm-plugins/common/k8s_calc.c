@@ -192,6 +192,42 @@ extern int k8s_tres_merge(const char *tres, const k8s_counts_t *counts,
 	return 0;
 }
 
+/* The integer of "key": N in a JSON object; false without one. */
+static bool _json_count(const char *json, const char *key, uint64_t *count)
+{
+	const char *at = strstr(json, key);
+	char *end;
+
+	if (!at)
+		return false;
+	at += strlen(key);
+	at += strspn(at, " \t");
+	if (*at != ':')
+		return false;
+	at++;
+	at += strspn(at, " \t");
+	if ((*at < '0') || (*at > '9'))
+		return false;
+	*count = strtoull(at, &end, 10);
+	return true;
+}
+
+/*
+ * The JSON form: keys "nodeledger_k8scpu", "nodeledger_k8smemory" and
+ * "nodeledger_k8sgpu" of the object slurmctld matches jobs' extra constraints
+ * against (absent keys: nothing held).
+ */
+static bool _extra_held_json(const char *extra, uint64_t *cpus,
+			     uint64_t *memory_mb, uint64_t *gpus)
+{
+	bool found = false;
+
+	found |= _json_count(extra, "\"nodeledger_k8scpu\"", cpus);
+	found |= _json_count(extra, "\"nodeledger_k8smemory\"", memory_mb);
+	found |= _json_count(extra, "\"nodeledger_k8sgpu\"", gpus);
+	return found;
+}
+
 extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 			   uint64_t *memory_mb, uint64_t *gpus)
 {
@@ -200,6 +236,8 @@ extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 	char value[256];
 
 	*cpus = *memory_mb = *gpus = 0;
+	if (extra && (extra[strspn(extra, " \t")] == '{'))
+		return _extra_held_json(extra, cpus, memory_mb, gpus);
 	while (tok && *tok) {
 		tok += strspn(tok, " \t");
 		tok_len = strcspn(tok, " \t");

@@ -85,9 +85,11 @@ extern int k8s_tres_merge(const char *tres, const k8s_counts_t *counts,
 extern uint64_t k8s_gres_count(const char *gres, const char *name);
 
 /*
- * What Kubernetes holds on a node, from the token the nodeledger service
- * writes into the node's extra field:
- * "nodeledger=k8scpu:C,k8smemory:M,k8sgpu:G". Returns true when present.
+ * What Kubernetes holds on a node, from what the nodeledger service writes
+ * into the node's extra field: the token "nodeledger=k8scpu:C,k8smemory:M,
+ * k8sgpu:G", or, when the field is a JSON object, its keys
+ * "nodeledger_k8scpu", "nodeledger_k8smemory" and "nodeledger_k8sgpu".
+ * Returns true when present.
  */
 extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 			   uint64_t *memory_mb, uint64_t *gpus);

@@ -268,6 +268,14 @@ int main(void)
 	check_extra("xnodeledger=k8scpu:1", false, 0, 0, 0);
 	check_extra("", false, 0, 0, 0);
 	check_extra(NULL, false, 0, 0, 0);
+	/* The JSON form (jobs queue behind pods: docs/slurm.md) */
+	check_extra("{\"site\":\"a\",\"nodeledger\":1,\"nodeledger_k8scpu\":4,"
+		    "\"nodeledger_k8smemory\":8000,\"nodeledger_k8sgpu\":1}",
+		    true, 4, 8000, 1);
+	check_extra(" { \"nodeledger_k8smemory\" : 512 }", true, 0, 512, 0);
+	check_extra("{\"nodeledger\":1}", false, 0, 0, 0);
+	check_extra("{\"nodeledger_k8scpu\":\"x\"}", false, 0, 0, 0);
+	check_extra("{\"site\":\"nodeledger=k8scpu:4\"}", false, 0, 0, 0);
 
 	printf("%s: %zu calculation cases, %d failures\n", failures ? "FAIL" : "ok",
 	       n_cases, failures);

@@ -431,7 +431,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SlurmdParameters=config_overrides
-SchedulerParameters=batch_sched_delay=0,bf_interval=5,sched_min_interval=100000
+SchedulerParameters=batch_sched_delay=0,bf_interval=5,sched_min_interval=100000,extra_constraints
 GresTypes=k8scpu,k8smemory,k8sgpu,gpu
 DefMemPerCPU=1000
 ReturnToService=2

@@ -85,7 +85,27 @@ def test_current_counts_read_dropped_zeroes_as_zero() -> None:
     assert current_counts(node("k8smemory:100,gpu:4")) == K8sCounts(0, 100, 0)
 
 
-def test_extra_token_is_ours_alone() -> None:
+def test_extra_json_keys_are_ours_alone() -> None:
+    held = SlurmUnits(2, 100, 1)
+    ours = '"nodeledger_k8scpu":2,"nodeledger_k8smemory":100,"nodeledger_k8sgpu":1'
+    assert extra_with_holdings("", held) == "{" + ours + "}"
+    assert extra_with_holdings('{"site": "a"}', held) == '{"site":"a",' + ours + "}"
+    assert extra_with_holdings("", SlurmUnits(0, 0, 0)) == ""
+    assert extra_with_holdings("{" + ours + "}", SlurmUnits(0, 0, 0)) == ""
+    assert extra_with_holdings('{"site":1,"nodeledger":1}', SlurmUnits(0, 0, 0)) == '{"site":1}'
+    # Marked (jobs queue behind pods): the marker stays when nothing is held.
+    assert extra_with_holdings("", SlurmUnits(0, 0, 0), marked=True) == '{"nodeledger":1}'
+    assert extra_with_holdings("", held, marked=True) == '{"nodeledger":1,' + ours + "}"
+    # The token of an earlier release becomes the JSON form.
+    old = "nodeledger=k8scpu:9,k8smemory:1,k8sgpu:0"
+    assert extra_with_holdings(old, held) == "{" + ours + "}"
+    for extra in ("", '{"site":"a"}', old, "site=a"):
+        for marked in (False, True):
+            once = extra_with_holdings(extra, held, marked=marked)
+            assert extra_with_holdings(once, held, marked=marked) == once
+
+
+def test_extra_token_beside_a_sites_text_is_ours_alone() -> None:
     assert extra_with_holdings("site=a", SlurmUnits(2, 100, 1)) == (
         "site=a nodeledger=k8scpu:2,k8smemory:100,k8sgpu:1"
     )

@@ -123,6 +123,7 @@ def test_held_back_is_read_from_the_job(
         ("PENDING", "Resources", "gres/k8scpu:2", "", True),
         ("PENDING", "BadConstraints", "gres/k8smemory:200", "", True),
         ("FAILED", "BadConstraints", "gres/k8scpu:8", "", True),  # refused at submit
+        ("PENDING", "Constraints", "gres/k8scpu:8", "", True),  # queued behind pods
         ("FAILED", "NonZeroExitCode", "gres/k8scpu:8", "", False),  # it ran
         ("PENDING", "Priority", "gres/k8scpu:2", "", False),  # behind one naming the partition
         ("PENDING", "Dependency", "gres/k8scpu:2", "", False),

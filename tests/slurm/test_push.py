@@ -20,7 +20,8 @@ def test_admission_lowers_counts_and_release_lets_the_waiting_job_run(
     assert admit(slurm_api, "n1", "pod-a", "3500m", "4Gi").status_code == 201
     # 3500m rounds up to 4 CPUs; 4Gi is 4096 MB.
     assert gres(slurm, "n1") == {"k8scpu": 12, "k8smemory": 32000 - 4096, "k8sgpu": 0}
-    assert "nodeledger=k8scpu:4,k8smemory:4096,k8sgpu:0" in slurm.node("n1")["extra"]
+    extra = slurm.node("n1")["extra"]
+    assert '"nodeledger_k8scpu":4,"nodeledger_k8smemory":4096,"nodeledger_k8sgpu":0' in extra
 
     big = slurm.sbatch("-w", "n1", "-c", "10", "--mem=1000", "--gres=k8scpu:10,k8smemory:1000",
                        "--wrap", "sleep 60")  # fmt: skip

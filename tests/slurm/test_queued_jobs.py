@@ -43,21 +43,21 @@ def held_back(slurm: SlurmCluster, job: str) -> bool:
 
 
 # Per kind: the node, its GRES with one unit of the k8s count left, the same with that
-# count at 0 (Slurm drops it), what Kubernetes holds then (the ``extra`` token the plugin
+# count at 0 (Slurm drops it), what Kubernetes holds then (the ``extra`` keys the plugin
 # reads at registration), and a job that takes the last unit.
 KINDS = {
     "cpu": (
         "n1",
         "k8scpu:2,k8smemory:32000",
         "k8smemory:32000",
-        "nodeledger=k8scpu:16,k8smemory:0,k8sgpu:0",
+        '{"nodeledger_k8scpu":16,"nodeledger_k8smemory":0,"nodeledger_k8sgpu":0}',
         ["-c", "2", "--mem=500"],
     ),
     "gpu": (
         "n3",
         f"k8scpu:16,k8smemory:32000,k8sgpu:1,{N3_GPUS}",
         f"k8scpu:16,k8smemory:32000,{N3_GPUS}",
-        "nodeledger=k8scpu:0,k8smemory:0,k8sgpu:4",
+        '{"nodeledger_k8scpu":0,"nodeledger_k8smemory":0,"nodeledger_k8sgpu":4}',
         ["-c", "1", "--mem=500", "--gres=gpu:1"],
     ),
 }

@@ -98,7 +98,7 @@ def test_registration_keeps_what_kubernetes_holds(slurm: SlurmCluster, disruptio
         "scontrol",
         "update",
         "nodename=n1",
-        "extra=site=a nodeledger=k8scpu:4,k8smemory:8000,k8sgpu:0",
+        'extra={"site":"a","nodeledger_k8scpu":4,"nodeledger_k8smemory":8000,"nodeledger_k8sgpu":0}',
     )
     # Full counts, as a slurmctld restart without the plugin would leave them: only the
     # plugin's registration hook can bring them down to what Kubernetes leaves.
@@ -109,7 +109,7 @@ def test_registration_keeps_what_kubernetes_holds(slurm: SlurmCluster, disruptio
         getattr(slurm, disruption)()
     lowered = {"k8scpu": 12, "k8smemory": 24000}
     wait_until(lambda: healthy(slurm, "n1") and counts(slurm, "n1") == lowered, 20, what="counts")
-    assert slurm.node("n1")["extra"].startswith("site=a ")
+    assert slurm.node("n1")["extra"].startswith('{"site":"a",')
 
 
 def test_slurmctld_start_never_hands_out_what_kubernetes_holds(slurm: SlurmCluster) -> None:
@@ -119,7 +119,8 @@ def test_slurmctld_start_never_hands_out_what_kubernetes_holds(slurm: SlurmClust
     slurmctld restores the counts from its saved state. Either way n1 never shows more than
     Kubernetes leaves, before or after it registers."""
     slurm.run(
-        "scontrol", "update", "nodename=n1", "extra=nodeledger=k8scpu:6,k8smemory:1000",
+        "scontrol", "update", "nodename=n1",
+        'extra={"nodeledger_k8scpu":6,"nodeledger_k8smemory":1000}',
         "gres=k8scpu:10,k8smemory:31000",
     )  # fmt: skip
     old_boot = boot_time(slurm)

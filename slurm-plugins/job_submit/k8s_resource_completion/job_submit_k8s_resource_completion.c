@@ -186,6 +186,64 @@ static int _complete(job_desc_msg_t *job_desc, const k8s_request_t *req,
 	return SLURM_SUCCESS;
 }
 
+/*
+ * Jobs queue behind what pods hold instead of failing at submit (issue 31).
+ * A job asking for more k8s GRES than any node's current total is refused at
+ * submit ("Requested node configuration is not available"), unless it has an
+ * extra constraint: with SchedulerParameters=extra_constraints slurmctld then
+ * keeps it pending, Reason=Constraints, and tests it again at every pass, so it
+ * starts once the totals rise (node_scheduler.c: "assume that the job might be
+ * runnable at some point in the future"; 24.11 and 26.05). The constraint names
+ * the key the nodeledger service writes into the Extra of every node it keeps
+ * (NODELEDGER_SLURM_JOBS_QUEUE). Added only when every node the job may run on
+ * carries that key, so that it never keeps a job off a node; never over a
+ * constraint of the user's own.
+ */
+#define K8S_EXTRA_MARKER "\"nodeledger\":1"
+#define K8S_EXTRA_CONSTRAINT "nodeledger=1"
+
+static bool _marked(part_record_t *part)
+{
+	node_record_t *node_ptr;
+	bool any = false;
+
+	for (int i = 0;
+	     (node_ptr = part ? next_node_bitmap(part->node_bitmap, &i) :
+	      next_node(&i)); i++) {
+		if (!node_ptr->extra || !strstr(node_ptr->extra, K8S_EXTRA_MARKER))
+			return false;
+		any = true;
+	}
+	return any;
+}
+
+static bool _all_marked(const char *partitions)
+{
+	char *copy, *name, *save = NULL;
+	part_record_t *part;
+	bool all = true;
+
+	if (!partitions)
+		return _marked(default_part_loc);
+	copy = xstrdup(partitions);
+	for (name = strtok_r(copy, ",", &save); name && all;
+	     name = strtok_r(NULL, ",", &save))
+		all = (part = find_part_record(name)) && _marked(part);
+	xfree(copy);
+	return all;
+}
+
+static void _queue_behind_pods(job_desc_msg_t *job_desc)
+{
+	if ((job_desc->extra && job_desc->extra[0]) ||
+	    !xstrcasestr(slurm_conf.sched_params, "extra_constraints") ||
+	    !_all_marked(job_desc->partition))
+		return;
+	xfree(job_desc->extra);
+	job_desc->extra = xstrdup(K8S_EXTRA_CONSTRAINT);
+	debug("%s: %s: extra=%s", plugin_type, __func__, job_desc->extra);
+}
+
 extern int init(void)
 {
 	return SLURM_SUCCESS;
@@ -229,11 +287,15 @@ extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 		.cpus_per_tres = job_desc->cpus_per_tres,
 		.mem_per_tres = job_desc->mem_per_tres,
 	};
+	int rc;
 
 	if (_hold_job(job_desc, submit_uid))
 		return SLURM_SUCCESS;
-	return _complete(job_desc, &req, job_desc->tres_per_node,
-			 job_desc->partition, err_msg);
+	rc = _complete(job_desc, &req, job_desc->tres_per_node,
+		       job_desc->partition, err_msg);
+	if (rc == SLURM_SUCCESS)
+		_queue_behind_pods(job_desc);
+	return rc;
 }
 
 /* Did this update touch anything the counts depend on? */
