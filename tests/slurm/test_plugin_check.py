@@ -146,7 +146,7 @@ def test_without_the_plugin_26_05_admits_nothing_and_says_why(
         slurm = cluster("on")
         wait_until(
             lambda: api.get("/readyz").json()["status"] == "ok",
-            timeout=30,
+            timeout=120,  # a fresh slurmctld on busy cores: a bound, not a pace
             what="/readyz ok once the plugin is loaded",
         )
         assert plugins_ok(api) == "1.0"
@@ -155,7 +155,7 @@ def test_without_the_plugin_26_05_admits_nothing_and_says_why(
                 (r := api.post("/v1/admissions", json=admission("u-on"))).status_code in (200, 201)
                 and r
             ),
-            timeout=30,
+            timeout=120,
             what="an admission once the plugin is loaded",
         )
         assert admitted.json()["holder"]["id"] == "u-on"
