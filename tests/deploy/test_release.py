@@ -268,6 +268,78 @@ def test_helm_upgrade_rolls_the_replicas_without_losing_a_holding(
     assert release.holding_of(uid, node) is not None
 
 
+def _slurm_state(release: Release, name: str) -> tuple[set[str], str]:
+    node = release.slurm.node(name)
+    return set(node["state"]), str(node.get("reason") or "")
+
+
+def _left_as_it_is(release: Release) -> bool:
+    """The service's event for an uncordon it did not relay (an administrator's drain)."""
+    params = {"node": "n1", "kind": "maintenance"}
+    said = release.api("GET", "/v1/events", params=params).json()
+    return any(e["message"].startswith("Slurm node n1 left as it is") for e in said)
+
+
+def test_kubectl_drain_drains_slurm_and_the_uncordon_resumes_it(
+    release: Release, pods: list[str]
+) -> None:
+    """`kubectl drain` of n1, where a pod runs beside a Slurm job: the Slurm node drains
+    (the job runs on, a new one waits), the pod is evicted; the uncordon resumes Slurm and
+    the waiting job starts. An administrator's drain that came while the Node was cordoned
+    stays after the uncordon."""
+    slurm = release.slurm
+    pod = busybox_pod("drained", "sleep 3600", node_selector={"kubernetes.io/hostname": "n1"})
+    pod["metadata"]["labels"] = {"test": "drained"}
+    run_pod(release, pods, pod)
+    running = slurm.sbatch("-w", "n1", "-c", "1", "--wrap", "sleep 300")
+    waiting = ""
+    try:
+        wait_until(lambda: slurm.job_state(running) == "RUNNING", 60, 0.5, "the job running")
+        # Only the test's pod is evicted: the service's own replicas stay where they are.
+        release.kube.kubectl(
+            "drain", "n1", "--pod-selector=test=drained", "--force", "--timeout=120s",
+            timeout=180,
+        )  # fmt: skip
+        wait_until(lambda: "DRAIN" in _slurm_state(release, "n1")[0], 60, 0.5, "n1 drained")
+        assert _slurm_state(release, "n1")[1].startswith("nodeledger: cordoned in Kubernetes")
+        assert release.kube.pod("drained") is None
+        assert slurm.job_state(running) == "RUNNING"
+        waiting = slurm.sbatch("-w", "n1", "-c", "1", "--wrap", "sleep 300")
+        # Pending once the scheduler has looked at it, for the drain (ReqNodeNotAvail).
+        reason = wait_until(
+            lambda: (r := slurm.job(waiting).get("state_reason")) not in (None, "", "None") and r,
+            60,
+            0.5,
+            "the scheduler's reason",
+        )
+        assert slurm.job_state(waiting) == "PENDING", reason
+        assert "ReqNodeNotAvail" in str(reason)
+
+        release.kube.kubectl("uncordon", "n1")
+        wait_until(lambda: "DRAIN" not in _slurm_state(release, "n1")[0], 60, 0.5, "resumed")
+        wait_until(lambda: slurm.job_state(waiting) == "RUNNING", 60, 0.5, "the waiting job")
+
+        release.kube.kubectl("cordon", "n1")
+        wait_until(lambda: "DRAIN" in _slurm_state(release, "n1")[0], 60, 0.5, "drained again")
+        slurm.run("scontrol", "update", "nodename=n1", "state=drain", "reason=bad DIMM")
+        wait_until(
+            lambda: "bad DIMM" in (release.ledger_node("n1").get("health_reason") or ""),
+            60,
+            0.5,
+            "the ledger sees the administrator's drain",
+        )
+        release.kube.kubectl("uncordon", "n1")
+        wait_until(lambda: _left_as_it_is(release), 60, 0.5, "the uncordon handled")
+        state, reason = _slurm_state(release, "n1")
+        assert "DRAIN" in state
+        assert reason == "bad DIMM"
+    finally:
+        slurm.scancel(*(j for j in (running, waiting) if j))
+        release.kube.kubectl("uncordon", "n1", check=False)
+        slurm.run("scontrol", "update", "nodename=n1", "state=resume", check=False)
+        wait_until(lambda: "DRAIN" not in _slurm_state(release, "n1")[0], 60, 0.5, "n1 back")
+
+
 def _released_with(release: Release, uid: str) -> str | None:
     """The message of the pod's release event, None while it holds."""
     response = release.api("GET", "/v1/events", params={"node": "n2", "kind": "released"})
