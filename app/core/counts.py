@@ -30,6 +30,7 @@ from app.core.slurm_models import SlurmJob, SlurmNode
 MIB = 1024 * 1024
 EXTRA_TOKEN = "nodeledger="
 EXTRA_KEY = "nodeledger"  # the JSON form's marker; its amounts are nodeledger_k8scpu, ...
+_KEYS = f"{EXTRA_KEY}_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,10 @@ def extra_with_holdings(extra: str, held: SlurmUnits, *, marked: bool = False) -
     "Invalid extra constraints specification"). A site's text of another form gets our
     token among its tokens. Nothing of ours when nothing is held and not ``marked``."""
     tokens = [t for t in extra.split() if not t.startswith(EXTRA_TOKEN)]
-    fields = _json_object(" ".join(tokens))
+    # The text as it is first (a site's JSON keeps its strings' spaces), then without the
+    # token an earlier release wrote.
+    fields = _json_object(extra)
+    fields = _json_object(" ".join(tokens)) if fields is None else fields
     nothing = held == SlurmUnits(0, 0, 0)
     if fields is not None:
         kept = {k: v for k, v in fields.items() if k != EXTRA_KEY and not k.startswith(_KEYS)}
@@ -126,9 +130,6 @@ def extra_with_holdings(extra: str, held: SlurmUnits, *, marked: bool = False) -
             f"{EXTRA_TOKEN}k8scpu:{held.cpus},k8smemory:{held.memory_mb},k8sgpu:{held.gpus}"
         )
     return " ".join(tokens)
-
-
-_KEYS = f"{EXTRA_KEY}_"
 
 
 def _json_object(text: str) -> dict[str, Any] | None:

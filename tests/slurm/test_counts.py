@@ -90,6 +90,7 @@ def test_extra_json_keys_are_ours_alone() -> None:
     ours = '"nodeledger_k8scpu":2,"nodeledger_k8smemory":100,"nodeledger_k8sgpu":1'
     assert extra_with_holdings("", held) == "{" + ours + "}"
     assert extra_with_holdings('{"site": "a"}', held) == '{"site":"a",' + ours + "}"
+    assert extra_with_holdings('{"rack":"row  7"}', held) == '{"rack":"row  7",' + ours + "}"
     assert extra_with_holdings("", SlurmUnits(0, 0, 0)) == ""
     assert extra_with_holdings("{" + ours + "}", SlurmUnits(0, 0, 0)) == ""
     assert extra_with_holdings('{"site":1,"nodeledger":1}', SlurmUnits(0, 0, 0)) == '{"site":1}'
