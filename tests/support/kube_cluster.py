@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tests.support.realenv import REPO, run_script, wait_until
+from tests.support.realenv import REPO, newest, run_script, wait_until
 
 SCRIPT = Path(REPO) / "testenv" / "kube" / "cluster.sh"
 
@@ -42,7 +42,7 @@ SUPPORTED = ("1.37", "1.36", "1.35")
 KUBE_VERSIONS = tuple(
     v for v in os.environ.get("NODELEDGER_TEST_KUBE_VERSIONS", ",".join(SUPPORTED)).split(",") if v
 )
-KUBE_NEWEST = max(KUBE_VERSIONS or SUPPORTED[:1], key=lambda v: tuple(map(int, v.split("."))))
+KUBE_NEWEST = newest(KUBE_VERSIONS or SUPPORTED[:1])
 
 
 def kube_env(minor: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.kube_cluster import KUBE_NEWEST, KUBE_VERSIONS, KubeCluster, cluster_sh, kube_env
-from tests.support.realenv import unavailable
+from tests.support.realenv import newest, unavailable
 from tests.support.slurm_cluster import SLURM_VERSIONS
 
 
@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """On an older minor a kube_api test that also crosses Slurm runs with the newest Slurm
     release only: the Kubernetes API does not change with Slurm's, and the pairs add minutes
     to a run that must fit CI's 90 minutes cold."""
-    newest_slurm = max(SLURM_VERSIONS, key=lambda v: tuple(map(int, v.split("."))), default="")
+    newest_slurm = newest(SLURM_VERSIONS)
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:

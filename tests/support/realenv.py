@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -16,6 +16,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+def newest(releases: Iterable[str]) -> str:
+    """The newest of release numbers such as "1.37" or "26.05" ("" when none)."""
+    return max(releases, key=lambda v: tuple(map(int, v.split("."))), default="")
 
 
 def unavailable(component: str, why: str) -> NoReturn:
