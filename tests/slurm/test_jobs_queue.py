@@ -63,10 +63,12 @@ def test_a_job_larger_than_what_pods_leave_waits_for_them(
     job = slurm.sbatch(*big)
     wait_until(lambda: reason(slurm, job) == "Constraints", 60, what="the job waiting")
     assert slurm.job(job)["extra"] == "nodeledger=1"
-    # A restart of slurmctld keeps it waiting: the counts come back lowered.
-    slurm.restart_ctld()
-    wait_until(lambda: slurm.k8s_counts("n1")["k8scpu"] == 4, 60, what="k8scpu 4 again")
-    assert slurm.job_state(job) == "PENDING"
+    # A restart of slurmctld, or a reconfigure, keeps it waiting: the counts come back lowered.
+    for disrupt in (slurm.restart_ctld, slurm.reconfigure):
+        disrupt()
+        wait_until(lambda: slurm.k8s_counts("n1")["k8scpu"] == 4, 60, what="k8scpu 4 again")
+        assert slurm.job_state(job) == "PENDING"
+        assert reason(slurm, job) == "Constraints"
     assert api.delete("/v1/admissions/web-1").status_code == 200
     wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, what="the job running")
     assert api.delete("/v1/admissions/web-2").status_code == 200
