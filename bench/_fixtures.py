@@ -209,6 +209,11 @@ def service_arguments(parser: argparse.ArgumentParser, *, idle_seconds: float) -
     parser.add_argument("--headroom-memory", default="4Gi")
     parser.add_argument("--idle-seconds", type=float, default=idle_seconds)
     parser.add_argument("--slurm", default="26.05", help="Slurm release of the test cluster")
+    parser.add_argument(
+        "--jobs-queue",
+        action="store_true",
+        help="both Slurm services with NODELEDGER_SLURM_JOBS_QUEUE (jobs wait, not refused)",
+    )
 
 
 @contextmanager
@@ -218,6 +223,8 @@ def headroom_services(
     """The two services, each with its own SQLite ledger, and a third with the Slurm
     integration off ("ledger": one ledger transaction per admission, the reference)."""
     common = dict(slurm.service_env)
+    if args.jobs_queue:
+        common["NODELEDGER_SLURM_JOBS_QUEUE"] = "true"
     headroom = {
         "NODELEDGER_SLURM_HEADROOM_CPU": args.headroom_cpu,
         "NODELEDGER_SLURM_HEADROOM_MEMORY": args.headroom_memory,

@@ -136,10 +136,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--one-at-a-time", type=int, default=20, help="pods per scheduler")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--slurm", default="26.05", help="Slurm release of the deploy cluster")
     args = parser.parse_args(argv)
 
     say("starting the cluster with nodes, Slurm and PostgreSQL")
-    kube, slurm, postgres = start_kube(), start_slurm(), start_postgres()
+    kube, slurm, postgres = start_kube(), start_slurm(args.slurm), start_postgres()
     archive = build_image()
     kube.script("load-image", str(archive), timeout=600)
     helm = Helm.of(kube)

@@ -26,6 +26,12 @@ Two `nodeledger serve` processes with the Slurm integration on (bench.headroom.s
   long after the last pod left the job starts (a refused probe is submitted again every
   ``--probe-retry`` seconds from then on), within ``--probe-wait`` seconds; with the
   service's headroom events meanwhile (given back: idle, or jobs waiting).
+- with ``--delay-probes N``, N more whole-node jobs, each submitted while two pods hold
+  ``--delay-pod-cpus`` CPUs of NODE, and the seconds from the pods' release to the job
+  seen running (p50/p99);
+- with ``--jobs-queue`` both services run NODELEDGER_SLURM_JOBS_QUEUE (the ledger takes
+  every node of the partition, so the job_submit plugin gives jobs the extra constraint):
+  jobs wait (``Constraints``) instead of being refused at submit.
 
 The side's service then gives the node back (Slurm's counts as the cluster started).
 Prints one JSON object: per side, pods admitted/refused and admission p50/p99, jobs
@@ -35,6 +41,7 @@ the settings.
 
     python -m bench.slurm_share [--slurm 24.11] [--phases 3] [--phase-seconds 40]
         [--workers 6] [--queue 3] [--probe exclusive|cpus] [--order off,on]
+        [--jobs-queue] [--delay-probes 20]
 
 Against a cluster of one's own (e.g. /tmp/helper-env.sh's), export
 NODELEDGER_SLURM_PORT_BASE (and NODELEDGER_CACHE, NODELEDGER_RUNDIR) as for cluster.sh:
@@ -55,6 +62,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import httpx
@@ -414,7 +422,11 @@ def job_state(slurm: SlurmCluster, job: str) -> tuple[set[str], str]:
 
 
 def watch(
-    slurm: SlurmCluster, job: str, seconds: float, until: Callable[[set[str]], bool]
+    slurm: SlurmCluster,
+    job: str,
+    seconds: float,
+    until: Callable[[set[str]], bool],
+    poll: float = 0.2,
 ) -> tuple[set[str], str, float | None]:
     """Poll the job's state for up to ``seconds``: its last states and reason, and the
     wall clock at which ``until`` first held (None: never)."""
@@ -425,7 +437,7 @@ def watch(
             return states, reason, time.time()
         if time.monotonic() > deadline:
             return states, reason, None
-        time.sleep(0.2)
+        time.sleep(poll)
 
 
 def whole_node_probe(
@@ -497,6 +509,60 @@ def whole_node_probe(
     return result
 
 
+def delay_probes(service: Service, slurm: SlurmCluster, args: argparse.Namespace) -> dict[str, Any]:
+    """``args.delay_probes`` times: pods hold ``args.delay_pod_cpus`` CPUs of NODE (two
+    pods), a whole-node job is submitted (refused: submitted again every
+    ``args.probe_retry`` s once the pods left), the pods leave, and the seconds from the
+    last release to the job seen RUNNING (polled every 0.05 s) are kept."""
+    how = ["--exclusive"] if args.probe == "exclusive" else ["-c", str(NODE_CPUS)]
+    command = ["-w", NODE, *how, "--wrap", "sleep 30"]
+    half = f"{args.delay_pod_cpus / 2:g}"
+    delays: list[float] = []
+    outcomes: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for i in range(args.delay_probes):
+        for p in (1, 2):
+            # Refused while the previous job still completes on the node: admitted once it left.
+            body = pod(NODE, f"d{i}-{p}", half)
+            wait_until(partial(admitted, service, body), 60, interval=0.2, what="probe pod held")
+        job, _ = sbatch(slurm, *command)
+        if job is None:
+            outcomes["refused"] += 1
+        else:
+            _, reason, ran = watch(slurm, job, 2.0, lambda s: bool(s & STARTED))
+            outcomes["started" if ran is not None else "pending"] += 1
+            reasons[reason] += 1
+        release_all(service.client, NODE)
+        left = time.time()
+        while job is None and time.time() - left < args.probe_wait:
+            time.sleep(args.probe_retry)
+            job, _ = sbatch(slurm, *command)
+        if job is not None:
+            remaining = max(0.0, args.probe_wait - (time.time() - left))
+            ran = watch(slurm, job, remaining, lambda s: bool(s & STARTED), poll=0.05)[2]
+            if ran is not None:
+                delays.append(ran - left)
+            slurm.scancel(job)
+            wait_until(partial(job_ended, slurm, job), 60, what=f"probe job {job} ended")
+    return {
+        "probes": args.delay_probes,
+        "pods_hold_cpus": args.delay_pod_cpus,
+        "while_pods_held": dict(outcomes),
+        "pending_reasons": dict(reasons),
+        "started": len(delays),
+        "started_after_pods_left_s": summary(delays),
+    }
+
+
+def admitted(service: Service, body: dict[str, Any]) -> bool:
+    return service.client.post("/v1/admissions", json=body).status_code in (200, 201)
+
+
+def job_ended(slurm: SlurmCluster, job: str) -> bool:
+    """No longer running (a cancelled job may be COMPLETING a moment)."""
+    return not job_state(slurm, job)[0] & (STARTED - FINAL)
+
+
 def _at(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["at"]).timestamp()
 
@@ -522,7 +588,9 @@ def side(
     name: str, service: Service, slurm: SlurmCluster, args: argparse.Namespace, seed: int
 ) -> dict[str, Any]:
     """The race on NODE for this side's service, then the probe; the node given back."""
-    service.take([NODE])
+    # Jobs wait only when every node of their partition is marked: the ledger takes them all.
+    taken = list(slurm.nodes) if args.jobs_queue else [NODE]
+    service.take(taken)
     # Unmeasured: the connection, the first sync step's look at the node, one pod.
     wait_until(lambda: node_view(service)["admissible"], 30, what=f"{NODE} admissible")
     service.client.post("/v1/admissions", json=pod(NODE, f"{name}-warm")).raise_for_status()
@@ -538,12 +606,14 @@ def side(
     jobs.cancel_and_stop()
     probe = whole_node_probe(service, slurm, pods, args)
     slurm.cancel_all()
-    service.give_back([NODE], slurm)
+    delays = delay_probes(service, slurm, args) if args.delay_probes else None
+    service.give_back(taken, slurm)
     return {
         "pods": pod_figures(pods.admissions, phases),
         "jobs": job_figures(jobs, phases),
         "headroom_events_in_race": event_kinds(race_events),
         "whole_node_probe": probe,
+        "whole_node_delay": delays,
         "started_at": datetime.fromtimestamp(phases.start, UTC).isoformat(timespec="seconds"),
     }
 
@@ -590,6 +660,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--probe-watch", type=float, default=3.0, help="seconds, pods held")
     parser.add_argument("--probe-wait", type=float, default=60.0, help="seconds, pods gone")
     parser.add_argument("--probe-retry", type=float, default=1.0, help="seconds")
+    parser.add_argument(
+        "--delay-probes", type=int, default=0, help="whole-node jobs after the race, for p50/p99"
+    )
+    parser.add_argument("--delay-pod-cpus", type=int, default=8, help="CPUs pods hold then")
     parser.add_argument("--order", default="off,on", choices=("off,on", "on,off"))
     parser.add_argument("--seed", type=int, default=31)
     service_arguments(parser, idle_seconds=300.0)  # the service's default
@@ -629,6 +703,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             "probe": args.probe,
             "probe_watch_s": args.probe_watch,
             "probe_wait_s": args.probe_wait,
+            "delay_probes": args.delay_probes,
+            "delay_pod_cpus": args.delay_pod_cpus,
+            "jobs_queue": args.jobs_queue,
             "headroom": {
                 "off": None,
                 "on": {

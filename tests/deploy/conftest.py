@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from tests.support.deploy import (
 )
 from tests.support.kube_cluster import KubeCluster
 from tests.support.realenv import unavailable
-from tests.support.slurm_cluster import SlurmCluster
+from tests.support.slurm_cluster import SLURM_VERSIONS, SlurmCluster
 
 # Module scope: the cluster with nodes, its Slurm and its PostgreSQL are stopped once the
 # module's tests are done, so that they cost the rest of the suite nothing (a next run
@@ -49,19 +50,26 @@ def deploy_kube() -> Iterator[KubeCluster]:
     stop_kube()
 
 
-@pytest.fixture(scope="module")
-def deploy_slurm() -> Iterator[SlurmCluster]:
+# Every release the suite runs a cluster of, the newest first; one at a time (the same
+# ports): the chart is installed afresh against each, on the same Kubernetes nodes.
+DEPLOY_SLURM_VERSIONS = sorted(SLURM_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))[::-1]
+
+
+@pytest.fixture(scope="module", params=DEPLOY_SLURM_VERSIONS)
+def deploy_slurm(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
+    version: str = request.param
     try:
-        slurm = start_slurm()
+        slurm = start_slurm(version)
     except Exception as exc:
-        _quietly(stop_slurm)
-        unavailable("Slurm cluster for the deployment", str(exc))
+        _quietly(partial(stop_slurm, version))
+        unavailable(f"Slurm {version} cluster for the deployment", str(exc))
     yield slurm
-    stop_slurm()
+    stop_slurm(version)
 
 
 @pytest.fixture(scope="module")
-def deploy_postgres() -> Iterator[str]:
+def deploy_postgres(deploy_slurm: SlurmCluster) -> Iterator[str]:
+    """A new database per Slurm cluster: the second install starts from an empty ledger."""
     try:
         url = start_postgres()
     except Exception as exc:

@@ -36,7 +36,6 @@ KUBE_ENV = {
     "NODELEDGER_KUBE_PORT_BASE": "13400",
     "NODELEDGER_KUBE_NODES": "2",
 }
-SLURM_VERSION = "26.05"
 SLURM_ENV = {
     "NODELEDGER_RUNDIR": RUNDIR,
     "NODELEDGER_SLURM_PORT_BASE": "13600",
@@ -60,14 +59,14 @@ def stop_kube() -> None:
     cluster_sh("down", timeout=300, env=KUBE_ENV)
 
 
-def start_slurm() -> SlurmCluster:
-    seed_cache(SLURM_VERSION, SLURM_CACHE)
-    _slurm("up", timeout=1800)
-    return SlurmCluster.from_env(SLURM_VERSION, _slurm_env())
+def start_slurm(version: str) -> SlurmCluster:
+    seed_cache(version, SLURM_CACHE)
+    _slurm(version, "up", timeout=1800)
+    return SlurmCluster.from_env(version, _slurm_env())
 
 
-def stop_slurm() -> None:
-    _slurm("down", timeout=300)
+def stop_slurm(version: str) -> None:
+    _slurm(version, "down", timeout=300)
 
 
 SLURM_CACHE = main_cache() / "deploy"  # a copy of the test chroot: its own cluster
@@ -77,8 +76,8 @@ def _slurm_env() -> dict[str, str]:
     return {**SLURM_ENV, "NODELEDGER_CACHE": str(SLURM_CACHE)}
 
 
-def _slurm(command: str, timeout: float) -> str:
-    env = {**_slurm_env(), "NODELEDGER_SLURM_VERSION": SLURM_VERSION}
+def _slurm(version: str, command: str, timeout: float) -> str:
+    env = {**_slurm_env(), "NODELEDGER_SLURM_VERSION": version}
     return run_script(
         Path(REPO) / "testenv" / "slurm" / "cluster.sh", command, timeout=timeout, env=env
     )
