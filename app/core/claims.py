@@ -12,6 +12,12 @@ publishes it as a string), for the holding to show: informational, so a device w
 one (or with one the ledger cannot keep) is held all the same. docs/gpu-identity.md has the
 design.
 
+Plain ``nvidia.com/gpu`` pods too (issue 33, KEP-5004, Kubernetes 1.36 on): where a
+DeviceClass names that extended resource (``spec.extendedResourceName``) and the node does
+not advertise it, kube-scheduler allocates the request through DRA, in a claim it generates
+for the pod and names in ``status.extendedResourceClaimStatus``. That claim is read like
+the pod's own, and the request it allocates is those devices, not a count besides them.
+
 Any doubt is an error naming the claim, never a guess: a bind without the device held in
 Slurm is exactly what issue 23 fixes.
 """
@@ -19,12 +25,13 @@ Slurm is exactly what issue 23 fixes.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.devices import valid_uuid
 from app.core.errors import NodeledgerError
 from app.core.records import HeldDevice
+from app.core.resources import Resources
 
 
 class ClaimDevicesError(NodeledgerError):
@@ -70,11 +77,37 @@ class AllocatedDevice:
         return HeldDevice(self.index, self.uuid)
 
 
+EXTENDED_ENTRY = "<extended-resources>"  # the generated claim's ClaimRef.entry (no spec entry)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendedClaim:
+    """The claim kube-scheduler generated for the pod's extended resources backed by DRA
+    (``status.extendedResourceClaimStatus``): its name and the extended resources (e.g.
+    ``nvidia.com/gpu``) whose requests it allocates."""
+
+    claim: str
+    resources: frozenset[str]
+
+
+def extended_claim(pod: Mapping[str, Any]) -> ExtendedClaim | None:
+    """The pod's generated extended-resource claim, None when it has none (the requests are
+    counted: the node advertises them, or the API serves no mapping)."""
+    status = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    name = status.get("resourceClaimName")
+    if not name:
+        return None
+    mappings = status.get("requestMappings") or []
+    resources = frozenset(str(m.get("resourceName") or "") for m in mappings) - {""}
+    return ExtendedClaim(str(name), resources)
+
+
 def pod_claims(pod: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
     """The pod's ResourceClaims by name: ``spec.resourceClaims[].resourceClaimName``, or for
     a ``resourceClaimTemplateName`` the claim generated for it, as the resourceclaim
     controller records it in ``status.resourceClaimStatuses[]``. An entry the controller
-    marked as needing no claim (``resourceClaimName`` null in the status) is left out."""
+    marked as needing no claim (``resourceClaimName`` null in the status) is left out. Last,
+    the claim kube-scheduler generated for its extended resources (``extended_claim``)."""
     spec = pod.get("spec") or {}
     statuses = {
         s.get("name"): s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -90,6 +123,9 @@ def pod_claims(pod: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
             refs.append(ClaimRef(name, None))  # from a template, not generated yet
         elif status.get("resourceClaimName"):
             refs.append(ClaimRef(name, str(status["resourceClaimName"])))
+    extended = extended_claim(pod)
+    if extended is not None:
+        refs.append(ClaimRef(EXTENDED_ENTRY, extended.claim))
     return tuple(refs)
 
 
@@ -209,3 +245,66 @@ def held_by_index(devices: Iterable[AllocatedDevice]) -> tuple[HeldDevice, ...]:
             raise ClaimDevicesError(device.claim, reason, retryable=False)
         seen[device.index] = device
     return tuple(seen[index].held for index in sorted(seen))
+
+
+def gpus_counted_once(
+    requests: Resources,
+    pod: Mapping[str, Any],
+    allocated: Sequence[AllocatedDevice],
+    held: Sequence[HeldDevice],
+    gpu_resource: str,
+) -> Resources:
+    """The pod's ``requests`` with its GPUs counted once, as the devices ``held`` of its
+    claims' co-managed ``allocated`` devices: a GPU request (``gpu_resource``) the generated
+    claim allocates is those devices. ClaimDevicesError when that claim has fewer co-managed
+    devices than the request counts (its DeviceClass selects another driver's: held that
+    way the pod would hold fewer GPUs than it asked), and when the pod asks GPUs both by
+    count and through DRA."""
+    extended = extended_claim(pod)
+    through = extended is not None and gpu_resource in extended.resources
+    if extended is not None and through:
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        name = f"{namespace}/{extended.claim}"
+        found = sum(1 for device in allocated if device.claim == name)
+        if found < requests.gpus:
+            reason = (
+                f"{found} device(s) of a co-managed GPU driver allocated for the pod's "
+                f"{requests.gpus} {gpu_resource} (status.extendedResourceClaimStatus): the "
+                f"DeviceClass whose spec.extendedResourceName is {gpu_resource} must select "
+                "the co-managed drivers' devices"
+            )
+            raise ClaimDevicesError(name, reason, retryable=False)
+    elif held and requests.gpus:
+        reason = (
+            f"the pod also asks for {requests.gpus} {gpu_resource}: GPUs through both an "
+            "extended resource and DRA claims are not supported"
+        )
+        raise ClaimDevicesError(allocated[0].claim, reason, retryable=False)
+    return replace(requests, gpus=len(held)) if held or through else requests
+
+
+CLASSES_PATH = "/apis/resource.k8s.io/v1/deviceclasses"
+
+
+def class_mapping(device_class: Mapping[str, Any]) -> tuple[str, str]:
+    """A DeviceClass as the mapping check reads it: its name and the extended resource it
+    maps (``spec.extendedResourceName``; "" for none, or an API server that drops the field
+    with its DRAExtendedResource gate off)."""
+    name = str((device_class.get("metadata") or {}).get("name") or "")
+    return name, str((device_class.get("spec") or {}).get("extendedResourceName") or "")
+
+
+def mapping_note(
+    classes: Iterable[tuple[str, str]], gpu_resource: str, version: str
+) -> tuple[tuple[str, ...], str | None]:
+    """The DeviceClasses that map ``gpu_resource`` (``class_mapping``), and when there is
+    none, what the service falls back to (``version``: the API server's, "" unknown)."""
+    names = tuple(sorted(name for name, resource in classes if resource == gpu_resource))
+    if names:
+        return names, None
+    served = f"the API server ({version})" if version else "the API server"
+    return names, (
+        f"plain {gpu_resource} pods counted, not held by device: {served} has no DeviceClass "
+        f"whose spec.extendedResourceName is {gpu_resource} (Kubernetes 1.36 or later with "
+        "DRAExtendedResource on, and the class: docs/gpu-identity.md)"
+    )

@@ -20,10 +20,10 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
-from app.core.claims import ClaimRef, pod_claims
+from app.core.claims import ClaimRef, extended_claim, pod_claims
 from app.core.quantities import cpu_millis, gpu_count, memory_bytes
 from app.core.resources import Resources
 
@@ -57,6 +57,9 @@ class _Status(TypedDict, total=False):
     # Not the container statuses (``PodInfo.stopped``): they would double the cost of
     # parsing a listed page, and a listed pod is there, where they decide nothing.
     phase: str
+    # The claims generated for it (app.core.claims.pod_claims): few pods have them.
+    resourceClaimStatuses: list[dict[str, Any]]
+    extendedResourceClaimStatus: dict[str, Any]
 
 
 class PodShape(TypedDict, total=False):
@@ -130,10 +133,14 @@ class PodInfo:
     node: str | None
     phase: str
     requests: Resources
-    # DRA claims (spec.resourceClaims): GPUs the requests do not count may be the claims'
-    # devices, which the extender's bind admits (issue 23), or pod accounting counts.
+    # DRA claims (spec.resourceClaims, or generated for its extended resources): GPUs the
+    # requests do not count may be the claims' devices, which the extender's bind admits
+    # (issue 23), or pod accounting counts.
     claims: bool = False
     claim_refs: tuple[ClaimRef, ...] = ()
+    # Its GPU request is allocated through the claim kube-scheduler generated for it
+    # (KEP-5004): those devices, not a count besides them (``counted``).
+    extended_gpus: bool = False
     # Every container of its status was terminated (app.core.pod_release): of a pod deleted
     # while its node is lost, the one proof the pod itself can give that nothing runs. Read
     # from watch events (whole objects) only: a listed page is parsed into PodShape.
@@ -142,6 +149,12 @@ class PodInfo:
     @property
     def display_name(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def counted(self) -> Resources:
+        """What its requests count, the GPUs its claims allocate (``extended_gpus``) left
+        out: with GPU identity on, they are its claims' devices."""
+        return replace(self.requests, gpus=0) if self.extended_gpus else self.requests
 
     @property
     def terminal(self) -> bool:
@@ -168,6 +181,8 @@ def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInf
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName") or None
+    refs = pod_claims(pod)
+    extended = extended_claim(pod) if refs else None
     # Namespaces, node names and phases repeat across thousands of pods: one copy each.
     return PodInfo(
         uid=str(meta.get("uid", "")),
@@ -176,7 +191,8 @@ def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInf
         node=sys.intern(str(node)) if node else None,
         phase=sys.intern(str(status.get("phase") or "Pending")),
         requests=pod_requests(pod, gpu_resource),
-        claims=bool((pod.get("spec") or {}).get("resourceClaims")),
-        claim_refs=pod_claims(pod),
+        claims=bool((pod.get("spec") or {}).get("resourceClaims")) or extended is not None,
+        claim_refs=refs,
+        extended_gpus=extended is not None and gpu_resource in extended.resources,
         stopped=containers_stopped(status),
     )

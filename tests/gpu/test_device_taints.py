@@ -14,25 +14,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.gpu.test_gpu_identity import (
-    DRIVER,
-    GPUS,
-    NODE,
-    SLURM_NODE,
-    TEST_LABEL,
-    DraNode,
-    dra_node,  # noqa: F401  (the fixture)
-    job_gpus,
-)
-from tests.kube.coloc import CRD
-from tests.support.service import ServiceProcess, running_service
+from tests.gpu.conftest import GpuService, gpu_service
+from tests.gpu.test_gpu_identity import DRIVER, NODE, SLURM_NODE, DraNode, job_gpus
+from tests.support.service import running_service
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube]
@@ -40,13 +29,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.kube]
 OURS = "app.kubernetes.io/managed-by=nodeledger"
 
 
-@dataclass
-class Tainting:
-    dra: DraNode
-    slurm: SlurmCluster
-    service: ServiceProcess
-    env: dict[str, str]
-
+class Tainting(GpuService):
     def rules(self) -> dict[str, dict[str, Any]]:
         """Our DeviceTaintRules by name, as `kubectl get` shows them."""
         listed = self.dra.kube.kubectl_json("get", "devicetaintrules", "-l", OURS)
@@ -58,19 +41,9 @@ class Tainting:
         gpus: list[dict[str, Any]] = found.get("status", {}).get("gpus", [])
         return gpus
 
-    def node(self) -> dict[str, Any]:
-        body: dict[str, Any] = httpx.get(f"{self.service.url}/v1/nodes/{NODE}", timeout=30).json()
-        return body
 
-
-@pytest.fixture
-def tainting(
-    dra_node: DraNode,  # noqa: F811  (test_gpu_identity's fixture, imported above)
-    slurm: SlurmCluster,
-    sqlite_url: str,
-    tmp_path: Path,
-) -> Iterator[Tainting]:
-    kube = dra_node.kube
+def skip_without_device_taints(dra: DraNode) -> None:
+    kube = dra.kube
     served = kube.kubectl("api-resources", "--api-group=resource.k8s.io", "-o", "wide")
     if not any(
         line.split()[:1] == ["devicetaintrules"] and "resource.k8s.io/v1 " in line + " "
@@ -80,30 +53,21 @@ def tainting(
             f"Kubernetes {kube.version} serves no resource.k8s.io/v1 DeviceTaintRule "
             "(GA in 1.37): the service falls back to no taints there"
         )
-    kube.apply(CRD.read_text())
+
+
+@pytest.fixture
+def tainting(
+    dra_node: DraNode, slurm: SlurmCluster, sqlite_url: str, tmp_path: Path
+) -> Iterator[Tainting]:
+    skip_without_device_taints(dra_node)
+    kube = dra_node.kube
     kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
-    selector = ",".join(f"{k}={v}" for k, v in TEST_LABEL.items())
-    env = {
-        "NODELEDGER_LOG_LEVEL": "info",
-        "NODELEDGER_KUBE_ENABLED": "true",
-        "NODELEDGER_KUBE_KUBECONFIG": str(kube.kubeconfig),
-        "NODELEDGER_KUBE_NODE_SELECTOR": selector,
-        "NODELEDGER_KUBE_GPU_DRIVERS": DRIVER,
-        **slurm.service_env,
-    }
     try:
-        with running_service(sqlite_url, tmp_path, env=env, name="device-taints") as svc:
-            found = Tainting(dra_node, slurm, svc, env)
-
-            def discovered() -> bool:
-                node = found.node()
-                return node.get("name") == NODE and node["capacity"].get("gpu") == GPUS
-
-            wait_until(discovered, 30, what=f"{NODE} discovered with Slurm's {GPUS} GPUs")
+        with gpu_service(Tainting, dra_node, slurm, sqlite_url, tmp_path,
+                         name="device-taints") as found:  # fmt: skip
             yield found
     finally:
         kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
-        kube.kubectl("delete", "genericnodes", "--all", check=False)
 
 
 def test_a_device_a_slurm_job_holds_is_tainted_and_no_pod_is_allocated_it(

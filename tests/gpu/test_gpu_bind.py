@@ -12,58 +12,33 @@ un-reserves the claim and tries again, and the pod binds once the job ends.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes import client as kube_client
 
+from tests.gpu.conftest import SCHEDULER, GpuService, gpu_service
 from tests.gpu.test_gpu_identity import (
-    DRIVER,
-    GPUS,
     NODE,
     RESOURCE,
     SLURM_NODE,
-    TEST_LABEL,
     DraNode,
-    dra_node,  # noqa: F401  (the fixture)
     gpu_claim,
     gpu_pod,
     job_gpus,
 )
-from tests.kube.coloc import CRD, scheduler_config
-from tests.support.net import free_port
-from tests.support.service import ServiceProcess, running_service
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.kube_api]
 
-SCHEDULER = "nodeledger"  # the chart's profile name
 
-
-@dataclass
-class GpuBind:
-    dra: DraNode
-    slurm: SlurmCluster
-    service: ServiceProcess
-    url: str
-
-    def holding(self, uid: str) -> dict[str, Any] | None:
-        rows = httpx.get(
-            f"{self.url}/v1/holdings", params={"node": NODE, "holder_kind": "pod"}, timeout=30
-        ).json()
-        return next((row for row in rows if row["holder"]["id"] == uid), None)
-
-    def node(self) -> dict[str, Any]:
-        body: dict[str, Any] = httpx.get(f"{self.url}/v1/nodes/{NODE}", timeout=30).json()
-        return body
+class GpuBind(GpuService):
+    """The service with the nodeledger kube-scheduler, pods asking through claims."""
 
     def create(self, name: str) -> str:
         """A claim for one GPU and a pod using it, scheduled by the nodeledger scheduler;
@@ -104,46 +79,17 @@ class GpuBind:
 
 @pytest.fixture
 def gpu_bind(
-    dra_node: DraNode,  # noqa: F811  (test_gpu_identity's fixture, imported above)
-    slurm: SlurmCluster,
-    sqlite_url: str,
-    tmp_path: Path,
+    dra_node: DraNode, slurm: SlurmCluster, sqlite_url: str, tmp_path: Path
 ) -> Iterator[GpuBind]:
     """gpu-1 with its DRA devices, `nodeledger serve` with the Kubernetes and Slurm
-    integrations and the co-managed driver, and a kube-scheduler calling its extender."""
-    kube = dra_node.kube
-    kube.apply(CRD.read_text())
-    selector = ",".join(f"{k}={v}" for k, v in TEST_LABEL.items())
-    env = {
-        "NODELEDGER_LOG_LEVEL": "info",
-        "NODELEDGER_KUBE_ENABLED": "true",
-        "NODELEDGER_KUBE_KUBECONFIG": str(kube.kubeconfig),
-        "NODELEDGER_KUBE_NODE_SELECTOR": selector,
-        "NODELEDGER_KUBE_CLUSTER_NAME": "lab",
-        "NODELEDGER_KUBE_GPU_DRIVERS": DRIVER,
-        # The bind's refusal of a device a job has is what these tests show: the device
-        # taints (tests/gpu/test_device_taints.py) would keep the scheduler off it before.
-        "NODELEDGER_KUBE_GPU_DEVICE_TAINTS": "false",
-        **slurm.service_env,
-    }
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    config = scheduler_config(tmp_path / "scheduler.yaml", kube, url)
-    try:
-        with running_service(sqlite_url, tmp_path, env=env, name="gpu-bind", port=port) as svc:
-            env_ = GpuBind(dra_node, slurm, svc, url)
-
-            def discovered() -> bool:
-                node = env_.node()
-                return node.get("name") == NODE and node["capacity"].get("gpu") == GPUS
-
-            wait_until(discovered, 30, what=f"{NODE} discovered with Slurm's {GPUS} GPUs")
-            kube.start_scheduler(SCHEDULER, config, free_port())
-            yield env_
-    finally:
-        with contextlib.suppress(Exception):
-            kube.stop_scheduler(SCHEDULER)
-        kube.kubectl("delete", "genericnodes", "--all", check=False)
+    integrations and the co-managed driver, and a kube-scheduler calling its extender. The
+    bind's refusal of a device a job has is what these tests show: the device taints
+    (tests/gpu/test_device_taints.py) would keep the scheduler off it before."""
+    off = {"NODELEDGER_KUBE_GPU_DEVICE_TAINTS": "false"}
+    with gpu_service(
+        GpuBind, dra_node, slurm, sqlite_url, tmp_path, name="gpu-bind", scheduler=True, **off
+    ) as found:
+        yield found
 
 
 def started_at(slurm: SlurmCluster, job: str) -> int:

@@ -20,23 +20,19 @@ reason only).
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from kubernetes import client as kube_client
-from kubernetes import config as kube_config
 
 from app.core.gres import split_items
 from tests.slurm.helpers import admit, gres
 from tests.support.kube_cluster import KubeCluster
-from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.kube_api]
@@ -48,6 +44,8 @@ DRIVER = "gpu.nodeledger.test"  # the stand-in DRA driver: nothing runs behind i
 RESOURCE = ("resource.k8s.io", "v1")
 TEST_LABEL = {"nodeledger.io/test": "gpu-identity"}  # swept before and after
 NVIDIA_MAJOR = 195
+# Marks a claim kube-scheduler generated for a pod's extended resources (KEP-5004).
+EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 
 
 class SharedGpu(AssertionError):
@@ -152,12 +150,20 @@ def gpu_pod(name: str, claim: str) -> dict[str, Any]:
 
 def sweep(kube: KubeCluster) -> None:
     """Remove what this test creates. Nothing else would: without a controller manager no
-    one drops the claim's delete-protection finalizer the scheduler added."""
+    one drops the claim's delete-protection finalizer the scheduler added, nor deletes the
+    claims kube-scheduler generated for pods' extended resources (unlabelled, they name
+    their pod as owner; an allocated claim left would keep its device from later tests)."""
     selector = ",".join(f"{k}={v}" for k, v in TEST_LABEL.items())
     kube.kubectl("delete", "pods", "-n", "default", "-l", selector,
                  "--grace-period=0", "--force", "--wait=false", check=False)  # fmt: skip
-    claims = kube.kubectl("get", "resourceclaims", "-n", "default", "-l", selector, "-o", "name")
-    for claim in claims.split():
+    listed = kube.kubectl_json("get", "resourceclaims", "-n", "default")
+    claims = [
+        f"resourceclaim/{c['metadata']['name']}"
+        for c in listed.get("items", [])
+        if c["metadata"].get("labels", {}).items() >= TEST_LABEL.items()
+        or c["metadata"].get("annotations", {}).get(EXTENDED_CLAIM) == "true"
+    ]
+    for claim in claims:
         kube.kubectl("patch", claim, "-n", "default", "--type=merge",
                      "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
         kube.kubectl("delete", claim, "-n", "default", "--wait=false", check=False)
@@ -199,28 +205,6 @@ class DraNode:
         assert published is not None
         devices = {d["name"]: d for d in published["spec"]["devices"]}
         return devices[name]
-
-
-@pytest.fixture
-def dra_node(kube_cluster: KubeCluster) -> Iterator[DraNode]:
-    """Node gpu-1 with four GPUs published through DRA (a DeviceClass and a ResourceSlice)."""
-    served = kube_cluster.kubectl("api-resources", "--api-group=resource.k8s.io", "-o", "name")
-    if "resourceslices.resource.k8s.io" not in served.split():
-        unavailable("Kubernetes DRA (resource.k8s.io/v1)", f"the API server serves: {served!r}")
-    sweep(kube_cluster)  # what a run that was killed left behind
-    labels = {"nodeledger.io/slurm-node": SLURM_NODE, **TEST_LABEL}
-    kube_cluster.create_node(NODE, cpu=16, memory="32000Mi", labels=labels)
-    kube_cluster.create(device_class())
-    kube_cluster.create(device_slice())
-    api = kube_config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
-    # The client's first call takes ~1 s here (it loads its models): not the scheduler's time.
-    kube_client.CoreV1Api(api).list_namespaced_pod("default", limit=1)
-    try:
-        yield DraNode(kube_cluster, api)
-    finally:
-        api.close()
-        with contextlib.suppress(Exception):
-            sweep(kube_cluster)
 
 
 # ---------------------------------------------------------------------------- Slurm

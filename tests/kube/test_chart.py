@@ -298,6 +298,7 @@ def test_rbac_is_least_privilege(helm: Helm) -> None:
         "kube.gpuDrivers={Not_A_Driver}",
         "kube.gpuIndexAttribute=",
         "kube.gpuDeviceTaints=maybe",
+        "kube.gpuDeviceClass=Not_A_Name",
         "persistence.enabled=maybe",
         "persistence.size=lots",
         "persistence.claim=x",
@@ -497,6 +498,7 @@ def test_gpu_drivers_reach_the_service_and_only_then_may_it_read_dra_objects(
     assert dra == [
         (["resourceclaims"], ["get"]),
         (["resourceslices"], ["list"]),
+        (["deviceclasses"], ["list"]),
         (["devicetaintrules"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
     ]
 
@@ -510,6 +512,32 @@ def test_gpu_device_taints_reach_the_service(helm: Helm) -> None:
     # Off, the service still deletes the rules it made: the grant stays with the drivers.
     rules = find(docs, "ClusterRole", "nl-nodeledger")["rules"]
     assert any(r["resources"] == ["devicetaintrules"] for r in rules)
+
+
+def test_the_gpu_device_class_is_opt_in_and_maps_the_gpu_resource(helm: Helm) -> None:
+    assert not [d for d in render(helm) if d["kind"] == "DeviceClass"]
+    docs = render(
+        helm, "kube.gpuDrivers={gpu.nvidia.com,gpu.example.com}", "kube.gpuDeviceClass=gpu-plain"
+    )
+    [found] = [d for d in docs if d["kind"] == "DeviceClass"]
+    assert (found["apiVersion"], found["metadata"]["name"]) == ("resource.k8s.io/v1", "gpu-plain")
+    assert found["spec"] == {
+        "extendedResourceName": "nvidia.com/gpu",
+        "selectors": [
+            {"cel": {"expression": 'device.driver in ["gpu.nvidia.com","gpu.example.com"]'}}
+        ],
+    }
+    selector = 'device.attributes["gpu.nvidia.com"].type == "gpu"'
+    docs = render(
+        helm, "kube.gpuDrivers={gpu.nvidia.com}", "kube.gpuDeviceClass=gpu-plain",
+        "kube.gpuResource=example.com/gpu", f"kube.gpuDeviceClassSelector={selector}",
+    )  # fmt: skip
+    [found] = [d for d in docs if d["kind"] == "DeviceClass"]
+    assert found["spec"]["extendedResourceName"] == "example.com/gpu"
+    assert found["spec"]["selectors"] == [{"cel": {"expression": selector}}]
+    args = ["template", "nl", str(CHART), "--kube-version", helm.kube_version]
+    refused = run(helm, *args, "--set", "kube.gpuDeviceClass=gpu-plain", check=False)
+    assert "kube.gpuDeviceClass needs kube.gpuDrivers" in refused.stderr
 
 
 def test_full_sync_interval_only_when_set(helm: Helm) -> None:

@@ -20,6 +20,7 @@ from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.controllers.admission_requests import AdmissionRequests
 from app.kube.controllers.device_taints import DeviceTaints, SlurmJobs
 from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
+from app.kube.controllers.extended_resources import ExtendedResourceMapping
 from app.kube.controllers.leader import LeaderElector
 from app.kube.controllers.maintenance import POLL, DrainPort, Maintenance
 from app.kube.controllers.mirror import StatusMirror
@@ -91,6 +92,14 @@ class KubeControllers:
             attribute=settings.gpu_index_attribute,
             enabled=settings.gpu_device_taints and slurm_jobs is not None,
             resync_period=settings.resync_period,
+        )
+        # Plain GPU pods held by device need a DeviceClass mapping their resource: told.
+        self.gpu_mapping = (
+            ExtendedResourceMapping(
+                client, gpu_resource=settings.gpu_resource, resync_period=settings.resync_period
+            )
+            if devices is not None
+            else None
         )
         self.mirror = StatusMirror(
             snapshot,
@@ -180,8 +189,8 @@ class KubeControllers:
         waiting = [w.name for w in self.watches if not w.synced.is_set()]
         if waiting:
             return Health("degraded", f"not synced yet: {', '.join(waiting)}")
-        note = self.device_taints.note
-        return Health("ok", f"leading; {note}" if note else "leading")
+        notes = [self.device_taints.note, self.gpu_mapping.note if self.gpu_mapping else None]
+        return Health("ok", "; ".join(["leading", *(n for n in notes if n)]))
 
     # leadership
     def _lead(self) -> None:
@@ -204,6 +213,8 @@ class KubeControllers:
         self._spawn("genericnode-status", lambda: self.mirror.run(stop))
         self._spawn("maintenance", lambda: self.maintenance.run(stop))
         self._spawn("device-taints", lambda: self.device_taints.run(stop))
+        if (mapping := self.gpu_mapping) is not None:
+            self._spawn("extended-resources", lambda: mapping.run(stop))
         self._spawn("housekeeping", lambda: self.housekeeping.run(stop))
 
     def _follow(self) -> None:

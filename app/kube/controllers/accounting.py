@@ -27,6 +27,9 @@ memory agree; recording the pod's requests over it would drop those devices. A c
 the ledger does not hold (another scheduler bound it) is recorded with the co-managed GPUs
 its claims were allocated (``claim_gpus``), so that they lower ``k8sgpu``; when they
 cannot be read, it is recorded without them and read again every sweep until they are.
+A plain GPU pod whose request kube-scheduler allocated through DRA (``PodInfo.extended_gpus``,
+issue 33) is such a claim pod: its GPUs are its generated claim's devices, counted once,
+never fewer than it asked (its request counts them while they cannot be read).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from app.core.ledger_errors import HoldingNotFound, LedgerError
 from app.core.pod_release import OUT_OF_SERVICE_TAINT, READY, NodeHealth, Proof, release_proof
 from app.core.pods import PodInfo, PodShape, pod_info
 from app.core.records import Holder, HolderKind, Placement, Recording
+from app.core.resources import Resources
 from app.ledger.service import Clock
 from app.metrics.registry import NO_METRICS, Metrics
 
@@ -114,7 +118,7 @@ class PodAccounting:
             for uid, placement in self.admissions.ledger.each_placement(HolderKind.POD):
                 pod = pods.get(uid)
                 orphans.discard(uid)
-                if pod is not None and _recorded_as(placement, pod):
+                if pod is not None and _recorded_as(placement, pod, self._counted(pod)):
                     done.add(uid)
                 elif pod is None and placement.created_at < cutoff:
                     unbound.append((uid, placement.node))
@@ -229,9 +233,11 @@ class PodAccounting:
             return
         with self._lock:
             unread = pod.uid in self._unread
-        if pod.claims and pod.requests.gpus == 0 and not unread:
+        counted = self._counted(pod)
+        if pod.claims and counted.gpus == 0 and not unread:
             for held in self.admissions.ledger.holdings_of(HolderKind.POD, [pod.uid]):
-                if _recorded_as(Placement(held.node, held.resources, held.created_at), pod):
+                placement = Placement(held.node, held.resources, held.created_at)
+                if _recorded_as(placement, pod, counted):
                     return  # its claims' devices, held by the extender's bind, or counted
         entry = self._recording(pod)
         try:
@@ -254,14 +260,20 @@ class PodAccounting:
         if uid in self._orphans:  # read without the lock: the lock-taking path is rare
             self._forget_orphans([uid])
 
+    def _counted(self, pod: PodInfo) -> Resources:
+        """What the pod's requests count: with GPU identity off, its GPU request too."""
+        return pod.counted if self.claim_gpus is not None else pod.requests
+
     def _recording(self, pod: PodInfo) -> Recording:
         """The pod as the ledger records it: its requests, and for a claim pod whose requests
-        count no GPU, the co-managed GPUs its claims hold (one API read per claim)."""
+        count no GPU, the co-managed GPUs its claims hold (one API read per claim), never
+        fewer than its GPU request (one its generated claim allocates: counted once)."""
         holder = Holder(HolderKind.POD, pod.uid, pod.display_name)
-        resources = pod.requests
-        if self.claim_gpus is not None and pod.claims and pod.requests.gpus == 0:
+        resources = self._counted(pod)
+        if self.claim_gpus is not None and pod.claims and resources.gpus == 0:
+            gpus = pod.requests.gpus  # while its claims cannot be read: counted, as before
             try:
-                resources = replace(resources, gpus=self.claim_gpus(pod))
+                gpus = max(gpus, self.claim_gpus(pod))
             except ClaimDevicesError as exc:
                 log.warning("pod %s: its GPUs not counted yet: %s", pod.display_name, exc)
                 with self._lock:
@@ -269,15 +281,17 @@ class PodAccounting:
             else:
                 with self._lock:
                     self._unread.pop(pod.uid, None)
+            resources = replace(resources, gpus=gpus)
         return Recording(pod.node or "", holder, resources)
 
 
-def _recorded_as(placement: Placement | None, pod: PodInfo) -> bool:
-    """The ledger already holds exactly this pod's request on its node, or for a pod with
-    claims and no counted GPUs, its CPU and memory and the GPUs of its claims' devices."""
+def _recorded_as(placement: Placement | None, pod: PodInfo, counted: Resources) -> bool:
+    """The ledger already holds exactly what this pod's requests count (``counted``) on its
+    node, or for a pod with claims and no counted GPUs, its CPU and memory and the GPUs of
+    its claims' devices."""
     if placement is None or placement.node != pod.node:
         return False
-    if placement.resources == pod.requests:
+    if placement.resources == counted:
         return True
-    counted = replace(placement.resources, gpus=0)
-    return pod.claims and pod.requests.gpus == 0 and counted == pod.requests
+    held = replace(placement.resources, gpus=0)
+    return pod.claims and counted.gpus == 0 and held == counted

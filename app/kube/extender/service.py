@@ -5,18 +5,18 @@ create the Binding. The wire types are in app.kube.extender.wire.
 GPU devices (issue 23): with co-managed DRA drivers configured, a pod with ResourceClaims
 is admitted with the devices the scheduler allocated to them (app.kube.claims), and their
 UUIDs where the slices publish them, which the gate holds in Slurm before the Binding is
-created. Any doubt about them refuses the bind:
-the scheduler then un-reserves the claims and tries again."""
+created. A plain ``nvidia.com/gpu`` request that kube-scheduler allocated through DRA (the
+claim it generated, issue 33) is held the same way, as those devices. Any doubt about them
+refuses the bind: the scheduler then un-reserves the claims and tries again."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import replace
 
 from app.admission.service import Admissions
 from app.core.caps import KubeCaps
-from app.core.claims import ClaimDevicesError, held_by_index
+from app.core.claims import gpus_counted_once, held_by_index
 from app.core.errors import NodeledgerError
 from app.core.ledger_errors import HoldingNotFound
 from app.core.placement import filter_nodes, prioritize
@@ -89,14 +89,7 @@ class Extender:
             if self.devices is not None:
                 allocated = self.devices.of(pod, node)
                 devices = held_by_index(allocated)
-                if devices:
-                    if requests.gpus:
-                        reason = (
-                            f"the pod also asks for {requests.gpus} {self.gpu_resource}: GPUs "
-                            "through both an extended resource and DRA claims are not supported"
-                        )
-                        raise ClaimDevicesError(allocated[0].claim, reason, retryable=False)
-                    requests = replace(requests, gpus=len(devices))
+                requests = gpus_counted_once(requests, pod, allocated, devices, self.gpu_resource)
             admission = self.admissions.admit(
                 node, holder, requests, path="extender", devices=devices
             )

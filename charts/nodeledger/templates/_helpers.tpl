@@ -100,6 +100,9 @@ extenders:
 {{- if and .Values.scheduler.enabled (ne .Values.auth.mode "none") (not .Values.tls.enabled) -}}
 {{- fail "auth.mode requires tls.enabled while scheduler.enabled: the chart's scheduler can only authenticate its bind calls with a TLS client certificate" -}}
 {{- end -}}
+{{- if and .Values.kube.gpuDeviceClass (not .Values.kube.gpuDrivers) -}}
+{{- fail "kube.gpuDeviceClass needs kube.gpuDrivers: the bind holds only the co-managed drivers' devices" -}}
+{{- end -}}
 {{- if and .Values.auth.protectReads (eq .Values.auth.mode "none") -}}
 {{- fail "auth.protectReads needs auth.mode static or kubernetes" -}}
 {{- end -}}
