@@ -116,6 +116,61 @@ static int _compute_in(const k8s_request_t *req, part_record_t *part,
 	return k8s_compute(&in_part, &shape, &defaults, counts, why, why_len);
 }
 
+typedef int (*part_fn_t)(part_record_t *part, void *arg);
+
+/*
+ * fn for each partition the job names (NULL for a name slurmctld does not know:
+ * it rejects the job itself, and says why), or for the default partition when
+ * it names none. Stops at the first non-zero return, and returns it.
+ */
+static int _each_part(const char *partitions, part_fn_t fn, void *arg)
+{
+	char *copy, *name, *save = NULL;
+	int rc = 0;
+
+	if (!partitions)
+		return fn(default_part_loc, arg);
+	copy = xstrdup(partitions);
+	for (name = strtok_r(copy, ",", &save); name && !rc;
+	     name = strtok_r(NULL, ",", &save))
+		rc = fn(find_part_record(name), arg);
+	xfree(copy);
+	return rc;
+}
+
+typedef struct {
+	const k8s_request_t *req;
+	k8s_counts_t *counts;
+	char *why;
+	size_t why_len;
+	int rc;		/* -1 until the job fits in a partition */
+} compute_arg_t;
+
+/* Keep the largest counts over the partitions where the job fits. */
+static int _compute_part(part_record_t *part, void *x)
+{
+	compute_arg_t *arg = x;
+	char part_why[256];
+	k8s_counts_t one;
+
+	if (!part)
+		return 0;
+	if (_compute_in(arg->req, part, &one, part_why, sizeof(part_why))) {
+		if (arg->rc)
+			snprintf(arg->why, arg->why_len, "%s", part_why);
+		return 0;
+	}
+	if (arg->rc) {
+		*arg->counts = one;
+		arg->rc = 0;
+		return 0;
+	}
+	arg->counts->cpus = MAX(arg->counts->cpus, one.cpus);
+	arg->counts->memory_mb = MAX(arg->counts->memory_mb, one.memory_mb);
+	arg->counts->gpus = MAX(arg->counts->gpus, one.gpus);
+	return 0;
+}
+
 /*
  * The job may run in any partition it names: take the largest counts over those
  * where it fits. Rejected only when it fits in none.
@@ -123,36 +178,12 @@ static int _compute_in(const k8s_request_t *req, part_record_t *part,
 static int _compute(const k8s_request_t *req, const char *partitions,
 		    k8s_counts_t *counts, char *why, size_t why_len)
 {
-	char *copy, *name, *save = NULL, part_why[256];
-	k8s_counts_t one;
-	part_record_t *part;
-	int rc = -1;
+	compute_arg_t arg = { req, counts, why, why_len, -1 };
 
-	if (!partitions)
+	(void) _each_part(partitions, _compute_part, &arg);
+	if (arg.rc && !why[0])	/* no known partition: leave it to slurmctld */
 		return _compute_in(req, default_part_loc, counts, why, why_len);
-	copy = xstrdup(partitions);
-	for (name = strtok_r(copy, ",", &save); name;
-	     name = strtok_r(NULL, ",", &save)) {
-		if (!(part = find_part_record(name)))
-			continue;	/* slurmctld rejects it, and says why */
-		if (_compute_in(req, part, &one, part_why, sizeof(part_why))) {
-			if (rc)
-				snprintf(why, why_len, "%s", part_why);
-			continue;
-		}
-		if (rc) {
-			*counts = one;
-			rc = 0;
-			continue;
-		}
-		counts->cpus = MAX(counts->cpus, one.cpus);
-		counts->memory_mb = MAX(counts->memory_mb, one.memory_mb);
-		counts->gpus = MAX(counts->gpus, one.gpus);
-	}
-	xfree(copy);
-	if (rc && !why[0])	/* no known partition: leave it to slurmctld */
-		return _compute_in(req, default_part_loc, counts, why, why_len);
-	return rc;
+	return arg.rc;
 }
 
 /* Compute the counts and write them into job_desc->tres_per_node. */
@@ -217,27 +248,17 @@ static bool _marked(part_record_t *part)
 	return any;
 }
 
-static bool _all_marked(const char *partitions)
+/* Non-zero for a partition (or a name) with a node the service does not mark. */
+static int _unmarked(part_record_t *part, void *arg)
 {
-	char *copy, *name, *save = NULL;
-	part_record_t *part;
-	bool all = true;
-
-	if (!partitions)
-		return _marked(default_part_loc);
-	copy = xstrdup(partitions);
-	for (name = strtok_r(copy, ",", &save); name && all;
-	     name = strtok_r(NULL, ",", &save))
-		all = (part = find_part_record(name)) && _marked(part);
-	xfree(copy);
-	return all;
+	return !part || !_marked(part);
 }
 
 static void _queue_behind_pods(job_desc_msg_t *job_desc)
 {
 	if ((job_desc->extra && job_desc->extra[0]) ||
 	    !xstrcasestr(slurm_conf.sched_params, "extra_constraints") ||
-	    !_all_marked(job_desc->partition))
+	    _each_part(job_desc->partition, _unmarked, NULL))
 		return;
 	xfree(job_desc->extra);
 	job_desc->extra = xstrdup(K8S_EXTRA_CONSTRAINT);
