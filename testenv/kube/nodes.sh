@@ -263,8 +263,9 @@ write_containerd2_config() {   # write_containerd2_config I: containerd 2.x, wit
   local i=$1 d
   d=$(node_dir "$i")
   mkdir -p "$d/cdi"
+  # Format 4, 2.4's own (a version 3 file works too, migrated with a warning at every start).
   cat >"$d/containerd/config.toml" <<EOF
-version = 3
+version = 4
 root = "$d/containerd/root"
 state = "$d/containerd/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs"]
