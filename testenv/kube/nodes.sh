@@ -263,9 +263,10 @@ write_containerd2_config() {   # write_containerd2_config I: containerd 2.x, wit
   local i=$1 d
   d=$(node_dir "$i")
   mkdir -p "$d/cdi"
-  # Format 4, 2.4's own (a version 3 file works too, migrated with a warning at every start).
+  # Format 3: 2.4 migrates it to its own 4 (one warning at start), where [grpc] and [ttrpc]
+  # are plugins' settings.
   cat >"$d/containerd/config.toml" <<EOF
-version = 4
+version = 3
 root = "$d/containerd/root"
 state = "$d/containerd/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs"]
