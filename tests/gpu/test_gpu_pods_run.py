@@ -65,7 +65,7 @@ def gpu_kube() -> Iterator[KubeCluster]:
     """The cluster with the GPU node; stopped after the module (it costs the rest of the
     suite nothing; a next run starts it again in about a minute, the builds cached)."""
     try:
-        cluster_sh("up", timeout=3600, env=KUBE_ENV)  # a cold build of containerd included
+        cluster_sh("up", timeout=1800, env=KUBE_ENV)  # `make testenv` built containerd
         kube = KubeCluster.from_env(KUBE_ENV)
     except Exception as exc:  # any failure to start means the cluster is unavailable
         with contextlib.suppress(Exception):
