@@ -292,6 +292,8 @@ ours() {   # ours PID: a control-plane binary from the cache, running with this 
   case "$cmd" in
     "$CACHE_ROOT"/kube-*/*"$RUN/"* | /usr/bin/containerd\ *"$RUN/"*) return 0 ;;
     /usr/bin/containerd-shim-runc-v2\ *"$RUN/"*) return 0 ;;
+    # The GPU node's containerd 2.x, its shims and the DRA kubelet plugin (nodes.sh).
+    "$CONTAINERD_BIN"/*"$RUN/"* | "$CACHE_ROOT"/gpu-plugin-*/*"$RUN/"*) return 0 ;;
   esac
   return 1
 }
