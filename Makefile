@@ -46,6 +46,8 @@ testenv: deps
 	for v in $(SLURM_CLUSTERS); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh build; done
 	NODELEDGER_SLURM_VERSION=25.11 bash testenv/slurm/cluster.sh source
 	for v in $(KUBE_VERSIONS); do NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh build >/dev/null; done
+# The GPU node's containerd 2.x and DRA kubelet plugin (tests/gpu/test_gpu_pods_run.py).
+	$(if $(filter 1.37,$(KUBE_VERSIONS)),NODELEDGER_KUBE_NODES=1 NODELEDGER_KUBE_GPU_NODE=1 bash testenv/kube/cluster.sh build >/dev/null)
 
 test: venv lint testenv
 	$(BIN)/pytest $(PYTEST_ARGS)

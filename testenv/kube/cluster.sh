@@ -7,7 +7,8 @@
 #   the API and the real kube-scheduler binds pods to them; nothing runs them.
 # - NODELEDGER_KUBE_NODES=N: also N real worker nodes n1..nN (kubelet + Debian's containerd,
 #   runc and CNI plugins, each in a network namespace of its own; nodes.sh says what runs
-#   where), a controller manager and cluster DNS. Pods really run, from images built here
+#   where), a controller manager and cluster DNS. NODELEDGER_KUBE_GPU_NODE=I: node nI runs
+#   containerd 2.x with CDI and a DRA kubelet plugin of four fake GPUs (nodes.sh). Pods really run, from images built here
 #   (testenv/images) and imported into every node: nothing is pulled from a registry.
 #
 #   cluster.sh build     go build the binaries, CoreDNS, helm and promtool (cached, keyed by
@@ -108,6 +109,9 @@ SERVICE_IP=10.96.0.1   # the `kubernetes` Service: the first address of SERVICE_
 # shellcheck source=testenv/kube/nodes.sh
 . "$HERE/nodes.sh"
 [[ $NODE_COUNT =~ ^[0-9]$ ]] || die "NODELEDGER_KUBE_NODES=$NODE_COUNT: expected 0 to 9"
+if ! [[ $GPU_NODE =~ ^[0-9]$ ]] || [ "$GPU_NODE" -gt "$NODE_COUNT" ]; then
+  die "NODELEDGER_KUBE_GPU_NODE=$GPU_NODE: expected a node's number, 1 to $NODE_COUNT"
+fi
 if [ "$NODE_COUNT" -gt 0 ]; then API_HOST=$HOST_IP; else API_HOST=127.0.0.1; fi
 
 # ---------------------------------------------------------------------------- build
@@ -180,6 +184,7 @@ build() {
   build_helm
   build_promtool
   build_coredns
+  build_gpu_node
   built && return 0
   command -v go >/dev/null || die "go is not installed (scripts/install-system-deps.sh)"
   mkdir -p "$CACHE_ROOT"
@@ -287,6 +292,8 @@ ours() {   # ours PID: a control-plane binary from the cache, running with this 
   case "$cmd" in
     "$CACHE_ROOT"/kube-*/*"$RUN/"* | /usr/bin/containerd\ *"$RUN/"*) return 0 ;;
     /usr/bin/containerd-shim-runc-v2\ *"$RUN/"*) return 0 ;;
+    # The GPU node's containerd 2.x, its shims and the DRA kubelet plugin (nodes.sh).
+    "$CONTAINERD_BIN"/*"$RUN/"* | "$CACHE_ROOT"/gpu-plugin-*/*"$RUN/"*) return 0 ;;
   esac
   return 1
 }
@@ -463,7 +470,7 @@ load_image() {   # load_image ARCHIVE: import an OCI archive into every node
 
 up() {
   build
-  exec 6>&- 7>&- 8>&- 9>&-   # the build locks: the daemons started next must not hold them
+  exec 5>&- 6>&- 7>&- 8>&- 9>&-   # the build locks: the daemons started next must not hold them
   command -v "$KUBECTL" >/dev/null || die "kubectl is not installed"
   command -v openssl >/dev/null || die "openssl is not installed"
   if status >/dev/null 2>&1; then

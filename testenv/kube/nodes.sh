@@ -18,6 +18,13 @@
 # cgroup root (/nlk-nI), kubelet root, containerd root and socket, CNI state and pod logs
 # under $RUN/nodes/nI, so two kubelets never touch each other's pods. Pod images are never
 # pulled: cluster.sh imports locally built OCI archives into each node's containerd.
+#
+# NODELEDGER_KUBE_GPU_NODE=I makes node nI a GPU node: it runs containerd 2.x (built from Go
+# modules, tools/containerd: Debian's 1.6 cannot inject CDI devices) and the DRA kubelet
+# plugin of four fake GPUs (tools/gpu-plugin, driver gpu.nodeledger.test: devices gpu0..gpu3
+# with the index and uuid attributes nodeledger reads). A pod with a claim for them starts,
+# its container given exactly its devices by the plugin's CDI spec: NODELEDGER_GPU_<index>=
+# <uuid> and /dev/nvidia<index> (c 195:index, as in the Slurm test cluster).
 
 NET_BRIDGE=nlk0
 NET_PREFIX=10.231.0
@@ -26,6 +33,14 @@ POD_PREFIX=10.232
 CLUSTER_DNS=10.96.0.10
 SANDBOX_IMAGE=registry.nodeledger.test/pause:3.10
 NODE_COUNT="${NODELEDGER_KUBE_NODES:-0}"
+GPU_NODE="${NODELEDGER_KUBE_GPU_NODE:-0}"   # 0: none
+GPU_DRIVER=gpu.nodeledger.test
+CONTAINERD_VERSION=$(pinned github.com/containerd/containerd/v2 "$HERE/tools/containerd/go.mod")
+CONTAINERD_RECIPE=1   # bump when the build recipe changes
+CONTAINERD_BIN="$CACHE_ROOT/containerd-$CONTAINERD_VERSION-r$CONTAINERD_RECIPE"
+# The plugin is this repository's code: keyed by its sources (and its pinned modules).
+GPU_PLUGIN_KEY=$(cat "$HERE"/tools/gpu-plugin/{main.go,go.mod,go.sum} | sha256sum | cut -c1-12)
+GPU_PLUGIN="$CACHE_ROOT/gpu-plugin-$GPU_PLUGIN_KEY/gpu-plugin"
 # The bridge, the namespaces, the routes and the nodes' cgroups are the machine's, not one
 # run directory's: this file names the run directory whose cluster owns them.
 NET_OWNER=/run/nodeledger-nodes.owner
@@ -35,6 +50,48 @@ node_dir() { echo "$RUN/nodes/n$1"; }                     # node_dir I
 node_ns() { echo "nlk-n$1"; }                             # node_ns I
 in_node() { local i=$1; shift; nsenter --net="/var/run/netns/$(node_ns "$i")" -- "$@"; }
 node_names() { local i; for ((i = 1; i <= NODE_COUNT; i++)); do echo "n$i"; done; }
+is_gpu_node() { [ "$1" = "$GPU_NODE" ]; }                 # is_gpu_node I
+node_ctr() {   # node_ctr I: the ctr of node I's containerd
+  if is_gpu_node "$1"; then echo "$CONTAINERD_BIN/ctr"; else echo ctr; fi
+}
+
+# ---------------------------------------------------------------------------- GPU node build
+
+gpu_node_built() { [ -x "$CONTAINERD_BIN/containerd" ] && [ -x "$GPU_PLUGIN" ]; }
+
+# containerd 2.x (CGO off: no btrfs; no devmapper or zfs snapshotters) and the
+# plugin, cached by version like the control plane. Only for a GPU node: the other nodes
+# keep Debian's containerd, and CI's cold build pays for this only where a test needs it.
+build_gpu_node() {
+  [ "$GPU_NODE" -gt 0 ] || return 0
+  gpu_node_built && return 0
+  command -v go >/dev/null || die "go is not installed (scripts/install-system-deps.sh)"
+  mkdir -p "$CACHE_ROOT"
+  exec 5>"$CACHE_ROOT/gpu-node.lock"
+  flock 5   # one build at a time; a second caller waits, then finds it done
+  gpu_node_built && return 0
+  local started=$SECONDS tmp="$CONTAINERD_BIN.building.$$"
+  local goenv=(env GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build"
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0)
+  if [ ! -x "$CONTAINERD_BIN/containerd" ]; then
+    log "building containerd $CONTAINERD_VERSION"
+    rm -rf "$tmp"
+    (cd "$HERE/tools/containerd" && "${goenv[@]}" go build -trimpath \
+      -tags 'no_btrfs no_devmapper no_zfs' \
+      -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+      -o "$tmp/" github.com/containerd/containerd/v2/cmd/{containerd,containerd-shim-runc-v2,ctr}) \
+      || die "building containerd $CONTAINERD_VERSION failed"
+    rm -rf "$CONTAINERD_BIN" && mv -T "$tmp" "$CONTAINERD_BIN"
+  fi
+  if [ ! -x "$GPU_PLUGIN" ]; then
+    log "building the fake GPUs' DRA kubelet plugin"
+    mkdir -p "$(dirname "$GPU_PLUGIN")"
+    (cd "$HERE/tools/gpu-plugin" && "${goenv[@]}" go build -trimpath -ldflags='-s -w' \
+      -o "$GPU_PLUGIN.tmp" .) || die "building the GPU plugin failed"
+    mv "$GPU_PLUGIN.tmp" "$GPU_PLUGIN"
+  fi
+  log "GPU node built in $((SECONDS - started)) s: $CONTAINERD_BIN, $GPU_PLUGIN"
+}
 
 # ---------------------------------------------------------------------------- network
 
@@ -114,6 +171,7 @@ write_node_config() {   # write_node_config I
   write_kubeconfig "$d/kubelet.kubeconfig" "kubelet-n$i"
   write_kubeconfig "$d/proxy/kubeconfig" kube-proxy
 
+  if is_gpu_node "$i"; then write_containerd2_config "$i"; else
   cat >"$d/containerd/config.toml" <<EOF
 version = 2
 root = "$d/containerd/root"
@@ -143,6 +201,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "/usr/lib/cni"
     conf_dir = "$d/cni/net.d"
 EOF
+  fi
 
   cat >"$d/cni/net.d/10-nlk.conflist" <<EOF
 {
@@ -200,6 +259,43 @@ conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
 }
 
+write_containerd2_config() {   # write_containerd2_config I: containerd 2.x, with CDI
+  local i=$1 d
+  d=$(node_dir "$i")
+  mkdir -p "$d/cdi"
+  # Format 3: 2.4 migrates it to its own 4 (one warning at start), where [grpc] and [ttrpc]
+  # are plugins' settings.
+  cat >"$d/containerd/config.toml" <<EOF
+version = 3
+root = "$d/containerd/root"
+state = "$d/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs"]
+[grpc]
+  address = "$d/containerd/containerd.sock"
+[ttrpc]
+  address = "$d/containerd/containerd.sock.ttrpc"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$SANDBOX_IMAGE"
+[plugins."io.containerd.cri.v1.runtime"]
+  # CDI is on by default in 2.x; the GPU plugin writes its specs here.
+  cdi_spec_dirs = ["$d/cdi"]
+  # Root here lacks CAP_SYS_RESOURCE: no process may lower its oom_score_adj below 0.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$d/cni/net.d"
+EOF
+}
+
 cgroup_roots() {   # cgroup_roots I: the node's cgroup directory in every v1 hierarchy
   local c
   for c in /sys/fs/cgroup/*/; do
@@ -212,12 +308,20 @@ start_node() {   # start_node I
   d=$(node_dir "$i")
   write_node_config "$i"
   for c in $(cgroup_roots "$i"); do mkdir -p "$c"; done
-  spawn "containerd-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
-    /usr/bin/containerd --config "$d/containerd/config.toml"
+  if is_gpu_node "$i"; then
+    # Its own shim first on the PATH: Debian's (1.6) is in /usr/bin.
+    spawn "containerd-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
+      env PATH="$CONTAINERD_BIN:$PATH" "$CONTAINERD_BIN/containerd" \
+      --config "$d/containerd/config.toml"
+  else
+    spawn "containerd-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
+      /usr/bin/containerd --config "$d/containerd/config.toml"
+  fi
   wait_for 30 "containerd socket of n$i" test -S "$d/containerd/containerd.sock" \
     || { logs_tail "containerd-n$i"; die "containerd of n$i did not start"; }
   import_images "$i"
   start_kubelet "$i"
+  if is_gpu_node "$i"; then start_gpu_plugin "$i"; fi
   spawn "kube-proxy-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
     "$BIN/kube-proxy" --config="$d/proxy/config.yaml"
 }
@@ -229,6 +333,21 @@ start_kubelet() {   # start_kubelet I: node I's kubelet (its containerd runs)
     "$BIN/kubelet" --config="$d/kubelet/config.yaml" --kubeconfig="$d/kubelet.kubeconfig" \
     --hostname-override="n$i" --node-ip="$(node_ip "$i")" --root-dir="$d/kubelet/root" \
     --cert-dir="$d/kubelet/pki" --node-labels="nodeledger.io/managed=true,nodeledger.io/slurm-node=n$i"
+}
+
+start_gpu_plugin() {   # start_gpu_plugin I: the fake GPUs' DRA kubelet plugin of node I
+  local i=$1 d
+  d=$(node_dir "$i")
+  # Publishing ResourceSlices and reading claims: the admin's identity (a test cluster).
+  spawn "gpu-plugin-n$i" nsenter --net="/var/run/netns/$(node_ns "$i")" -- \
+    "$GPU_PLUGIN" -driver="$GPU_DRIVER" -node="n$i" -kubeconfig="$RUN/admin.kubeconfig" \
+    -kubelet-dir="$d/kubelet/root" -cdi-dir="$d/cdi"
+}
+
+gpu_published() {   # gpu_published NAME: the plugin's ResourceSlice of node NAME exists
+  [ -n "$("$KUBECTL" --kubeconfig "$RUN/admin.kubeconfig" --request-timeout=5s \
+    get resourceslices --field-selector "spec.nodeName=$1,spec.driver=$GPU_DRIVER" \
+    -o name 2>/dev/null)" ]
 }
 
 # A lost kubelet, as when its process dies: containerd and the containers keep running, the
@@ -254,8 +373,8 @@ import_images() {   # import_images I: every archive named in $RUN/images into n
 }
 
 import_image() {   # import_image I ARCHIVE
-  ctr --address "$(node_dir "$1")/containerd/containerd.sock" -n k8s.io images import \
-    --all-platforms "$2" >/dev/null || die "importing $2 into n$1 failed"
+  "$(node_ctr "$1")" --address "$(node_dir "$1")/containerd/containerd.sock" -n k8s.io \
+    images import --all-platforms "$2" >/dev/null || die "importing $2 into n$1 failed"
 }
 
 node_ready() {   # node_ready NAME: the Node's Ready condition is True
@@ -270,6 +389,9 @@ nodes_up() {
     wait_for 120 "node n$i Ready" node_ready "n$i" \
       || { logs_tail "containerd-n$i" "kubelet-n$i"; die "node n$i did not become Ready"; }
   done
+  [ "$GPU_NODE" -gt 0 ] || return 0
+  wait_for 60 "the GPUs of n$GPU_NODE published" gpu_published "n$GPU_NODE" \
+    || { logs_tail "gpu-plugin-n$GPU_NODE"; die "the GPU plugin of n$GPU_NODE published nothing"; }
 }
 
 # ---------------------------------------------------------------------------- teardown
@@ -296,7 +418,8 @@ nodes_down() {
   local f pid i mnt cmd
   # Another run directory's cluster (or none) owns the nodes: leave them alone.
   owns_network || return 0
-  for f in "$RUN"/kubelet-n*.pid "$RUN"/kube-proxy-n*.pid "$RUN"/containerd-n*.pid; do
+  for f in "$RUN"/gpu-plugin-n*.pid "$RUN"/kubelet-n*.pid "$RUN"/kube-proxy-n*.pid \
+    "$RUN"/containerd-n*.pid; do
     [ -e "$f" ] || continue
     f=${f##*/}
     pid=$(pid_of "${f%.pid}") && stop "$pid"
