@@ -25,7 +25,6 @@ from anyio import to_thread
 
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.records import (
-    EventKind,
     HeldDevice,
     Holder,
     HolderKind,
@@ -36,6 +35,7 @@ from app.core.records import (
     Release,
 )
 from app.core.resources import Resources
+from app.ledger import events
 from app.ledger.service import Admission, Ledger
 from app.logs import log_context
 from app.metrics.registry import NO_METRICS, AdmissionPath, AdmissionTimer, Metrics, ReleasePath
@@ -192,12 +192,7 @@ class Admissions:
             ).holding
         except HoldingNotFound:
             return
-        self.ledger.record_event(
-            EventKind.REJECTED,
-            holding.node,
-            reason,
-            {"holder_kind": holder.kind.value, "holder_id": holder.id},
-        )
+        self.ledger.append_event(events.gate_rejected(self.ledger.clock(), holding, reason))
         self._gate_changed(holding.node)
 
     def release(

@@ -31,6 +31,7 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
+from app.ledger import events
 
 MIB = 2**20
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -227,7 +228,7 @@ def test_a_node_with_gpus_plans_k8sgpu() -> None:
 
 
 def test_the_drift_event_names_the_node_and_what_was_pushed() -> None:
-    event = Push("n1").drift_event(LOWERED)
+    event = events.slurm_drift(T0, "n1", "n1", LOWERED)
     assert event.kind is EventKind.SLURM_DRIFT
     assert event.message == (
         "Slurm node n1 lost the pushed counts (slurmctld restart or reconfigure?); "
