@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions
 from app.core.ledger_errors import AdmissionRejected
 from app.core.records import EventKind, Holder, HolderKind, Holding, NodeSpec
 from app.core.resources import Resources
@@ -30,7 +30,7 @@ class _RefusingGate:
     def released(self, holding: Holding) -> None:
         """No hold job."""
 
-    def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:
+    def defer_push(self, node: str, reason: str, *, settle: float = 0.0) -> None:
         """No headroom."""
 
 
@@ -38,9 +38,11 @@ def test_a_gate_rejection_and_a_ledger_rejection_are_found_by_holder(ledger: Led
     ledger.upsert_node(NODE, NodeSpec(Resources(8000, 16 * 2**30, 0)))
     admissions = Admissions(ledger, _RefusingGate())
     with pytest.raises(AdmissionRejected, match="DRAIN"):
-        admissions.admit(NODE, POD, SMALL)  # held by the ledger, refused by the gate
+        admissions.admit(
+            AdmissionRequest(NODE, POD, SMALL)
+        )  # held by the ledger, refused by the gate
     with pytest.raises(AdmissionRejected, match="cpu"):
-        admissions.admit(NODE, POD, LARGE)  # refused by the ledger
+        admissions.admit(AdmissionRequest(NODE, POD, LARGE))  # refused by the ledger
     rejections = ledger.events(kind=EventKind.REJECTED)
     by_holder = [e for e in rejections if e.holder_id == POD.id]
     assert len(by_holder) == len(rejections) == 2

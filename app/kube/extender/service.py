@@ -14,7 +14,7 @@ import contextlib
 import logging
 from dataclasses import replace
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
 from app.core.caps import KubeCaps
 from app.core.claims import ClaimDevicesError, held_by_index
 from app.core.errors import NodeledgerError
@@ -98,7 +98,7 @@ class Extender:
                         raise ClaimDevicesError(allocated[0].claim, reason, retryable=False)
                     requests = replace(requests, gpus=len(devices))
             admission = self.admissions.admit(
-                node, holder, requests, path="extender", devices=devices
+                AdmissionRequest(node, holder, requests, path="extender", devices=devices)
             )
         except NodeledgerError as exc:
             log.info("extender bind %s/%s on %s refused: %s", namespace, name, node, exc)
@@ -109,6 +109,7 @@ class Extender:
             if admission.created:
                 with contextlib.suppress(HoldingNotFound):
                     reason = f"binding failed: {exc}"
-                    self.admissions.release(uid, HolderKind.POD, reason=reason, path="extender")
+                    release = ReleaseRequest(uid, HolderKind.POD, reason, path="extender")
+                    self.admissions.release(release)
             return ExtenderBindingResult(Error=f"binding failed: {exc}")
         return ExtenderBindingResult()
