@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from app.admission.service import AdmissionRequest, ReleaseRequest
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.records import Holder, HolderKind
 from app.core.resources import Resources
@@ -143,10 +144,10 @@ def after_admissions(
         holder = Holder(HolderKind.POD, f"bench-next-{k}")
         node = node_name(rng.randrange(n))
         with contextlib.suppress(AdmissionRejected):  # a drained node
-            services.admissions.admit(node, holder, Resources(10, 2**24))
+            services.admissions.admit(AdmissionRequest(node, holder, Resources(10, 2**24)))
         times.extend(repeated(call, 1, args.budget))
         with contextlib.suppress(HoldingNotFound):
-            services.admissions.release(holder.id, HolderKind.POD)
+            services.admissions.release(ReleaseRequest(holder.id, HolderKind.POD))
         if time.monotonic() > deadline:
             break
     return summary(times)

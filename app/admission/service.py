@@ -12,20 +12,25 @@ then tells the gate (off the caller's path with a headroom configured) unless wh
 freed stayed withheld as its node's headroom; recording a pod
 that another scheduler already bound tells the gate too (the ledger takes the truth,
 Slurm must follow).
+
+Each admission and release is written once, as a flow over its request (``Flow``) that
+yields the steps waiting on the gate's system; ``admit``/``release`` run it in the
+caller's thread, ``admit_async``/``release_async`` from the event loop, where
+``_from_event_loop`` alone decides which part goes to a worker thread.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from anyio import to_thread
 
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.records import (
-    EventKind,
     HeldDevice,
     Holder,
     HolderKind,
@@ -36,6 +41,7 @@ from app.core.records import (
     Release,
 )
 from app.core.resources import Resources
+from app.ledger import events
 from app.ledger.service import Admission, Ledger
 from app.logs import log_context
 from app.metrics.registry import NO_METRICS, AdmissionPath, AdmissionTimer, Metrics, ReleasePath
@@ -46,9 +52,40 @@ log = logging.getLogger(__name__)
 # a Job's pods end together, and Slurm gets back what they held 0.2 s later at most.
 RELEASE_SETTLE = 0.2
 
+T = TypeVar("T")
+# An admission's or a release's flow: it yields each step that may wait on another host
+# (slurmrestd) and is sent that step's result; what it returns is the answer. Everything
+# else in it is the ledger's local work. ``inline`` and ``Admissions._from_event_loop``
+# run it; only the latter hops to a worker thread, and only for those steps.
+Flow = Generator[Callable[[], Any], Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    """One admission asked for, whichever way it came in (REST, extender, GenericNode).
+    ``devices``: the GPU devices on the node held by identity (Ledger.admit), never
+    inside the headroom: with a gate, always confirmed by it."""
+
+    node: str
+    holder: Holder
+    requests: Resources
+    path: AdmissionPath = "rest"  # the way in, for the metrics
+    devices: tuple[HeldDevice, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRequest:
+    """One release asked for; ``kind`` None: the holder's holding of either kind."""
+
+    holder_id: str
+    kind: HolderKind | None = None
+    reason: str = "released"
+    path: ReleasePath = "rest"  # the way in (rest, extender, kubernetes), for the metrics
+
 
 class AdmissionGate(Protocol):
-    """An external system that must agree before a hold counts (Slurm, when enabled)."""
+    """An external system that must agree before a hold counts (Slurm, when enabled).
+    ``headroom_open`` answers from memory; the others may wait on that system."""
 
     def confirm(self, holding: Holding) -> str | None:
         """Return when the external system agrees; raise AdmissionRejected otherwise.
@@ -67,10 +104,26 @@ class AdmissionGate(Protocol):
         """``holding`` left the ledger: end what the external system holds for it alone
         (a GPU pod's hold job, issue 23)."""
 
-    def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:
-        """As ``changed``, off the caller's path: a headroom that ran low, or a release on
-        a node with a headroom (Slurm withholds more than needed until then, never less);
-        ``settle``: seconds it may wait, so that more changes go with it."""
+    def defer_push(self, node: str, reason: str, *, settle: float = 0.0) -> None:
+        """As ``changed``, off the caller's path (a deferred push, app.slurm.deferred): a
+        headroom that ran low, or a release on a node with a headroom (Slurm withholds
+        more than needed until then, never less); ``settle``: seconds it may wait, so
+        that more changes go with it. Returns at once."""
+
+
+def inline(flow: Flow[T]) -> T:
+    """Run a flow to its answer in this thread, each step where it stands."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = flow.send(result) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            result, error = step(), None
+        except BaseException as exc:  # the flow's own handlers and context managers see it
+            result, error = None, exc
 
 
 class Admissions:
@@ -81,81 +134,70 @@ class Admissions:
         self.gate = gate
         self.metrics = metrics
         # With a headroom configured, a release reaches Slurm off the caller's path.
-        self._defer_releases = not ledger.headroom.amount.is_zero()
+        self._defer_releases = ledger.keeps_headroom()
 
-    @property
-    def holds_locally(self) -> bool:
-        """Whether the ledger's own part of an admission or release is a sub-millisecond
-        local transaction (SQLite), fit to run on the event loop."""
-        return self.ledger.db.is_sqlite
+    def admit(self, request: AdmissionRequest) -> Admission:
+        return inline(self._admission(request))
 
-    @property
-    def waits_on_network(self) -> bool:
-        """Whether admit/release may wait on another host (slurmrestd, PostgreSQL). If not
-        (an SQLite ledger, no gate), each is a sub-millisecond local transaction."""
-        return self.gate is not None or not self.holds_locally
+    async def admit_async(self, request: AdmissionRequest) -> Admission:
+        """``admit`` for the event loop (see ``_from_event_loop``): on SQLite an admission
+        inside the headroom costs no thread hop (~0.5 ms of GIL hand-offs, a third of it)."""
+        return await self._from_event_loop(self._admission(request))
 
-    def admit(
-        self,
-        node: str,
-        holder: Holder,
-        requests: Resources,
-        *,
-        path: AdmissionPath = "rest",
-        devices: tuple[HeldDevice, ...] = (),
-    ) -> Admission:
-        """``path``: the way in, for the metrics (rest, extender, genericnode); ``devices``:
-        the GPU devices on the node held by identity (Ledger.admit), never inside the
-        headroom: with a gate, always confirmed by it."""
-        with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
-            admission = self._hold(node, holder, requests, timer, devices)
+    def release(self, request: ReleaseRequest) -> Holding:
+        """With a gate, what a confirmed holding frees may stay withheld as its node's
+        headroom: then Slurm is not told at all (app.core.headroom.released_target)."""
+        return inline(self._release(request))
+
+    async def release_async(self, request: ReleaseRequest) -> Holding:
+        """``release`` for the event loop (see ``_from_event_loop``)."""
+        return await self._from_event_loop(self._release(request))
+
+    async def _from_event_loop(self, flow: Flow[T]) -> T:
+        """The one place that decides the thread hop: whatever may wait on another host
+        runs in a worker thread, and only that (each hop costs ~0.5 ms of GIL hand-offs).
+        On SQLite the ledger's work runs here and only the steps the flow yields (the
+        gate's calls) hop; on PostgreSQL every transaction waits on the network, so the
+        whole flow takes one hop."""
+        if not self.ledger.runs_locally():
+            return await to_thread.run_sync(inline, flow)
+        result: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.send(result) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                result, error = await to_thread.run_sync(step), None
+            except BaseException as exc:  # cancellation included: the flow's blocks exit
+                result, error = None, exc
+
+    def _admission(self, request: AdmissionRequest) -> Flow[Admission]:
+        """1. hold in the ledger; 2. if that is the answer (HELD), done; 3. else the gate
+        confirms (the step that waits on slurmrestd)."""
+        node, holder = request.node, request.holder
+        with log_context(node=node, holder=holder.id), self.metrics.admitting(request.path) as t:
+            admission = self._hold(request, t)
             if self._decided(admission):
                 return admission
-            return self._confirm(admission, timer)
+            confirmed: Admission = yield partial(self._confirm, admission, t)
+            return confirmed
 
-    async def admit_async(
-        self,
-        node: str,
-        holder: Holder,
-        requests: Resources,
-        *,
-        path: AdmissionPath = "rest",
-        devices: tuple[HeldDevice, ...] = (),
-    ) -> Admission:
-        """``admit`` for the event loop: whatever may wait on another host runs in a worker
-        thread, and only that. On SQLite the ledger's hold runs here, so an admission inside
-        the headroom costs no thread hop (~0.5 ms of GIL hand-offs, a third of it)."""
-        if not self.waits_on_network:
-            return self.admit(node, holder, requests, path=path, devices=devices)
-        if not self.holds_locally:
-            admit = partial(self.admit, node, holder, requests, path=path, devices=devices)
-            return await to_thread.run_sync(admit)
-        with log_context(node=node, holder=holder.id), self.metrics.admitting(path) as timer:
-            admission = self._hold(node, holder, requests, timer, devices)
-            if self._decided(admission):
-                return admission
-            return await to_thread.run_sync(self._confirm, admission, timer)
-
-    def _hold(
-        self,
-        node: str,
-        holder: Holder,
-        requests: Resources,
-        timer: AdmissionTimer,
-        devices: tuple[HeldDevice, ...],
-    ) -> Admission:
+    def _hold(self, request: AdmissionRequest, timer: AdmissionTimer) -> Admission:
         """The ledger's hold: HELD without a gate or inside the node's headroom, else
         PENDING for the gate to confirm."""
+        node, holder, requests = request.node, request.holder, request.requests
         with timer.phase("ledger"):
             if self.gate is None:
-                return self.ledger.admit(node, holder, requests, devices=devices)
+                return self.ledger.admit(node, holder, requests, devices=request.devices)
             return self.ledger.admit(
                 node,
                 holder,
                 requests,
                 state=HoldingState.PENDING,
                 headroom=self.gate.headroom_open(node),
-                devices=devices,
+                devices=request.devices,
             )
 
     def _decided(self, admission: Admission) -> bool:
@@ -192,59 +234,25 @@ class Admissions:
             ).holding
         except HoldingNotFound:
             return
-        self.ledger.record_event(
-            EventKind.REJECTED,
-            holding.node,
-            reason,
-            {"holder_kind": holder.kind.value, "holder_id": holder.id},
-        )
+        self.ledger.append_event(events.gate_rejected(self.ledger.clock(), holding, reason))
         self._gate_changed(holding.node)
 
-    def release(
-        self,
-        holder_id: str,
-        kind: HolderKind | None = None,
-        *,
-        reason: str = "released",
-        path: ReleasePath = "rest",
-    ) -> Holding:
-        """``path``: the way in, for the metrics (rest, extender, kubernetes). With a gate,
-        what a confirmed holding frees may stay withheld as its node's headroom: then Slurm
-        is not told at all (app.core.headroom.released_target)."""
-        with log_context(holder=holder_id):
-            release = self._release(holder_id, kind, reason, path)
-            self._released(release)
-        return release.holding
-
-    async def release_async(
-        self,
-        holder_id: str,
-        kind: HolderKind | None = None,
-        *,
-        reason: str = "released",
-        path: ReleasePath = "rest",
-    ) -> Holding:
-        """``release`` for the event loop: in a worker thread only what may wait on another
-        host (the worker-thread hop costs ~0.5 ms of GIL hand-offs)."""
-        if not self.holds_locally:
-            call = partial(self.release, holder_id, kind, reason=reason, path=path)
-            return await to_thread.run_sync(call)
-        with log_context(holder=holder_id):
-            release = self._release(holder_id, kind, reason, path)
+    def _release(self, request: ReleaseRequest) -> Flow[Holding]:
+        """1. release in the ledger; 2. tell the gate: inline when that waits on nothing (no
+        gate, nothing to tell, a deferred push), else as the step that waits on slurmrestd."""
+        with log_context(holder=request.holder_id):
+            release = self.ledger.release(
+                request.holder_id,
+                request.kind,
+                reason=request.reason,
+                into_headroom=self.gate is not None,
+            )
+            self.metrics.released(request.path)
             if self._release_waits_on_network(release):
-                await to_thread.run_sync(self._released, release)
+                yield partial(self._released, release)
             else:
                 self._released(release)
         return release.holding
-
-    def _release(
-        self, holder_id: str, kind: HolderKind | None, reason: str, path: ReleasePath
-    ) -> Release:
-        release = self.ledger.release(
-            holder_id, kind, reason=reason, into_headroom=self.gate is not None
-        )
-        self.metrics.released(path)
-        return release
 
     def _release_waits_on_network(self, release: Release) -> bool:
         """Whether telling the gate of ``release`` waits on slurmrestd: a hold job to end,
@@ -298,7 +306,7 @@ class Admissions:
                 if later is None:
                     self.gate.changed(node)
                 else:
-                    self.gate.changed_later(node, later, settle=settle)
+                    self.gate.defer_push(node, later, settle=settle)
         except Exception:
             # The ledger is right either way; the periodic sync pushes the counts again.
             log.exception("telling the gate about a change on %s failed", node)

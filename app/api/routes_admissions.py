@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import TypeAdapter
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
 from app.api import links
 from app.api.deps import AdmissionsDep
 from app.api.schemas import HOLDER_ID_PATTERN, AdmissionIn, ErrorOut, HoldingOut
@@ -43,11 +43,13 @@ async def admit(body: AdmissionIn, request: Request) -> Response:
     # serialized here as FastAPI would (response_model documents it), not validated again.
     admissions: Admissions = request.app.state.services.admissions
     admission = await admissions.admit_async(
-        body.node,
-        body.holder.holder(),
-        body.requests.resources(),
-        path="rest",
-        devices=body.held_devices(),
+        AdmissionRequest(
+            body.node,
+            body.holder.holder(),
+            body.requests.resources(),
+            path="rest",
+            devices=body.held_devices(),
+        )
     )
     return Response(
         _HOLDING_JSON.dump_json(HoldingOut.of(admission.holding), by_alias=True),
@@ -74,4 +76,5 @@ async def release(
     ] = None,
 ) -> HoldingOut:
     holder_kind = HolderKind(kind) if kind is not None else None
-    return HoldingOut.of(await admissions.release_async(holder_uid, holder_kind, path="rest"))
+    release = ReleaseRequest(holder_uid, holder_kind, path="rest")
+    return HoldingOut.of(await admissions.release_async(release))

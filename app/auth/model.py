@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 GROUP = "nodeledger.io"
-# What the routes ask for (docs/security.md "Authentication and authorization" has the table).
+# What the routes ask for (docs/security.md#authentication-and-authorization has the table).
 VERBS = frozenset({"get", "list", "create", "update", "delete"})
 RESOURCES = frozenset({"nodes", "holdings", "events", "admissions", "bindings", "jobhints"})
 

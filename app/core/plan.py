@@ -22,11 +22,10 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from app.core.counts import MIB, current_counts, desired_counts, in_place, job_on, withheld
 from app.core.gres import gres_count
-from app.core.records import EventKind, HolderKind, Holding, NodeView, SnapshotEntry
+from app.core.records import HolderKind, Holding, NodeView, SnapshotEntry
 from app.core.resources import Resources
 from app.core.slurm_models import SlurmJob, SlurmNode
 
@@ -42,29 +41,12 @@ class HealthChange:
 
 
 @dataclass(frozen=True, slots=True)
-class PlannedEvent:
-    kind: EventKind
-    message: str
-    details: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
 class Push:
     """Slurm's counts differ from what the ledger withholds: push them again. No counts
     here: the pusher computes them under the node's lock, from the view as it is then
     (an admission may have changed it since this plan)."""
 
     slurm_name: str
-
-    def drift_event(self, pushed: str) -> PlannedEvent:
-        """The event for a push that found Slurm had lost the pushed counts; ``pushed`` is
-        the GRES the push sent (known only once it read the node back)."""
-        return PlannedEvent(
-            EventKind.SLURM_DRIFT,
-            f"Slurm node {self.slurm_name} lost the pushed counts (slurmctld restart or "
-            f"reconfigure?); pushed {pushed} again",
-            {"pushed": pushed},
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ HOLD_COMMENT_PREFIX = "nodeledger-hold:"
 _K8S_GRES = re.compile(r"gres[/:]k8s(?:cpu|memory|gpu)\b")
 # Reason=Priority is a job queued behind one waiting for resources: that one names the
 # partition already.
-# "Constraints": queued by extra constraints (docs/slurm.md, "Jobs wait for what pods hold").
+# "Constraints": queued by extra constraints (docs/slurm.md#jobs-wait-for-what-pods-hold).
 _WAITING_FOR_RESOURCES = frozenset({"Resources", "BadConstraints", "Constraints"})
 
 

@@ -26,6 +26,7 @@ from app.core.records import (
     NodeView,
 )
 from app.core.resources import Resources
+from app.ledger.events import EventDraft
 from app.ledger.tables import stored_devices
 
 # The column prefixes of the resource triples: capacity and holdings (and events) "",
@@ -251,25 +252,19 @@ def event_record(row: Any) -> LedgerEvent:
     )
 
 
-def event_values(
-    at: datetime,
-    kind: EventKind,
-    node: str | None,
-    message: str,
-    *,
-    holder: Holder | None = None,
-    resources: Resources | None = None,
-    details: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+def event_row(draft: EventDraft) -> dict[str, Any]:
+    """The values of an event's row (its id is the database's)."""
+    holder, resources = draft.holder, draft.resources
     return {
-        "at": at,
-        "kind": kind.value,
-        "node": node,
+        "at": draft.at,
+        "kind": draft.kind.value,
+        "node": draft.node,
         "holder_kind": holder.kind.value if holder else None,
         "holder_id": holder.id if holder else None,
-        "cpu_millis": resources.cpu_millis if resources else None,
-        "memory_bytes": resources.memory_bytes if resources else None,
-        "gpus": resources.gpus if resources else None,
-        "message": message,
-        "details": details or {},
+        **(resource_values(resources) if resources else _NO_RESOURCES),
+        "message": draft.message,
+        "details": draft.details,
     }
+
+
+_NO_RESOURCES: dict[str, int | None] = dict.fromkeys(triple())

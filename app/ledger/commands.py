@@ -53,7 +53,6 @@ from app.ledger import events
 from app.ledger.columns import (
     StoredHolding,
     assign,
-    event_values,
     holding_values,
     resource_values,
     resources_of,
@@ -222,7 +221,7 @@ class LedgerCommands(NodeCommands):
             unknown: list[Recording] = []
             stale: list[int] = []
             holdings: list[dict[str, Any]] = []
-            written: list[dict[str, Any]] = []
+            written: list[events.EventDraft] = []
             changed: set[str] = set()
             for key, entry in latest.items():
                 node_id = node_ids.get(entry.node)
@@ -332,9 +331,15 @@ class LedgerCommands(NodeCommands):
     def record_event(
         self, kind: EventKind, node: str | None, message: str, details: dict[str, Any] | None = None
     ) -> None:
-        """Append an event for something that happened outside the ledger (a Slurm push)."""
+        """Append an event for something that happened outside the ledger, in its own words
+        (a maintenance transition, a hold job lost)."""
+        self.append_event(events.noted(self.clock(), kind, node, message, details))
+
+    def append_event(self, draft: events.EventDraft) -> None:
+        """Append an event drafted outside the ledger's commands (app.ledger.events: a Slurm
+        push's drift, a gate's refusal)."""
         with self.store.write_hot() as repo:
-            repo.insert_event(event_values(self.clock(), kind, node, message, details=details))
+            repo.insert_event(draft)
 
 
 def _use_headroom(

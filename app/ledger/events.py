@@ -1,12 +1,17 @@
-"""The events the ledger's commands append: their kinds, texts and details. Pure.
+"""Every event of the ledger's log is drafted here: its kind, text, holder, resources and
+details. Pure: records in, an ``EventDraft`` out; the SQL layer turns a draft into the
+row's values (app.ledger.columns.event_row) when it appends it.
 
 Every change to a node or its holdings appends one naming the node, in the same
 transaction: followers of the log (app.ledger.snapshot) learn of changes, from any
-replica, only that way. Each function returns the row's values (repository.event_values).
+replica, only that way. The events of what happened outside the ledger (a Slurm push, a
+gate's refusal, drift found in Slurm) are drafted here too, so that each kind has one
+shape: a rejection names its holder and resources in their columns whoever refused it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -25,10 +30,20 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.core.verdict import Verdict
-from app.ledger.columns import event_values
 from app.ledger.tables import device_objects
 
-Event = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class EventDraft:
+    """An event to append: what the log's row will say (its id is the database's)."""
+
+    at: datetime
+    kind: EventKind
+    node: str | None
+    message: str
+    holder: Holder | None = None
+    resources: Resources | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def resources_details(resources: Resources) -> dict[str, int]:
@@ -48,9 +63,9 @@ def spec_details(spec: NodeSpec) -> dict[str, Any]:
     }
 
 
-def node_created(now: datetime, node: str, spec: NodeSpec, health_reason: str | None) -> Event:
+def node_created(now: datetime, node: str, spec: NodeSpec, health_reason: str | None) -> EventDraft:
     message = f"node created, not admissible: {health_reason}" if health_reason else "node created"
-    return event_values(
+    return EventDraft(
         now,
         EventKind.NODE_CREATED,
         node,
@@ -60,8 +75,8 @@ def node_created(now: datetime, node: str, spec: NodeSpec, health_reason: str | 
     )
 
 
-def spec_changed(now: datetime, node: str, before: NodeSpec, after: NodeSpec) -> Event:
-    return event_values(
+def spec_changed(now: datetime, node: str, before: NodeSpec, after: NodeSpec) -> EventDraft:
+    return EventDraft(
         now,
         EventKind.CAPACITY_CHANGED,
         node,
@@ -71,8 +86,8 @@ def spec_changed(now: datetime, node: str, before: NodeSpec, after: NodeSpec) ->
     )
 
 
-def cordon_changed(now: datetime, node: str, before: str | None, after: str | None) -> Event:
-    return event_values(
+def cordon_changed(now: datetime, node: str, before: str | None, after: str | None) -> EventDraft:
+    return EventDraft(
         now,
         EventKind.ADMISSIBILITY_CHANGED,
         node,
@@ -81,8 +96,8 @@ def cordon_changed(now: datetime, node: str, before: str | None, after: str | No
     )
 
 
-def health_changed(now: datetime, node: str, before: str | None, after: str | None) -> Event:
-    return event_values(
+def health_changed(now: datetime, node: str, before: str | None, after: str | None) -> EventDraft:
+    return EventDraft(
         now,
         EventKind.ADMISSIBILITY_CHANGED,
         node,
@@ -91,8 +106,8 @@ def health_changed(now: datetime, node: str, before: str | None, after: str | No
     )
 
 
-def node_deleted(now: datetime, node: str) -> Event:
-    return event_values(now, EventKind.NODE_DELETED, node, "node deleted")
+def node_deleted(now: datetime, node: str) -> EventDraft:
+    return EventDraft(now, EventKind.NODE_DELETED, node, "node deleted")
 
 
 def admitted(
@@ -104,7 +119,7 @@ def admitted(
     *,
     within_headroom: bool = False,
     devices: tuple[HeldDevice, ...] = (),
-) -> Event:
+) -> EventDraft:
     name = holder.display_name or holder.id
     details: dict[str, Any] = {"state": state.value}
     if within_headroom:
@@ -115,7 +130,7 @@ def admitted(
     if devices:
         details["devices"] = device_objects(devices)
         message += f" on {describe_devices(devices)}"
-    return event_values(
+    return EventDraft(
         now,
         EventKind.ADMITTED,
         node,
@@ -128,8 +143,8 @@ def admitted(
 
 def rejected(
     now: datetime, node: str, holder: Holder, requests: Resources, verdict: Verdict
-) -> Event:
-    return event_values(
+) -> EventDraft:
+    return EventDraft(
         now,
         EventKind.REJECTED,
         node,
@@ -146,9 +161,9 @@ def device_taken(
     requests: Resources,
     devices: tuple[HeldDevice, ...],
     refusal: DeviceTaken,
-) -> Event:
+) -> EventDraft:
     """An admission refused because another holding has one of the GPU devices it named."""
-    return event_values(
+    return EventDraft(
         now,
         EventKind.REJECTED,
         refusal.node,
@@ -162,8 +177,26 @@ def device_taken(
     )
 
 
-def recorded(now: datetime, node: str, holder: Holder, resources: Resources, reason: str) -> Event:
-    return event_values(
+def gate_rejected(now: datetime, holding: Holding, reason: str) -> EventDraft:
+    """An admission the gate (Slurm) refused after the ledger held it: the same shape as the
+    ledger's own refusals (``rejected``), so that a query by holder finds both."""
+    holder = holding.holder
+    return EventDraft(
+        now,
+        EventKind.REJECTED,
+        holding.node,
+        reason,
+        holder=holder,
+        resources=holding.resources,
+        # The holder in the details as well: what this event carried before it had columns.
+        details={"holder_kind": holder.kind.value, "holder_id": holder.id},
+    )
+
+
+def recorded(
+    now: datetime, node: str, holder: Holder, resources: Resources, reason: str
+) -> EventDraft:
+    return EventDraft(
         now,
         EventKind.ADMITTED,
         node,
@@ -176,9 +209,9 @@ def recorded(now: datetime, node: str, holder: Holder, resources: Resources, rea
 
 def moved(
     now: datetime, old: str, new: str, holder: Holder, resources: Resources, reason: str
-) -> Event:
+) -> EventDraft:
     """A holder recorded on another node: released on the old one (followers go by node)."""
-    return event_values(
+    return EventDraft(
         now,
         EventKind.RELEASED,
         old,
@@ -188,13 +221,13 @@ def moved(
     )
 
 
-def confirmed(now: datetime, holding: Holding) -> Event:
+def confirmed(now: datetime, holding: Holding) -> EventDraft:
     message = f"confirmed {holding.holder.display_name or holding.holder.id}"
     if holding.devices:
         message += f" on {describe_devices(holding.devices)}"
     if holding.slurm_hold is not None:
         message += f", held by Slurm job {holding.slurm_hold}"
-    return event_values(
+    return EventDraft(
         now,
         EventKind.CONFIRMED,
         holding.node,
@@ -205,8 +238,8 @@ def confirmed(now: datetime, holding: Holding) -> Event:
     )
 
 
-def released(now: datetime, holding: Holding, reason: str) -> Event:
-    return event_values(
+def released(now: datetime, holding: Holding, reason: str) -> EventDraft:
+    return EventDraft(
         now,
         EventKind.RELEASED,
         holding.node,
@@ -223,22 +256,22 @@ def describe_devices(devices: tuple[HeldDevice, ...]) -> str:
     return f"GPU device{'s' if len(devices) > 1 else ''} {indices}"
 
 
-def device_details(holding: Holding) -> dict[str, Any] | None:
+def device_details(holding: Holding) -> dict[str, Any]:
     """A holding's GPU devices (with their UUIDs, as the REST API shows them) and hold job,
-    for an event's details; None when it has neither (a counted holding's events stay as
+    for an event's details; empty when it has neither (a counted holding's events stay as
     they were)."""
     details: dict[str, Any] = {}
     if holding.devices:
         details["devices"] = device_objects(holding.devices)
     if holding.slurm_hold is not None:
         details["slurm_hold"] = holding.slurm_hold
-    return details or None
+    return details
 
 
 def holdings_replaced(
     now: datetime, node: str, kind: HolderKind, diff: SnapshotDiff, total: Resources
-) -> Event:
-    return event_values(
+) -> EventDraft:
+    return EventDraft(
         now,
         EventKind.HOLDINGS_REPLACED,
         node,
@@ -256,13 +289,13 @@ def holdings_replaced(
 
 def headroom_settled(
     now: datetime, node: str, before: NodeHeadroom, target: Resources, contended: bool = False
-) -> Event:
+) -> EventDraft:
     if target.is_zero():
         why = "Slurm jobs wait for resources in its partitions" if contended else "idle"
         message = f"headroom {describe_resources(before.target)} given back to Slurm ({why})"
     else:
         message = f"headroom lowered to {describe_resources(target)} (the node's maximum)"
-    return event_values(
+    return EventDraft(
         now,
         EventKind.HEADROOM,
         node,
@@ -272,14 +305,14 @@ def headroom_settled(
     )
 
 
-def headroom_granted(now: datetime, node: str, before: Resources, granted: Resources) -> Event:
+def headroom_granted(now: datetime, node: str, before: Resources, granted: Resources) -> EventDraft:
     """The grant changed outside an admission (a push lowered or read it back): an event of
     its own, so that followers of the log (app.ledger.snapshot) read the node again."""
     if granted.fits_within(before):
         verb = "lowered"
     else:
         verb = "raised" if before.fits_within(granted) else "changed"
-    return event_values(
+    return EventDraft(
         now,
         EventKind.HEADROOM,
         node,
@@ -287,3 +320,36 @@ def headroom_granted(now: datetime, node: str, before: Resources, granted: Resou
         resources=granted,
         details={"before": describe_resources(before)},
     )
+
+
+def slurm_pushed(
+    now: datetime, node: str, slurm_name: str, gres: str, reason: str, withheld: dict[str, int]
+) -> EventDraft:
+    """A push of the counts to Slurm (app.slurm.push); ``withheld``: the units it withheld."""
+    return EventDraft(
+        now,
+        EventKind.SLURM_PUSHED,
+        node,
+        f"pushed {gres} to Slurm node {slurm_name} ({reason})",
+        details={"gres": gres, "withheld": withheld},
+    )
+
+
+def slurm_drift(now: datetime, node: str, slurm_name: str, pushed: str) -> EventDraft:
+    """A push that found Slurm had lost the pushed counts (app.core.plan); ``pushed`` is the
+    GRES the push sent again."""
+    return EventDraft(
+        now,
+        EventKind.SLURM_DRIFT,
+        node,
+        f"Slurm node {slurm_name} lost the pushed counts (slurmctld restart or "
+        f"reconfigure?); pushed {pushed} again",
+        details={"pushed": pushed},
+    )
+
+
+def noted(
+    now: datetime, kind: EventKind, node: str | None, message: str, details: dict[str, Any] | None
+) -> EventDraft:
+    """Something another component saw happen (Ledger.record_event): its own text."""
+    return EventDraft(now, kind, node, message, details=details or {})

@@ -29,3 +29,12 @@ class Ledger(LedgerQueries, LedgerCommands):
         LedgerQueries.__init__(self, store)
         LedgerCommands.__init__(self, store, clock, headroom)
         self.db = db
+
+    def runs_locally(self) -> bool:
+        """Whether a transaction is a sub-millisecond local one (SQLite), fit to run on an
+        event loop; else (PostgreSQL) each waits on the network."""
+        return self.db.is_sqlite
+
+    def keeps_headroom(self) -> bool:
+        """Whether nodes keep a headroom (app.core.headroom): a configured amount."""
+        return not self.headroom.amount.is_zero()

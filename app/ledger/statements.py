@@ -40,12 +40,14 @@ from app.ledger.columns import (
     LockedNode,
     StoredHolding,
     event_record,
+    event_row,
     headroom_values,
     holding_record,
     locked_node,
     node_record,
     stored_holding,
 )
+from app.ledger.events import EventDraft
 from app.ledger.tables import EventRow, HoldingRow, NodeRow
 
 SINGLE_NODE_KINDS = (HolderKind.POD.value, HolderKind.MANUAL.value)
@@ -271,14 +273,14 @@ class LedgerStatements:
 
     # events
 
-    def insert_event(self, values: dict[str, Any]) -> None:
-        """One event (from app.ledger.events or columns.event_values)."""
-        self.session.execute(_INSERT_EVENT, values)
+    def insert_event(self, draft: EventDraft) -> None:
+        """One event, as app.ledger.events drafted it."""
+        self.session.execute(_INSERT_EVENT, event_row(draft))
 
-    def insert_events(self, values: Sequence[dict[str, Any]]) -> None:
+    def insert_events(self, drafts: Sequence[EventDraft]) -> None:
         """Many events in one statement."""
-        if values:
-            self.session.execute(_INSERT_EVENT, list(values))
+        if drafts:
+            self.session.execute(_INSERT_EVENT, [event_row(d) for d in drafts])
 
     def events_after(self, after_id: int, limit: int) -> list[LedgerEvent]:
         rows = self.session.execute(_EVENTS_AFTER, {"after_id": after_id, "limit": limit})

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
 
 from sqlalchemy import Connection
 
@@ -25,8 +24,6 @@ from app.ledger import events
 from app.ledger.clock import Clock, utcnow
 from app.ledger.repository import LedgerRepository
 from app.ledger.statements import LedgerStatements
-
-Event = dict[str, Any]  # a row of the event log (app.ledger.events)
 
 
 class Store:
@@ -106,7 +103,7 @@ class ExclusiveNode:
             repo.insert_event(events.headroom_granted(self.clock(), self.name, before, granted))
             return replace(view, headroom=headroom)
 
-    def finish(self, granted: Resources | None, event: Event | None) -> None:
+    def finish(self, granted: Resources | None, event: events.EventDraft | None) -> None:
         """Record what a push found: the grant (None: unchanged) and its event."""
         if event is None and granted is None:
             return
@@ -118,5 +115,5 @@ class ExclusiveNode:
                 repo.insert_event(event)
             if granted is not None and granted != current.granted:
                 repo.set_headroom(node.id, replace(current, granted=granted))
-                now = self.clock() if event is None else event["at"]
+                now = self.clock() if event is None else event.at
                 repo.insert_event(events.headroom_granted(now, self.name, current.granted, granted))

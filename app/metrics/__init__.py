@@ -2,5 +2,5 @@
 The /metrics route and request ids are app.api.routes_metrics'; log lines, app.logs'.
 
 The metric names, types and labels are a contract (alerts and dashboards are written
-against them): see ``registry`` and docs/operations.md ("Metrics").
+against them): see ``registry`` and docs/operations.md#metrics.
 """

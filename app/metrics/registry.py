@@ -1,5 +1,5 @@
 """The service's metrics. Their names, types and labels are a contract: alerts and a
-dashboard are written against them (docs/operations.md, "Metrics").
+dashboard are written against them (docs/operations.md#metrics).
 
 One ``Metrics`` per application, on a CollectorRegistry of its own: tests build many apps
 in one process, where the global registry would refuse the second. Components take a

@@ -34,7 +34,8 @@ class DeferredPushes:
             self.name, self._push_next, interval=None, logger=log, what="deferred pushes"
         )
 
-    def request(self, node: str, reason: str, *, settle: float = 0.0) -> None:
+    def defer_push(self, node: str, reason: str, *, settle: float = 0.0) -> None:
+        """Push ``node`` within ``settle`` seconds (sooner if asked so meanwhile), once."""
         due = self.monotonic() + settle
         with self._lock:
             queued = self._queued.get(node)

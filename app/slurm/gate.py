@@ -42,7 +42,7 @@ fails closed even with ``fail_open``: without the hold nothing keeps a job off t
 The headroom (app.core.headroom): an admission inside what Slurm was confirmed to withhold
 is HELD by the ledger without ``confirm``; the gate only opens that path (``headroom_open``:
 not while Slurm is set up so that it would drain the node), and pushes off the caller's
-path (``changed_later``: a headroom that ran low, a release on a node with a headroom).
+path (``defer_push``: a headroom that ran low, a release on a node with a headroom).
 An admission beyond it comes here, and its push withholds the headroom again.
 """
 
@@ -77,9 +77,9 @@ def _no_refusal() -> str | None:
     return None
 
 
-class Later(Protocol):
+class DeferPush(Protocol):
     """Pushes a node off the caller's path, after ``settle`` seconds at most
-    (app.slurm.deferred)."""
+    (app.slurm.deferred.DeferredPushes.defer_push)."""
 
     def __call__(self, node: str, reason: str, *, settle: float = 0.0) -> None: ...
 
@@ -94,7 +94,7 @@ class SlurmGate:
         fail_open: bool = False,
         jobs_on: JobsOn = _no_jobs,
         refusal: Refusal = _no_refusal,
-        later: Later | None = None,
+        defer_push: DeferPush | None = None,
         contended: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         """``jobs_on``: the jobs last seen on a Slurm node, only to name them in a refusal.
@@ -108,7 +108,7 @@ class SlurmGate:
         self.fail_open = fail_open
         self.jobs_on = jobs_on
         self.refusal = refusal
-        self.later = later
+        self.deferred = defer_push
 
     def headroom_open(self, node: str) -> bool:
         """Whether an admission on ``node`` may use its headroom (skip ``confirm`` inside
@@ -202,11 +202,11 @@ class SlurmGate:
     def changed(self, node: str) -> None:
         self.pusher.push(node, reason="holdings changed")
 
-    def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:
-        if self.later is None:
+    def defer_push(self, node: str, reason: str, *, settle: float = 0.0) -> None:
+        if self.deferred is None:
             self.pusher.push(node, reason=reason)
         else:
-            self.later(node, reason, settle=settle)
+            self.deferred(node, reason, settle=settle)
 
 
 def _jobs(jobs: Sequence[SlurmJob]) -> str:

@@ -64,7 +64,7 @@ def plugin_status(
         )
     if not problems:
         return PluginStatus(True, f"Slurm {release}: {_needed(release)}")
-    fix = "add the plugins (docs/slurm.md, The plugins) and reconfigure slurmctld"
+    fix = "add the plugins (docs/slurm.md#the-plugins) and reconfigure slurmctld"
     return PluginStatus(False, "; ".join(problems) + f"; so nodes cannot be shared safely: {fix}")
 
 

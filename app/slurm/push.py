@@ -57,11 +57,11 @@ from app.core.counts import (
     slurm_usage,
     withheld,
 )
-from app.core.records import EventKind, NodeView
+from app.core.records import NodeView
 from app.core.resources import Resources
 from app.core.slurm_comment import node_comment, ours
 from app.core.slurm_models import SlurmJob, SlurmNode
-from app.ledger.columns import event_values
+from app.ledger import events
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
@@ -233,12 +233,8 @@ class Pusher:
                 granted = granted.at_most(view.headroom.granted)
             event = None
             if pushed:
-                event = event_values(
-                    self.ledger.clock(),
-                    EventKind.SLURM_PUSHED,
-                    name,
-                    f"pushed {pushed[-1]} to Slurm node {view.slurm_name} ({reason})",
-                    details={"gres": pushed[-1], "withheld": _units(held)},
+                event = events.slurm_pushed(
+                    self.ledger.clock(), name, view.slurm_name, pushed[-1], reason, _units(held)
                 )
                 log.debug("pushed %s to %s (%s)", pushed[-1], view.slurm_name, reason)
             exclusive.finish(granted if granted != view.headroom.granted else None, event)

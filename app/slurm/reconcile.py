@@ -20,6 +20,7 @@ from datetime import datetime
 
 from app.core.plan import NodePlan, Push, plan_node
 from app.core.records import HolderKind, NodeView
+from app.ledger import events
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
 from app.slurm.client import SlurmClient
@@ -109,8 +110,8 @@ class NodeReconciler:
         self.state.remember(result.node)
         if result.updated and result.drifted:
             self.metrics.slurm_drift_corrected()
-            event = push.drift_event(result.node.gres)
-            self.ledger.record_event(event.kind, view.name, event.message, event.details)
+            now, gres = self.ledger.clock(), result.node.gres
+            self.ledger.append_event(events.slurm_drift(now, view.name, push.slurm_name, gres))
 
 
 def _plan(

@@ -103,7 +103,7 @@ def build_slurm(
         # Slurm's state as the sync's thread last published it.
         jobs_on=lambda name: sync.state.snapshot().jobs_on(name),
         refusal=plugins.refusal if plugins is not None else lambda: None,
-        later=deferred.request,
+        defer_push=deferred.defer_push,
         holds=holds,
         contended=lambda: sync.contended,
     )

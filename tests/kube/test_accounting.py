@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
 from app.core.pod_release import NodeHealth
 from app.core.pods import PodInfo
 from app.core.records import EventKind, Holder, HolderKind, NodeSpec, Recorded, Recording
@@ -92,9 +92,11 @@ def test_sweeps_release_unbound_holdings_once_past_the_grace(
     ledger: Ledger, accounting: PodAccounting, clock: Clock
 ) -> None:
     admissions = accounting.admissions
-    admissions.admit("n1", Holder(HolderKind.POD, "gone"), Resources(1000, GIB))
+    admissions.admit(AdmissionRequest("n1", Holder(HolderKind.POD, "gone"), Resources(1000, GIB)))
     clock.advance(60)
-    admissions.admit("n1", Holder(HolderKind.POD, "admitted"), Resources(1000, GIB))
+    admissions.admit(
+        AdmissionRequest("n1", Holder(HolderKind.POD, "admitted"), Resources(1000, GIB))
+    )
     accounting.resync([pod("bound")])
     # The holding of a pod that is not there went; the fresh admission waits for its pod.
     assert set(pod_holdings(ledger)) == {"bound", "admitted"}
@@ -110,7 +112,9 @@ def test_a_holding_whose_pod_was_bound_in_time_is_kept(
     ledger: Ledger, accounting: PodAccounting, clock: Clock
 ) -> None:
     accounting.resync([])
-    accounting.admissions.admit("n1", Holder(HolderKind.POD, "p"), Resources(1000, GIB))
+    accounting.admissions.admit(
+        AdmissionRequest("n1", Holder(HolderKind.POD, "p"), Resources(1000, GIB))
+    )
     clock.advance(5)
     accounting.on_event("ADDED", pod("p"))  # the scheduler bound it
     clock.advance(60)
@@ -123,7 +127,9 @@ def test_a_holding_whose_pod_was_bound_in_time_is_kept(
 def test_no_sweep_before_the_first_resync(
     ledger: Ledger, accounting: PodAccounting, clock: Clock
 ) -> None:
-    accounting.admissions.admit("n1", Holder(HolderKind.POD, "p"), Resources(1000, GIB))
+    accounting.admissions.admit(
+        AdmissionRequest("n1", Holder(HolderKind.POD, "p"), Resources(1000, GIB))
+    )
     clock.advance(60)
     accounting.sweep()  # the pods are not listed yet: "not bound" would be a guess
     assert set(pod_holdings(ledger)) == {"p"}
@@ -311,7 +317,7 @@ def test_an_orphaned_holding_released_by_hand_is_forgotten_at_the_next_resync(
     watched.on_event("ADDED", pod("p", phase="Running"))
     nodes["n1"] = LOST
     watched.on_event("DELETED", pod("p", phase="Running"))
-    watched.admissions.release("p", HolderKind.POD, reason="an operator")
+    watched.admissions.release(ReleaseRequest("p", HolderKind.POD, reason="an operator"))
     assert orphaned(watched) == 1
     watched.resync([])
     assert orphaned(watched) == 0

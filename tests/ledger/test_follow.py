@@ -10,7 +10,7 @@ import pytest
 from app.core.records import EventKind, NodeSpec
 from app.core.resources import Resources
 from app.db.engine import Database
-from app.ledger.columns import event_values
+from app.ledger.events import EventDraft
 from app.ledger.follow import EventFollower
 from app.ledger.service import Ledger
 from app.ledger.statements import LedgerStatements
@@ -47,7 +47,7 @@ def test_start_still_sees_an_event_that_commits_after_it(postgres_url: str) -> N
         slow = db.engine.connect()
         slow.begin()
         LedgerStatements(slow).insert_event(  # takes the lower id, commits last
-            event_values(datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late")
+            EventDraft(datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late")
         )
         ledger.record_event(EventKind.SLURM_PUSHED, "fast", "committed before the start")
         follower = EventFollower(ledger)
@@ -70,7 +70,7 @@ def test_an_event_committed_after_a_later_one_is_still_seen(postgres_url: str) -
         slow = db.engine.connect()
         slow.begin()
         LedgerStatements(slow).insert_event(  # takes the lower id, commits last
-            event_values(datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late")
+            EventDraft(datetime.now(UTC), EventKind.SLURM_PUSHED, "slow", "committed late")
         )
         ledger.record_event(EventKind.SLURM_PUSHED, "fast", "committed first")
         assert nodes_of(follower.poll()) == ["fast"]
@@ -92,7 +92,7 @@ def test_a_rolled_back_event_leaves_a_gap_that_is_given_up(postgres_url: str) ->
         follower.poll()
         with db.engine.connect() as connection:
             LedgerStatements(connection).insert_event(
-                event_values(datetime.now(UTC), EventKind.SLURM_PUSHED, "never", "rolled back")
+                EventDraft(datetime.now(UTC), EventKind.SLURM_PUSHED, "never", "rolled back")
             )
             connection.rollback()
         ledger.record_event(EventKind.SLURM_PUSHED, "after", "committed")

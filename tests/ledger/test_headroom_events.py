@@ -5,7 +5,7 @@ lowering it before it tells Slurm less (a fake slurmrestd, a real ledger)."""
 
 from __future__ import annotations
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions
 from app.core.caps import KubeCaps
 from app.core.headroom import HeadroomPolicy
 from app.core.records import EventKind, Holder, HolderKind, NodeSpec
@@ -34,16 +34,16 @@ def test_a_refill_push_that_raises_the_grant_shows_in_the_snapshot(database: Dat
     pusher = Pusher(FakeSlurm(slurm_node(), latency=0), ledger)  # type: ignore[arg-type]
     snapshot = NodeSnapshot(ledger)
 
-    def later(node: str, reason: str, *, settle: float = 0.0) -> None:
+    def defer_push(node: str, reason: str, *, settle: float = 0.0) -> None:
         # The deferred pushes' thread runs later: the snapshot may refresh before it pushes.
         snapshot.views()
         pusher.push(node, reason=reason)
 
     admissions = Admissions(
-        ledger, SlurmGate(pusher, KubeCaps(), holds=HoldJobs(pusher.client), later=later)
+        ledger, SlurmGate(pusher, KubeCaps(), holds=HoldJobs(pusher.client), defer_push=defer_push)
     )
     for i in range(3):  # through Slurm (held 1 + target 2), then twice inside the grant
-        admissions.admit("n1", Holder(HolderKind.POD, f"p{i}"), CPU)
+        admissions.admit(AdmissionRequest("n1", Holder(HolderKind.POD, f"p{i}"), CPU))
     assert ledger.get_node("n1").headroom.granted == Resources(5000)  # refilled: 3 + 2
     assert snapshot.views()["n1"].headroom == ledger.get_node("n1").headroom
     kinds = [e.kind for e in ledger.events(node="n1")]

@@ -13,7 +13,7 @@ from sqlalchemy import update
 from app.core.records import EventKind, Holder, HolderKind, HoldingState, NodeSpec, NodeView
 from app.core.resources import Resources
 from app.db.engine import Database
-from app.ledger.columns import event_values
+from app.ledger.events import EventDraft
 from app.ledger.service import Ledger, SnapshotEntry
 from app.ledger.snapshot import COMPACT_AFTER, NodeSnapshot, Views
 from app.ledger.statements import HOLDINGS, LedgerStatements
@@ -277,7 +277,7 @@ def slow_admission(postgres_url: str) -> Iterator[tuple[Ledger, Callable[[], Non
         },
     )  # fmt: skip
     statements.insert_event(
-        event_values(now, EventKind.ADMITTED, "a", "admitted ns/slow", resources=CPU)
+        EventDraft(now, EventKind.ADMITTED, "a", "admitted ns/slow", resources=CPU)
     )
     try:
         yield ledger, connection.commit

@@ -34,7 +34,7 @@ class LoggingGate:
     def headroom_open(self, node: str) -> bool:
         return False
 
-    def changed_later(self, node: str, reason: str, *, settle: float = 0.0) -> None:
+    def defer_push(self, node: str, reason: str, *, settle: float = 0.0) -> None:
         """No headroom."""
 
 

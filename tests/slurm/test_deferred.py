@@ -29,8 +29,8 @@ def test_a_burst_of_releases_is_one_push_after_it_settles() -> None:
     try:
         asked = time.monotonic()
         for _ in range(20):
-            deferred.request("n1", "released", settle=0.3)
-        deferred.request("n2", "released", settle=0.3)
+            deferred.defer_push("n1", "released", settle=0.3)
+        deferred.defer_push("n2", "released", settle=0.3)
         wait_until(lambda: len(pusher.pushed) == 2, 30, what="both nodes pushed")
         time.sleep(0.4)
         assert sorted(node for node, _, _ in pusher.pushed) == ["n1", "n2"]
@@ -45,8 +45,8 @@ def test_a_refill_pushes_a_settling_node_at_once() -> None:
     deferred.start()
     try:
         asked = time.monotonic()
-        deferred.request("n1", "released", settle=SETTLE)
-        deferred.request("n1", "headroom low")
+        deferred.defer_push("n1", "released", settle=SETTLE)
+        deferred.defer_push("n1", "headroom low")
         wait_until(lambda: len(pusher.pushed) == 1, SETTLE / 4, what="pushed")
         (node, reason, at) = pusher.pushed[0]
         assert (node, reason) == ("n1", "released")  # one push, for both

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
 from app.core.caps import KubeCaps
 from app.core.counts import SlurmUnits, withheld
 from app.core.ledger_errors import AdmissionRejected
@@ -77,7 +77,9 @@ def test_a_device_admission_is_held_by_one_hold_job_and_withheld_by_the_counts(
     holds = FakeHolds()
     fake = FakeSlurm(slurm_node(gres="k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4"))
     admissions = admissions_with(gpu_ledger, holds, fake=fake)
-    admitted = admissions.admit("n1", POD, Resources(1500, GIB, 1), devices=(HeldDevice(2),))
+    admitted = admissions.admit(
+        AdmissionRequest("n1", POD, Resources(1500, GIB, 1), devices=(HeldDevice(2),))
+    )
     assert admitted.holding.state is HoldingState.HELD
     assert admitted.holding.slurm_hold == "100"
     assert holds.held == {"100": ("uid-1", (2,), 1, 1)}  # the least a job can have
@@ -85,7 +87,7 @@ def test_a_device_admission_is_held_by_one_hold_job_and_withheld_by_the_counts(
     # (scancel, a time limit, a node DOWN) exposes none of them; pushed before the answer.
     assert withheld(gpu_ledger.get_node("n1")) == SlurmUnits(2, 1024, 1)
     assert k8s_counts(fake.node.gres) == {"k8scpu": 14, "k8smemory": 30976, "k8sgpu": 3}
-    admissions.release("uid-1")
+    admissions.release(ReleaseRequest("uid-1"))
     assert k8s_counts(fake.node.gres) == {"k8scpu": 16, "k8smemory": 32000, "k8sgpu": 4}
 
 
@@ -98,7 +100,9 @@ def test_a_device_admission_slurm_already_uses_is_refused_and_its_hold_ended(
     fake = FakeSlurm(slurm_node(gres="k8scpu:16,k8smemory:32000,k8sgpu:4,gpu:4", gres_used=used))
     admissions = admissions_with(gpu_ledger, holds, fake=fake)
     with pytest.raises(AdmissionRejected, match="cpu"):
-        admissions.admit("n1", POD, Resources(1500, GIB, 1), devices=(HeldDevice(2),))
+        admissions.admit(
+            AdmissionRequest("n1", POD, Resources(1500, GIB, 1), devices=(HeldDevice(2),))
+        )
     assert holds.cancelled == ["100"]
     assert holds.held == {}
     assert gpu_ledger.list_holdings("n1") == []
@@ -109,7 +113,9 @@ def test_a_device_slurm_holds_is_refused_and_the_hold_undone(gpu_ledger: Ledger)
     holds.held["7"] = ("job", (2,), 1, 1)  # a Slurm job has device 2
     admissions = admissions_with(gpu_ledger, holds)
     with pytest.raises(AdmissionRejected, match="busy"):
-        admissions.admit("n1", POD, Resources(1000, GIB, 1), devices=(HeldDevice(2),))
+        admissions.admit(
+            AdmissionRequest("n1", POD, Resources(1000, GIB, 1), devices=(HeldDevice(2),))
+        )
     assert gpu_ledger.list_holdings("n1") == []
 
 
@@ -118,15 +124,17 @@ def test_device_holds_fail_closed_even_with_fail_open(gpu_ledger: Ledger) -> Non
     holds.down = True
     admissions = admissions_with(gpu_ledger, holds, fail_open=True)
     with pytest.raises(AdmissionRejected, match="cannot hold GPU devices"):
-        admissions.admit("n1", POD, Resources(1000, GIB, 1), devices=(HeldDevice(0),))
+        admissions.admit(
+            AdmissionRequest("n1", POD, Resources(1000, GIB, 1), devices=(HeldDevice(0),))
+        )
     assert gpu_ledger.list_holdings("n1") == []
 
 
 def test_a_release_ends_the_hold_job(gpu_ledger: Ledger) -> None:
     holds = FakeHolds()
     admissions = admissions_with(gpu_ledger, holds)
-    admissions.admit("n1", POD, Resources(1000, GIB, 1), devices=(HeldDevice(1),))
-    released = admissions.release("uid-1")
+    admissions.admit(AdmissionRequest("n1", POD, Resources(1000, GIB, 1), devices=(HeldDevice(1),)))
+    released = admissions.release(ReleaseRequest("uid-1"))
     assert released.slurm_hold == "100"
     assert holds.cancelled == ["100"]
     assert holds.held == {}

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
 from app.core.caps import KubeCaps
 from app.core.gres import gres_count, with_counts
 from app.core.headroom import HeadroomPolicy
@@ -128,7 +128,7 @@ def test_jobs_and_pods_never_share_a_cpu_with_headroom_on_three_replicas(
     gates = [SlurmGate(Pusher(slurm, ledger), KubeCaps(), holds=holds) for ledger in ledgers]  # type: ignore[arg-type]
     services = [Admissions(ledger, gate) for ledger, gate in zip(ledgers, gates, strict=True)]
     for gate in gates:
-        gate.later = None  # push at once: more interleavings
+        gate.deferred = None  # push at once: more interleavings
     kept = count_releases_kept(ledgers)
     stop = threading.Event()
 
@@ -140,12 +140,12 @@ def test_jobs_and_pods_never_share_a_cpu_with_headroom_on_three_replicas(
             if mine and rng.random() < 0.4:
                 uid = mine.pop(rng.randrange(len(mine)))
                 with contextlib.suppress(HoldingNotFound):
-                    service.release(uid, HolderKind.POD)
+                    service.release(ReleaseRequest(uid, HolderKind.POD))
                 continue
             uid = f"w{worker}-{i}"
             request = Resources(rng.choice([500, 1000, 2000]), GIB)
             try:
-                service.admit("n1", Holder(HolderKind.POD, uid), request)
+                service.admit(AdmissionRequest("n1", Holder(HolderKind.POD, uid), request))
             except AdmissionRejected:
                 continue
             mine.append(uid)

@@ -4,7 +4,7 @@ SQLite ledger; tests/slurm/test_failures.py proves the same against the real clu
 
 from __future__ import annotations
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions
 from app.core.caps import KubeCaps
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
@@ -48,7 +48,7 @@ def test_a_fail_open_admission_is_pushed_by_the_next_sync_step_that_reaches_slur
     sync.step()  # the first, full pass
 
     slurm.down = True
-    admissions.admit("n1", Holder(HolderKind.POD, "u1"), Resources(2000, GIB))
+    admissions.admit(AdmissionRequest("n1", Holder(HolderKind.POD, "u1"), Resources(2000, GIB)))
     assert pusher.owed() == ["n1"]
     sync.step()  # unreachable: still owed
     assert pusher.owed() == ["n1"]

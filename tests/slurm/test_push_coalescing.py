@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions
 from app.core.caps import KubeCaps
 from app.core.gres import gres_count
 from app.core.ledger_errors import AdmissionRejected
@@ -131,7 +131,7 @@ def test_a_burst_of_admissions_costs_few_pushes_and_ends_exact(ledger: Ledger) -
 
     def admit(i: int) -> None:
         holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
-        admissions.admit("n1", holder, Resources(500, GIB))
+        admissions.admit(AdmissionRequest("n1", holder, Resources(500, GIB)))
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         done = [pool.submit(admit, 0)]
@@ -162,7 +162,9 @@ def test_overlap_with_a_job_that_started_meanwhile_is_rejected_and_undone(
     with pytest.raises(
         AdmissionRejected, match=r"Slurm already holds it.*14 of 16 CPUs.*jobs 41 \(sim\)"
     ):
-        admissions.admit("n1", Holder(HolderKind.POD, "u1", "ns/p"), Resources(4000, GIB))
+        admissions.admit(
+            AdmissionRequest("n1", Holder(HolderKind.POD, "u1", "ns/p"), Resources(4000, GIB))
+        )
     assert ledger.list_holdings() == []
     assert fake.node.gres == "k8scpu:16,k8smemory:32000"  # counts raised back
 

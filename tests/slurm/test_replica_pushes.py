@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
 from app.core.caps import KubeCaps
 from app.core.counts import SlurmUnits, desired_counts, held_units, withheld
 from app.core.gres import gres_count
@@ -89,9 +89,9 @@ def test_pushes_to_a_node_never_overlap_across_replicas_and_end_exact(
         replica = admissions[i % REPLICAS]
         holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
         # 36 of these fit together: releases may all come last.
-        replica.admit("n1", holder, Resources(250, GIB // 2))
+        replica.admit(AdmissionRequest("n1", holder, Resources(250, GIB // 2)))
         if i % 3 == 0:  # some pods go again, through another replica
-            admissions[(i + 1) % REPLICAS].release(holder.id, HolderKind.POD)
+            admissions[(i + 1) % REPLICAS].release(ReleaseRequest(holder.id, HolderKind.POD))
 
     with ThreadPoolExecutor(max_workers=12) as pool:
         list(pool.map(churn, range(36)))
@@ -143,9 +143,9 @@ def test_with_a_headroom_pushes_never_overlap_and_slurm_withholds_what_pods_hold
 
     def churn(i: int) -> None:
         holder = Holder(HolderKind.POD, f"uid-{i}", f"ns/p{i}")
-        admissions[i % REPLICAS].admit("n1", holder, Resources(250, GIB // 2))
+        admissions[i % REPLICAS].admit(AdmissionRequest("n1", holder, Resources(250, GIB // 2)))
         if i % 3 == 0:
-            admissions[(i + 1) % REPLICAS].release(holder.id, HolderKind.POD)
+            admissions[(i + 1) % REPLICAS].release(ReleaseRequest(holder.id, HolderKind.POD))
 
     with ThreadPoolExecutor(max_workers=12) as pool:
         list(pool.map(churn, range(36)))

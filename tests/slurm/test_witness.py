@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions
 from app.core.caps import KubeCaps
 from app.core.gres import gres_count
 from app.core.headroom import HeadroomPolicy
@@ -65,7 +65,9 @@ class Service:
 
     def admit(self, uid: str, cpu_millis: int) -> bool:
         """Whether the admission skipped Slurm (held inside the grant)."""
-        self.admissions.admit("n1", Holder(HolderKind.POD, uid), Resources(cpu_millis, GIB))
+        self.admissions.admit(
+            AdmissionRequest("n1", Holder(HolderKind.POD, uid), Resources(cpu_millis, GIB))
+        )
         events = self.ledger.events(kind=EventKind.ADMITTED, limit=1000)
         (event,) = [e for e in events if e.holder_id == uid]
         return bool(event.details.get("within_headroom"))

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from app.core.records import EventKind, NodeHeadroom
 from app.core.resources import Resources
-from app.ledger.columns import event_values
+from app.ledger.events import EventDraft
 from app.ledger.service import Ledger
 
 
@@ -27,5 +27,5 @@ def set_headroom(
         assert row is not None, node
         repo.set_headroom(row.id, NodeHeadroom(target, granted, used_at))
         repo.insert_event(
-            event_values(ledger.clock(), EventKind.HEADROOM, node, "headroom set by a test")
+            EventDraft(ledger.clock(), EventKind.HEADROOM, node, "headroom set by a test")
         )

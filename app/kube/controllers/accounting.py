@@ -42,7 +42,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from app.admission.service import Admissions
+from app.admission.service import Admissions, ReleaseRequest
 from app.core.claims import ClaimDevicesError
 from app.core.ledger_errors import HoldingNotFound, LedgerError
 from app.core.pod_release import OUT_OF_SERVICE_TAINT, READY, NodeHealth, Proof, release_proof
@@ -256,7 +256,7 @@ class PodAccounting:
 
     def _release(self, uid: str, reason: str) -> None:
         with contextlib.suppress(HoldingNotFound):
-            self.admissions.release(uid, HolderKind.POD, reason=reason, path="kubernetes")
+            self.admissions.release(ReleaseRequest(uid, HolderKind.POD, reason, "kubernetes"))
         if uid in self._orphans:  # read without the lock: the lock-taking path is rare
             self._forget_orphans([uid])
 

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions
 from app.core.errors import NodeledgerError
 from app.core.genericnode import ADMITTED, REJECTED, timestamp
 from app.core.quantities import cpu_millis, gpu_count, memory_bytes
@@ -109,10 +109,12 @@ class AdmissionRequests:
         name = f"{request.get('namespace', '')}/{request.get('name', '')}".strip("/")
         try:
             self.admissions.admit(
-                node,
-                Holder(HolderKind.POD, uid, name),
-                requested(request, self.gpu_resource),
-                path="genericnode",
+                AdmissionRequest(
+                    node,
+                    Holder(HolderKind.POD, uid, name),
+                    requested(request, self.gpu_resource),
+                    path="genericnode",
+                )
             )
             result, message = ADMITTED, f"admitted on {node}"
         except NodeledgerError as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from app.admission.service import Admissions
+from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
 from app.core.caps import KubeCaps
 from app.core.claims import gpus_counted_once, held_by_index
 from app.core.errors import NodeledgerError
@@ -91,7 +91,7 @@ class Extender:
                 devices = held_by_index(allocated)
                 requests = gpus_counted_once(requests, pod, allocated, devices, self.gpu_resource)
             admission = self.admissions.admit(
-                node, holder, requests, path="extender", devices=devices
+                AdmissionRequest(node, holder, requests, path="extender", devices=devices)
             )
         except NodeledgerError as exc:
             log.info("extender bind %s/%s on %s refused: %s", namespace, name, node, exc)
@@ -102,6 +102,7 @@ class Extender:
             if admission.created:
                 with contextlib.suppress(HoldingNotFound):
                     reason = f"binding failed: {exc}"
-                    self.admissions.release(uid, HolderKind.POD, reason=reason, path="extender")
+                    release = ReleaseRequest(uid, HolderKind.POD, reason, path="extender")
+                    self.admissions.release(release)
             return ExtenderBindingResult(Error=f"binding failed: {exc}")
         return ExtenderBindingResult()

@@ -19,7 +19,6 @@ from app.core.plan import (
     slurm_snapshot,
 )
 from app.core.records import (
-    EventKind,
     HeldDevice,
     Holder,
     HolderKind,
@@ -224,16 +223,6 @@ def test_a_node_with_gpus_plans_k8sgpu() -> None:
     assert plan_node(view(gpu_pod), gpu_node, []).push == Push("n1")
     # What the pusher pushes then (it computes the counts under the node's lock).
     assert desired_counts(gpu_node, withheld(view(gpu_pod))) == K8sCounts(16, 32000, 3)
-
-
-def test_the_drift_event_names_the_node_and_what_was_pushed() -> None:
-    event = Push("n1").drift_event(LOWERED)
-    assert event.kind is EventKind.SLURM_DRIFT
-    assert event.message == (
-        "Slurm node n1 lost the pushed counts (slurmctld restart or reconfigure?); "
-        f"pushed {LOWERED} again"
-    )
-    assert event.details == {"pushed": LOWERED}
 
 
 @pytest.mark.parametrize(
