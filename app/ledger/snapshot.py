@@ -199,6 +199,13 @@ class NodeSnapshot:
         assert loaded is not None
         return loaded.views
 
+    def latest(self) -> Views:
+        """The last refresh's views, without a refresh (the first read loads): for advice
+        that is checked again before anything is written (the extender's prioritize), at
+        most the background refresh's interval behind, plus this process's writes since."""
+        loaded = self._loaded
+        return loaded.views if loaded is not None else self.views()
+
     def list_nodes(self) -> tuple[NodeView, ...]:
         """NodeViews: every view, fresh, by name (as Ledger.list_nodes); the same tuple
         while no node changed."""

@@ -30,7 +30,6 @@ from app.kube.extender.wire import (
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
-    HostPriority,
 )
 from app.ledger.snapshot import NodeSnapshot
 
@@ -72,9 +71,11 @@ class Extender:
         nodes = args.Nodes.named(fits) if args.Nodes is not None else None
         return ExtenderFilterResult(Nodes=nodes, NodeNames=fits, FailedNodes=failed)
 
-    def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
-        scores = prioritize(args.candidates, self.snapshot.views(self.max_staleness))
-        return [HostPriority(Host=h, Score=s) for h, s in scores]
+    def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
+        """(node, score) per candidate. Scores only order nodes that passed the filter, and
+        bind admits through the ledger: they are read from the latest views, no refresh (a
+        database round trip per scheduling cycle, after every bind of this replica)."""
+        return prioritize(args.candidates, self.snapshot.latest())
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         name, namespace, uid, node = args.PodName, args.PodNamespace, args.PodUID, args.Node
