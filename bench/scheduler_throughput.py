@@ -55,7 +55,13 @@ RUNDIR = Path("/tmp/nl-tput-scale")
 CRD = REPO / "crds" / "genericnodes.nodeledger.io.yaml"
 CHART_CONFIG = REPO / "charts" / "nodeledger" / "files" / "kube-scheduler-config.yaml"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-PROFILES = {"default": "tput-default", "nodeledger": "nodeledger"}
+# Profile -> schedulerName. "no-prioritize": the chart's extender without its prioritize
+# verb (filter and bind only), an option weighed in docs/design.md.
+PROFILES = {
+    "default": "tput-default",
+    "nodeledger": "nodeledger",
+    "no-prioritize": "nodeledger-np",
+}
 WRITES = "nodeledger_kube_status_writes_total"
 
 
@@ -80,10 +86,12 @@ def scheduler_config(profile: str, run: Path, extender_url: str) -> dict[str, An
     config["clientConnection"] = {"kubeconfig": str(run / "scheduler.kubeconfig")}
     config["leaderElection"] = {"leaderElect": False}
     config["profiles"] = [{"schedulerName": PROFILES[profile]}]
-    if profile == "nodeledger":
-        config["extenders"][0]["urlPrefix"] = f"{extender_url}/v1/extender"
-    else:
+    if profile == "default":
         del config["extenders"]
+    else:
+        config["extenders"][0]["urlPrefix"] = f"{extender_url}/v1/extender"
+    if profile == "no-prioritize":
+        del config["extenders"][0]["prioritizeVerb"]
     return config
 
 
@@ -119,7 +127,7 @@ class Schedulers:
     def __init__(self, plane: ControlPlane, port_base: int) -> None:
         self.plane = plane
         self.run = Path(plane.exports()["NODELEDGER_KUBE_RUN"])
-        self.ports = {"default": port_base + 20, "nodeledger": port_base + 21}
+        self.ports = {name: port_base + 20 + k for k, name in enumerate(PROFILES)}
         user = yaml.safe_load(plane.kubeconfig.read_text())["users"][0]["user"]
         self.cert = RUNDIR / "tput-admin.crt", RUNDIR / "tput-admin.key"
         self.cert[0].write_bytes(base64.b64decode(user["client-certificate-data"]))
@@ -300,7 +308,7 @@ async def one_round(
         result["create_to_bound_s"] = summary([bound[n] - created[n] for n in bound])
     result["scheduler"] = await asyncio.to_thread(schedulers.figures, profile)
     await asyncio.to_thread(schedulers.stop, profile)
-    if profile == "nodeledger":
+    if profile != "default":
         result["extender"] = extender_share(before, service_figures(service))
     # Gone at once (no kubelet confirms a graceful deletion); the ledger releases them.
     await api.call("DELETE", PODS, {"gracePeriodSeconds": 0}, {"labelSelector": f"round={label}"})
@@ -338,10 +346,13 @@ def aggregate(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "create_to_bound_p50_s": round(median(r["create_to_bound_s"]["p50"] for r in mine), 2),
             "create_to_bound_p99_s": round(median(r["create_to_bound_s"]["p99"] for r in mine), 2),
         }
-    if "default" in out and "nodeledger" in out:
-        d, n = out["default"], out["nodeledger"]
-        out["ratio_pods_per_s"] = round(n["pods_per_s"] / d["pods_per_s"], 3)
-        out["ratio_p99"] = round(n["create_to_bound_p99_s"] / d["create_to_bound_p99_s"], 3)
+    for profile in ("nodeledger", "no-prioritize"):
+        if "default" in out and profile in out:
+            d, n = out["default"], out[profile]
+            suffix = "" if profile == "nodeledger" else f"_{profile}"
+            out[f"ratio_pods_per_s{suffix}"] = round(n["pods_per_s"] / d["pods_per_s"], 3)
+            ratio = n["create_to_bound_p99_s"] / d["create_to_bound_p99_s"]
+            out[f"ratio_p99{suffix}"] = round(ratio, 3)
     return out
 
 
@@ -382,7 +393,7 @@ def measure(
         released(service, service_figures(service), 0, 120)
         rounds = []
         for k in range(args.rounds):
-            for profile in PROFILES:
+            for profile in args.profiles.split(","):
                 label = f"r{nodes}-{k}-{profile}"
                 say(f"{nodes} nodes: round {k} {profile}")
                 before = service_figures(service)
@@ -413,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     add("--round-timeout", type=float, default=600.0)
     add("--concurrency", type=int, default=32, help="API requests in flight")
     add("--port-base", type=int, default=24379)
+    add("--profiles", default="default,nodeledger", help=f"alternated, of {','.join(PROFILES)}")
     add("--service-code", default=str(REPO), help="the checkout whose app is measured")
     add("--service-env", action="append", default=[], metavar="KEY=VALUE",
         help="one more environment variable of the service (e.g. a setting tried)")  # fmt: skip
