@@ -21,6 +21,7 @@ from app.api import (
 from app.auth import guard as auth
 from app.bootstrap import Services, build_guard, build_services, running
 from app.kube.extender import routes as extender_routes
+from app.kube.extender.metering import ExtenderMetering
 from app.settings import Settings
 from app.web import routes as web_routes
 
@@ -55,6 +56,7 @@ def create_app(
     )
     auth.install(app, guard)
     routes_metrics.install(app)
+    app.add_middleware(ExtenderMetering, metrics=services.metrics)
     # The routers' routes join the app's own, each with its router's prefix and
     # dependencies: FastAPI 0.16x matches an included router's routes again on every
     # request, a tenth of an admission's time in the service. The busiest come first.

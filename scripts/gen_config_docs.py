@@ -96,9 +96,12 @@ fractions are [the cap trade-off](slurm.md#the-cap-trade-off). The chart sets th
 What each setting does is in [kubernetes.md](kubernetes.md). An empty
 `NODELEDGER_KUBE_NODE_SELECTOR` manages every Node. A resync compares each watch's objects,
 as its list and events left them, with the ledger (no new LIST), and compares the
-GenericNode statuses. `NODELEDGER_KUBE_EXTENDER_MAX_STALENESS` only concerns other
-replicas' changes (this replica's own are always seen); 0 asks the event log on every call,
-a round trip on PostgreSQL. `NODELEDGER_KUBE_LEASE_NAME` and
+GenericNode statuses. `NODELEDGER_KUBE_EXTENDER_MAX_STALENESS` lets the filter answer from
+views up to that old, this replica's own binds included (the scheduler counts the pods it
+placed in its own cache, and bind admits through the ledger: a stale answer costs a refused
+bind at worst); 0 asks the event log on every call, a round trip on PostgreSQL, and reads
+the nodes every bind changed. Prioritize only orders the nodes filter passed: it answers
+from the latest views whatever the setting. `NODELEDGER_KUBE_LEASE_NAME` and
 `NODELEDGER_KUBE_LEASE_NAMESPACE` name the Lease of the leader election;
 `NODELEDGER_KUBE_LEASE_DURATION` is in seconds. The chart sets `NODELEDGER_KUBE_IDENTITY`
 to the pod name, the Lease name to the release's full name and its namespace to the pod's.

@@ -71,8 +71,8 @@ class KubeSettings(BaseSettings):
         default=0.0,
         ge=0,
         le=10,
-        description="Seconds the extender's filter and prioritize may miss other replicas' "
-        "changes (0: none; more saves a database round trip per call)",
+        description="Seconds the extender's filter may miss ledger changes, this replica's "
+        "binds included (0: none; more saves a database round trip per call)",
     )
     list_page_size: int = Field(
         default=2000, ge=1, description="Objects per page of a LIST (limit + continue)"

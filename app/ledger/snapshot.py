@@ -17,13 +17,15 @@ in the same transaction (app.ledger.commands), on whichever replica made it.
 Contract:
 - Freshness: ``views(max_age)`` answers from a refresh that started at most ``max_age``
   seconds before the call, refreshing first when the last one is older, or when this
-  process committed a write since (its own writes are always seen). With 0 (the default
-  of the extender, and what the Slurm sync and the Kubernetes controllers ask for) a
-  caller sees every change committed before its call, on any replica, like a read of the
-  ledger would; that costs one indexed read of the event log when nothing changed (on
-  PostgreSQL a round trip: the extender's ``max_staleness`` trades it for up to that many
-  seconds of other replicas' changes). Refreshes run one at a time, and a caller that
-  waited for one that started after it asked takes its result.
+  process committed a write since (its own writes are seen, unless the caller passes
+  ``own_writes=False``: the extender's filter, whose ``max_staleness`` covers this
+  replica's binds too). With 0 (the default of the extender, and what the Slurm sync and
+  the Kubernetes controllers ask for) a caller sees every change committed before its
+  call, on any replica, like a read of the ledger would; that costs one indexed read of
+  the event log when nothing changed (on PostgreSQL a round trip: the extender's
+  ``max_staleness`` trades it for up to that many seconds of changes). ``latest()``
+  never refreshes. Refreshes run one at a time, and a caller that waited for one that
+  started after it asked takes its result.
 - Readers get an immutable mapping that a refresh replaces whole: never a half-applied
   refresh, and a reader never holds up the next refresh. (The mapping is the views of the
   last full load plus the nodes changed since, so that a refresh copies what changed
@@ -187,17 +189,26 @@ class NodeSnapshot:
 
     # reads
 
-    def views(self, max_age: float = 0.0) -> Views:
+    def views(self, max_age: float = 0.0, *, own_writes: bool = True) -> Views:
         """Every node's view by name, from a refresh that started at most ``max_age``
-        seconds ago."""
+        seconds ago; with ``own_writes`` False, this process's writes since may be missed
+        for as long too (as the extender allows: during a burst of binds it commits
+        between every two filters, and each would refresh)."""
         asked = self.monotonic()
-        if self._stale(asked, max_age):
+        if self._stale(asked, max_age, own_writes):
             with self._refreshing:
-                if self._stale(asked, max_age):
+                if self._stale(asked, max_age, own_writes):
                     self._refresh()
         loaded = self._loaded
         assert loaded is not None
         return loaded.views
+
+    def latest(self) -> Views:
+        """The last refresh's views, without a refresh (the first read loads): for advice
+        that is checked again before anything is written (the extender's prioritize), at
+        most the background refresh's interval behind, plus this process's writes since."""
+        loaded = self._loaded
+        return loaded.views if loaded is not None else self.views()
 
     def list_nodes(self) -> tuple[NodeView, ...]:
         """NodeViews: every view, fresh, by name (as Ledger.list_nodes); the same tuple
@@ -236,8 +247,9 @@ class NodeSnapshot:
             except Exception:
                 log.exception("a subscriber of the node snapshot failed")
 
-    def _stale(self, asked: float, max_age: float) -> bool:
-        return self._loaded is None or self._written or self._refreshed < asked - max_age
+    def _stale(self, asked: float, max_age: float, own_writes: bool = True) -> bool:
+        written = self._written and own_writes
+        return self._loaded is None or written or self._refreshed < asked - max_age
 
     # updates
 

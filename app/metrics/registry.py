@@ -37,6 +37,7 @@ Phase = Literal["ledger", "slurm"]
 PushReason = Literal["admission", "release", "drift", "retry", "headroom", "other"]
 SlurmOutcome = Literal["ok", "error", "unavailable", "auth"]
 LeaderRole = Literal["kube-controllers", "slurm-sync"]
+ExtenderVerb = Literal["filter", "prioritize", "bind"]
 
 # 0.5 ms (a local SQLite admission) .. 5 s (the default slurmrestd timeout).
 ADMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -188,6 +189,19 @@ class Metrics:
             buckets=ADMISSION_BUCKETS,
             registry=r,
         )
+        self.extender_duration = Histogram(
+            "nodeledger_extender_request_duration_seconds",
+            "kube-scheduler extender calls, by verb: body read to response sent",
+            ["verb"],
+            buckets=ADMISSION_BUCKETS,
+            registry=r,
+        )
+        self.extender_bytes = Counter(
+            "nodeledger_extender_bytes",
+            "Bytes of the extender calls' bodies, by verb and direction (received, sent)",
+            ["verb", "direction"],
+            registry=r,
+        )
         self.slurm_request_duration = Histogram(
             "nodeledger_slurm_request_duration_seconds",
             "slurmrestd requests (each attempt), by endpoint and outcome",
@@ -291,6 +305,10 @@ class Metrics:
         self._phases = {phase: self.admission_duration.labels(phase) for phase in get_args(Phase)}
         for reason in get_args(PushReason):
             self.slurm_pushes.labels(reason)
+        for verb in get_args(ExtenderVerb):
+            self.extender_duration.labels(verb)
+            self.extender_bytes.labels(verb, "received")
+            self.extender_bytes.labels(verb, "sent")
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ admissions
@@ -317,6 +335,11 @@ class Metrics:
 
     def released(self, path: ReleasePath) -> None:
         self._released[path].inc()
+
+    def extender_called(self, verb: ExtenderVerb, seconds: float, received: int, sent: int) -> None:
+        self.extender_duration.labels(verb).observe(seconds)
+        self.extender_bytes.labels(verb, "received").inc(received)
+        self.extender_bytes.labels(verb, "sent").inc(sent)
 
     # ------------------------------------------------------------------ Slurm
 

@@ -27,8 +27,15 @@ MIRROR = re.compile(r"^GenericNode status resync: (\d+) of (\d+) differ .*\(([\d
 
 class Service:
     def __init__(
-        self, database_url: str, kubeconfig: Path, port: int, log: Path, env: dict[str, str]
+        self,
+        database_url: str,
+        kubeconfig: Path,
+        port: int,
+        log: Path,
+        env: dict[str, str],
+        code: Path = REPO,
     ) -> None:
+        """``code``: the checkout whose ``app`` runs (another one: a before/after bench)."""
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
         self.env = {
@@ -48,6 +55,7 @@ class Service:
             "NODELEDGER_METRICS_CACHE_SECONDS": "300",
             **env,
         }
+        self.code = code
         self.process: subprocess.Popen[bytes] | None = None
         self.started = 0.0
 
@@ -60,7 +68,7 @@ class Service:
         with self.log.open("wb") as out:  # this run only: resyncs() reads it back
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "app", "serve"],
-                cwd=REPO,
+                cwd=self.code,
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

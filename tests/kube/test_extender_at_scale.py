@@ -1,7 +1,7 @@
 """1,000 nodes with 10 pods each: the extender's filter and prioritize over HTTP, answered
 from the node snapshot, say exactly what the pure decisions say on a fresh read of the
-ledger, also right after admissions and releases, and right after changes by another
-replica unless the extender may answer that stale. Behaviour,
+ledger, also right after admissions and releases and changes by another replica, unless
+the extender may answer that stale. Behaviour,
 not timing (bench/ledger_scale.py measures). The Kubernetes API is a fake: filter and
 prioritize never call it."""
 
@@ -81,6 +81,18 @@ def per_node(
     return {n: (result["FailedNodes"].get(n, ""), score.get(n)) for n in CANDIDATES}
 
 
+def assert_each_as_then_or_now(
+    seen: dict[str, tuple[str, int | None]],
+    then: dict[str, tuple[str, int | None]],
+    now: dict[str, tuple[str, int | None]],
+) -> None:
+    """Filter and prioritize are two calls: each may answer from views before or after the
+    changes (the snapshot's background refresh may come between them)."""
+    for name, (reason, score) in seen.items():
+        assert reason in (then[name][0], now[name][0]), name
+        assert score in (then[name][1], now[name][1]), name
+
+
 def admit(api: TestClient, node: str, uid: str, cpu: str) -> None:
     body = {"node": node, "holder": {"kind": "pod", "uid": uid}, "requests": {"cpu": cpu}}
     assert api.post("/v1/admissions", json=body).status_code == 201
@@ -98,12 +110,19 @@ def test_the_snapshot_decides_like_a_fresh_read(
         assert reason in reasons
 
     # Fill some fitting nodes, free some full ones (i % 6 == 5 holds 60 of 64 cores):
-    # this replica's own changes, seen at once whatever the allowed staleness
+    # this replica's own changes, seen at once when strict; with an allowed staleness
+    # they may be missed as long as another replica's (the scheduler counts the pods it
+    # placed itself, and bind admits through the ledger)
     for i in range(0, 60, 6):
         admit(api, node_name(i), f"fill-{i}", "50")
     for i in range(5, 60, 6):
         assert api.delete(f"/v1/admissions/{i:05d}-00-bulk-pod").status_code == 200
     after, after_scores = answered(api)
+    if max_staleness:
+        now, then = per_node(expected(ledger)), per_node((before, scores))
+        assert_each_as_then_or_now(per_node((after, after_scores)), then, now)
+        api.app.state.services.snapshot.refresh()  # type: ignore[attr-defined]
+        after, after_scores = answered(api)
     assert (after, after_scores) == expected(ledger)
     assert after != before
 
@@ -123,8 +142,7 @@ def test_the_snapshot_decides_like_a_fresh_read(
         # may have read any of the three meanwhile. Each node is as before them or after.
         now = per_node(expected(ledger))
         then = per_node((after, after_scores))
-        for name, seen in per_node((changed, scores)).items():
-            assert seen in (then[name], now[name]), name
+        assert_each_as_then_or_now(per_node((changed, scores)), then, now)
         return
     assert (changed, scores) == expected(ledger)
     for i in (1, 2, 3):

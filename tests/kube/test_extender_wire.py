@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.bootstrap import build_services
 from app.kube.client import KubeError
@@ -93,6 +94,35 @@ def test_prioritize_scores_every_candidate(client: TestClient) -> None:
     assert answer.status_code == 200, answer.text
     assert [h["Host"] for h in answer.json()] == ["kn1"]
     assert 0 <= answer.json()[0]["Score"] <= 10
+
+
+def test_every_extender_call_is_timed_and_weighed_by_verb(client: TestClient) -> None:
+    body = {"Pod": pod(), "NodeNames": ["kn1", "kn2"]}
+    sizes = [
+        (len(answer.request.content), len(answer.content))
+        for answer in (
+            client.post("/v1/extender/filter", json=body),
+            client.post("/v1/extender/filter", json=body),
+            client.post("/v1/extender/prioritize", json=body),
+        )
+    ]
+    client.get("/v1/nodes")  # another route: not counted
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+
+    def value(family: str, sample: str, **labels: str) -> float:
+        found = families[family].samples
+        return next(s.value for s in found if s.name == sample and s.labels == labels)
+
+    duration = "nodeledger_extender_request_duration_seconds"
+    assert value(duration, f"{duration}_count", verb="filter") == 2
+    assert value(duration, f"{duration}_count", verb="prioritize") == 1
+    assert value(duration, f"{duration}_count", verb="bind") == 0
+    assert value(duration, f"{duration}_sum", verb="filter") > 0
+    counted = "nodeledger_extender_bytes"
+    assert value(counted, f"{counted}_total", verb="filter", direction="received") == (
+        sizes[0][0] + sizes[1][0]
+    )
+    assert value(counted, f"{counted}_total", verb="prioritize", direction="sent") == sizes[2][1]
 
 
 def test_bind_admits_then_binds(client: TestClient, kube: FakeKube) -> None:

@@ -39,6 +39,8 @@ CONTRACT = {
     "nodeledger_admissions_within_headroom": "counter",
     "nodeledger_releases": "counter",
     "nodeledger_admission_duration_seconds": "histogram",
+    "nodeledger_extender_request_duration_seconds": "histogram",
+    "nodeledger_extender_bytes": "counter",
     "nodeledger_slurm_request_duration_seconds": "histogram",
     "nodeledger_slurm_pushes": "counter",
     "nodeledger_slurm_pushes_coalesced": "counter",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic_core import to_json
 
 from app.auth.guard import body, require, require_read
 from app.core.errors import NodeledgerError
@@ -45,18 +46,25 @@ async def _extender(request: Request) -> Extender:
 
 
 ExtenderDep = Annotated[Extender, Depends(_extender)]
+JSON = "application/json"
 
 
-@router.post("/filter")
-def filter_nodes(args: ExtenderArgs, extender: ExtenderDep) -> ExtenderFilterResult:
+# filter and prioritize run once per scheduling cycle, each with up to a thousand names:
+# their answers are serialized here, once, and not validated again against the
+# response_model (which documents them) nor passed through jsonable_encoder.
+
+
+@router.post("/filter", response_model=ExtenderFilterResult)
+def filter_nodes(args: ExtenderArgs, extender: ExtenderDep) -> Response:
     """ExtenderArgs in, ExtenderFilterResult out: the nodes that fit, reasons for the rest."""
-    return extender.filter(args)
+    return Response(extender.filter(args).model_dump_json(), media_type=JSON)
 
 
-@router.post("/prioritize")
-def prioritize(args: ExtenderArgs, extender: ExtenderDep) -> list[HostPriority]:
+@router.post("/prioritize", response_model=list[HostPriority])
+def prioritize(args: ExtenderArgs, extender: ExtenderDep) -> Response:
     """HostPriorityList: prefer nodes where Slurm holds least, then the most free CPU."""
-    return extender.prioritize(args)
+    scores = [{"Host": host, "Score": score} for host, score in extender.prioritize(args)]
+    return Response(to_json(scores), media_type=JSON)
 
 
 @router.post("/bind", dependencies=[require("create", "bindings", name=body("Node"))])

@@ -30,7 +30,6 @@ from app.kube.extender.wire import (
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
-    HostPriority,
 )
 from app.ledger.snapshot import NodeSnapshot
 
@@ -64,17 +63,21 @@ class Extender:
             requests = pod_requests(args.Pod.as_api_object(), self.gpu_resource)
         except QuantityError as exc:
             return ExtenderFilterResult(Error=f"invalid pod requests: {exc}")
-        # Every change committed before this call by this replica, and by the others up to
-        # max_staleness seconds before (app.ledger.snapshot); only the candidates are read.
-        views = self.snapshot.views(self.max_staleness)
+        # Every change committed before this call (max_staleness 0), or up to
+        # max_staleness seconds before, this replica's binds included: the scheduler's
+        # own cache already counts the pods it placed, and bind admits through the
+        # ledger (app.ledger.snapshot). Only the candidates are read.
+        views = self.snapshot.views(self.max_staleness, own_writes=False)
         fits, failed = filter_nodes(requests, args.candidates, views, self.caps)
         # A scheduler without nodeCacheCapable sends Node objects and reads them back.
         nodes = args.Nodes.named(fits) if args.Nodes is not None else None
         return ExtenderFilterResult(Nodes=nodes, NodeNames=fits, FailedNodes=failed)
 
-    def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
-        scores = prioritize(args.candidates, self.snapshot.views(self.max_staleness))
-        return [HostPriority(Host=h, Score=s) for h, s in scores]
+    def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
+        """(node, score) per candidate. Scores only order nodes that passed the filter, and
+        bind admits through the ledger: they are read from the latest views, no refresh (a
+        database round trip per scheduling cycle, after every bind of this replica)."""
+        return prioritize(args.candidates, self.snapshot.latest())
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         name, namespace, uid, node = args.PodName, args.PodNamespace, args.PodUID, args.Node
