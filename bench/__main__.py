@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +64,14 @@ def run(scenario: Scenario, extra: Sequence[str]) -> int:
     return verdicts(scenario, tee.getvalue())
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # A bench stopped with kill/timeout unwinds its context managers (services, clusters):
+    # a service left running would go on syncing its ledger into the shared test cluster.
+    sys.exit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = list(sys.argv[1:] if argv is None else argv)
     scenarios = load()
     if not args or args[0] in ("-h", "--help", "list"):
