@@ -554,6 +554,11 @@ def delay_probes(service: Service, slurm: SlurmCluster, args: argparse.Namespace
     }
 
 
+def marked(slurm: SlurmCluster, nodes: list[str]) -> bool:
+    """Every node's Extra carries the service's queue marker (NODELEDGER_SLURM_JOBS_QUEUE)."""
+    return all('"nodeledger":1' in str(slurm.node(n).get("extra") or "") for n in nodes)
+
+
 def admitted(service: Service, body: dict[str, Any]) -> bool:
     return service.client.post("/v1/admissions", json=body).status_code in (200, 201)
 
@@ -593,6 +598,8 @@ def side(
     service.take(taken)
     # Unmeasured: the connection, the first sync step's look at the node, one pod.
     wait_until(lambda: node_view(service)["admissible"], 30, what=f"{NODE} admissible")
+    if args.jobs_queue:  # else the plugin gives the race's first jobs no constraint
+        wait_until(partial(marked, slurm, taken), 60, what="every node marked for the queue")
     service.client.post("/v1/admissions", json=pod(NODE, f"{name}-warm")).raise_for_status()
     release_all(service.client, NODE)
     pods = PodWorkers(service.url, args, f"{name}-pod", seed)
