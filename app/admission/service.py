@@ -111,15 +111,23 @@ class AdmissionGate(Protocol):
         that more changes go with it. Returns at once."""
 
 
+def advance(flow: Flow[T], result: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """One move of a flow, given its last step's result or error: (True, its answer) once
+    it is done, else (False, its next step). Shared by both ways of running one."""
+    try:
+        return False, (flow.send(result) if error is None else flow.throw(error))
+    except StopIteration as done:
+        return True, done.value
+
+
 def inline(flow: Flow[T]) -> T:
     """Run a flow to its answer in this thread, each step where it stands."""
     result: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            step = flow.send(result) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        done, step = advance(flow, result, error)
+        if done:
+            return step  # type: ignore[no-any-return]
         try:
             result, error = step(), None
         except BaseException as exc:  # the flow's own handlers and context managers see it
@@ -164,10 +172,9 @@ class Admissions:
         result: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                step = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+            done, step = advance(flow, result, error)
+            if done:
+                return step  # type: ignore[no-any-return]
             try:
                 result, error = await to_thread.run_sync(step), None
             except BaseException as exc:  # cancellation included: the flow's blocks exit
