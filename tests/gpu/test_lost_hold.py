@@ -16,9 +16,9 @@ What happens to the device itself differs (docs/gpu-identity.md "When a hold end
   jobs at once, lowest device first. The service sees the node DOWN and withholds every GPU
   of it while the node is not admissible, which lasts until the sweep has held device 0
   again: the queued jobs are held back meanwhile (BadConstraints) and start afterwards on
-  the other devices. The node's slurmd is stopped while it is DOWN, as for a node that
-  died: a node back within a sync of going DOWN is faster than the service
-  (docs/gpu-identity.md).
+  the other devices. The node's slurmd is stopped, and found not responding by Slurm,
+  before it is set DOWN, as for a node that died: a node back within a sync of going DOWN
+  is faster than the service (docs/gpu-identity.md).
 
 The sampler reads one job listing at a time and only while a job that would break the rule
 keeps running (sleep 600): a breach stays visible, whatever the sampling rate.
@@ -132,6 +132,14 @@ def settled(slurm: SlurmCluster, sample: Sampler, jobs: list[str]) -> None:
     )
 
 
+def on_node(slurm: SlurmCluster) -> str:
+    """What Slurm has on n3, for a failure's message."""
+    jobs = slurm.run("squeue", "-w", SLURM_NODE, "-t", "all", "-o", "%i %T %r %b")
+    node = slurm.run("scontrol", "show", "node", SLURM_NODE)
+    details = slurm.run("scontrol", "show", "job", "-d", check=False)
+    return f"jobs on {SLURM_NODE}:\n{jobs}\nnode:\n{node}\njobs:\n{details}"
+
+
 def current_hold(slurm_api: TestClient, uid: str) -> str | None:
     ledger: Ledger = slurm_api.app.state.services.ledger  # type: ignore[attr-defined]
     [holding] = [h for h in ledger.list_holdings(NODE) if h.holder.id == uid]
@@ -194,9 +202,16 @@ def test_a_node_down_and_resumed_gives_no_job_the_pods_device(
     settled(slurm, sample, jobs)
     # The node dies (slurmd gone) and is set DOWN. With slurmd still answering, Slurm's
     # ReturnToService=2 (the test clusters, many sites) may return it at once: 0.4 s once
-    # on 26.05, before anyone could see it DOWN (docs/gpu-identity.md, not covered).
+    # on 26.05, before anyone could see it DOWN (docs/gpu-identity.md, not covered). So
+    # does an answer slurmd gave just before it stopped (a ping): 7 ms after the DOWN once
+    # on 24.11. A node that died is one Slurm has found not responding since.
     slurm.stop_slurmd(SLURM_NODE)
     try:
+        sample.until(
+            lambda: "NOT_RESPONDING" in slurm.node(SLURM_NODE)["state"],
+            90,
+            what=f"{SLURM_NODE} not responding",
+        )
         slurm.run("scontrol", "update", f"NodeName={SLURM_NODE}", "State=DOWN", "Reason=test")
         sample.until(lambda: not running(slurm, first), 60, what=f"hold {first} ended")
         # The service sees the node DOWN within a sync and withholds every GPU of it until
@@ -221,7 +236,10 @@ def test_a_node_down_and_resumed_gives_no_job_the_pods_device(
     # The sweep holds device 0 again within its full pass (30 syncs of 1 s, each longer on
     # busy cores: the bound is generous, the sweep's event is what is waited for); then the
     # counts come back and the queued jobs start, on the other devices.
-    sample.until(held_again, 300, what="device 0 held again by the sweep")
+    try:
+        sample.until(held_again, 300, what="device 0 held again by the sweep")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; breaches {sample.breaches[:3]}; {on_node(slurm)}") from exc
     hold = current_hold(slurm_api, "pod-down")
     assert hold is not None
     assert devices(slurm, hold) == (POD_DEVICE,)
