@@ -23,7 +23,7 @@ class Shortfall:
 
 def shortfalls(requested: Resources, free: Resources) -> tuple[Shortfall, ...]:
     """Every resource where ``requested`` exceeds ``free`` (free may be negative), in
-    Resources.NAMES order. Spelled out per resource: the extender asks it of hundreds of
+    the order cpu, memory, gpu. Spelled out per resource: the extender asks it of hundreds of
     refused nodes per call."""
     short = []
     if requested.cpu_millis > free.cpu_millis:

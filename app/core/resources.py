@@ -29,7 +29,6 @@ class Resources:
     gpus: int = 0
 
     ZERO: ClassVar[Resources]
-    NAMES: ClassVar[tuple[ResourceName, ...]] = ("cpu", "memory", "gpu")
 
     def __add__(self, other: Resources) -> Resources:
         return Resources(
