@@ -17,12 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from tests.slurm.helpers import admit
+from tests.slurm.helpers import admit, marked
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
 pytestmark = pytest.mark.slurm
-MARKER = '"nodeledger":1'
 
 
 @pytest.fixture(params=[True, False], ids=["queue", "off"])
@@ -33,10 +32,6 @@ def api(
     with TestClient(create_app(settings)) as client:
         register_nodes(client)
         yield client
-
-
-def marked(slurm: SlurmCluster) -> bool:
-    return all(MARKER in str(slurm.node(n).get("extra") or "") for n in slurm.nodes)
 
 
 def reason(slurm: SlurmCluster, job: str) -> str:

@@ -1,6 +1,8 @@
 """Many rounds of parallel admissions, releases and Slurm submissions on one node: after
 every round the invariant holds in the ledger and in Slurm (issue test 4), on SQLite and
-PostgreSQL, with the headroom off and on (app.core.headroom)."""
+PostgreSQL, with the headroom off and on (app.core.headroom), and with jobs waiting for
+what pods hold (docs/slurm.md#jobs-wait-for-what-pods-hold) beside the headroom: jobs the
+totals refuse then pend and start as pods go, instead of failing at submit."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from tests.slurm.helpers import admit
+from tests.slurm.helpers import admit, marked
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
@@ -22,16 +24,26 @@ ROUNDS = 8
 NODE = "n1"
 
 
-HEADROOM = {"headroom_cpu": "2", "headroom_memory": "4Gi"}
+HEADROOM: dict[str, object] = {"headroom_cpu": "2", "headroom_memory": "4Gi"}
 
 
-@pytest.fixture(params=["headroom off", "headroom on"])
+VARIANTS: dict[str, dict[str, object]] = {
+    "headroom off": {},
+    "headroom on": HEADROOM,
+    "jobs queue, headroom on": {**HEADROOM, "jobs_queue": True},
+}
+
+
+@pytest.fixture(params=list(VARIANTS))
 def race_api(
     slurm: SlurmCluster, database_url: str, request: pytest.FixtureRequest
 ) -> Iterator[TestClient]:
-    extra = HEADROOM if request.param == "headroom on" else {}
+    extra = VARIANTS[request.param]
     with TestClient(create_app(slurm_settings(slurm, database_url, **extra))) as api:
         register_nodes(api)
+        if extra.get("jobs_queue"):
+            # The plugin queues a job only once every node of its partition is marked.
+            wait_until(lambda: marked(slurm), 60, what="every node of the partition marked")
         yield api
 
 
@@ -78,11 +90,12 @@ def check_invariant(api: TestClient, slurm: SlurmCluster) -> None:
 
 
 def test_invariant_holds_through_racing_admissions_releases_and_jobs(
-    race_api: TestClient, slurm: SlurmCluster
+    race_api: TestClient, slurm: SlurmCluster, request: pytest.FixtureRequest
 ) -> None:
+    queue = bool(VARIANTS[request.node.callspec.params["race_api"]].get("jobs_queue"))
     rng = random.Random(7)
     live: list[str] = []
-    admitted = rejected = submitted = 0
+    admitted = rejected = submitted = refused = 0
     for round_no in range(ROUNDS):
         new = [f"r{round_no}-p{i}" for i in range(5)]
         gone, live = live[:3], live[3:]
@@ -96,7 +109,7 @@ def test_invariant_holds_through_racing_admissions_releases_and_jobs(
                     f"sleep {rng.choice([1, 2, 3])}",
                 )  # fmt: skip
             except (RuntimeError, subprocess.TimeoutExpired):
-                return ""  # refused at submit (larger than the current total): fine
+                return ""  # refused at submit (larger than the current total, no queue)
 
         with ThreadPoolExecutor(max_workers=10) as pool:
             jobs = pool.map(submit, range(3))
@@ -113,13 +126,17 @@ def test_invariant_holds_through_racing_admissions_releases_and_jobs(
                 else:
                     rejected += 1
             assert all(r.status_code == 200 for r in released)
-            submitted += sum(1 for j in jobs if j)
+            done = list(jobs)
+            submitted += sum(1 for j in done if j)
+            refused += sum(1 for j in done if not j)
         check_invariant(race_api, slurm)
     events = race_api.get("/v1/events", params={"kind": "admitted", "limit": 1000}).json()
     within = sum(1 for e in events if e["details"].get("within_headroom"))
     print(
         f"{ROUNDS} rounds: {admitted} admitted ({within} inside the headroom), "
-        f"{rejected} rejected, {submitted} jobs"
+        f"{rejected} rejected, {submitted} jobs, {refused} refused at submit"
     )
     assert admitted
     assert submitted
+    if queue:  # every job fits the node: none is refused for what pods hold
+        assert refused == 0
