@@ -95,7 +95,8 @@ def test_invariant_holds_through_racing_admissions_releases_and_jobs(
     queue = bool(VARIANTS[request.node.callspec.params["race_api"]].get("jobs_queue"))
     rng = random.Random(7)
     live: list[str] = []
-    admitted = rejected = submitted = refused = 0
+    admitted = rejected = submitted = 0
+    refusals: list[str] = []
     for round_no in range(ROUNDS):
         new = [f"r{round_no}-p{i}" for i in range(5)]
         gone, live = live[:3], live[3:]
@@ -108,8 +109,11 @@ def test_invariant_holds_through_racing_admissions_releases_and_jobs(
                     f"--gres=k8scpu:{cpus},k8smemory:{cpus * 500}", "--wrap",
                     f"sleep {rng.choice([1, 2, 3])}",
                 )  # fmt: skip
-            except (RuntimeError, subprocess.TimeoutExpired):
-                return ""  # refused at submit (larger than the current total, no queue)
+            except RuntimeError as exc:  # refused at submit (larger than the current total)
+                refusals.append(str(exc)[-200:])
+                return ""
+            except subprocess.TimeoutExpired:
+                return ""  # sbatch itself slow (busy cores): no answer either way
 
         with ThreadPoolExecutor(max_workers=10) as pool:
             jobs = pool.map(submit, range(3))
@@ -126,17 +130,15 @@ def test_invariant_holds_through_racing_admissions_releases_and_jobs(
                 else:
                     rejected += 1
             assert all(r.status_code == 200 for r in released)
-            done = list(jobs)
-            submitted += sum(1 for j in done if j)
-            refused += sum(1 for j in done if not j)
+            submitted += sum(1 for j in jobs if j)
         check_invariant(race_api, slurm)
     events = race_api.get("/v1/events", params={"kind": "admitted", "limit": 1000}).json()
     within = sum(1 for e in events if e["details"].get("within_headroom"))
     print(
         f"{ROUNDS} rounds: {admitted} admitted ({within} inside the headroom), "
-        f"{rejected} rejected, {submitted} jobs, {refused} refused at submit"
+        f"{rejected} rejected, {submitted} jobs, {len(refusals)} refused at submit"
     )
     assert admitted
     assert submitted
     if queue:  # every job fits the node: none is refused for what pods hold
-        assert refused == 0
+        assert refusals == [], refusals[:3]
