@@ -1,5 +1,6 @@
 """What the benches stand on: the test cluster, `nodeledger serve` processes and the
-requests they send, taken from the tests' own helpers (``tests.support``) so a bench and a
+requests they send, taken from the tests' own helpers (``tests.support``; for the GPU
+benches, tests/gpu's node gpu-1 with its DRA devices and its service) so a bench and a
 test start the same service and the same cluster the same way. Benches import these from
 here, never from each other or from ``tests.support``.
 """
@@ -7,10 +8,11 @@ here, never from each other or from ``tests.support``.
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -19,8 +21,23 @@ from typing import Any
 import httpx
 
 from bench._stats import timed
+from tests.gpu.conftest import SCHEDULER, GpuService, gpu_service
+from tests.gpu.conftest import dra_node as _dra_node_fixture
+from tests.gpu.test_device_taints import OURS
+from tests.gpu.test_extended_resources import mapping_class, plain_pod
+from tests.gpu.test_gpu_identity import (
+    NODE,
+    RESOURCE,
+    SLURM_NODE,
+    TEST_LABEL,
+    DraNode,
+    gpu_claim,
+    gpu_pod,
+)
 from tests.support.bulk import fill, node_name
 from tests.support.databases import migrated, postgres_database, postgres_server_url
+from tests.support.kube_cluster import KubeCluster
+from tests.support.kube_cluster import cluster_sh as kube_cluster_sh
 from tests.support.net import free_port
 from tests.support.realenv import wait_until
 from tests.support.service import ServiceProcess, running_service
@@ -34,21 +51,37 @@ from tests.support.slurm_cluster import (
 )
 
 __all__ = [
+    "GPU_NODE",
+    "GPU_SLURM_NODE",
     "NODE_BODY",
     "NODE_CPUS",
     "NODE_MEMORY_MIB",
+    "OURS",
+    "RESOURCE",
     "REST_API",
+    "SCHEDULER",
+    "TEST_LABEL",
+    "DraNode",
+    "GpuService",
+    "KubeCluster",
     "Service",
     "ServiceProcess",
     "SlurmCluster",
     "cluster",
     "cluster_sh",
+    "dra_node",
     "fill",
     "free_port",
+    "gpu_claim",
+    "gpu_pod",
+    "gpu_service",
     "headroom_services",
+    "kube_cluster_sh",
     "main_cache",
+    "mapping_class",
     "migrated",
     "node_name",
+    "plain_pod",
     "pod",
     "postgres_database",
     "postgres_server_url",
@@ -62,6 +95,18 @@ __all__ = [
     "sqlite_services",
     "wait_until",
 ]
+
+
+# The GPU tests' node: gpu-1 in Kubernetes and the ledger, Slurm's n3 (tests/gpu).
+GPU_NODE, GPU_SLURM_NODE = NODE, SLURM_NODE
+
+
+def dra_node(kube: KubeCluster) -> AbstractContextManager[DraNode]:
+    """gpu-1 with its four DRA devices on ``kube``, swept afterwards: tests/gpu's fixture
+    itself (pytest refuses a direct call of a fixture, so its function is wrapped), so that
+    the bench's node is set up exactly as the tests' is."""
+    fixture: Callable[[KubeCluster], Iterator[DraNode]] = inspect.unwrap(_dra_node_fixture)
+    return contextmanager(fixture)(kube)
 
 
 def cluster(release: str) -> SlurmCluster:
