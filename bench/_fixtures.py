@@ -8,11 +8,10 @@ here, never from each other or from ``tests.support``.
 from __future__ import annotations
 
 import argparse
-import inspect
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,7 +21,7 @@ import httpx
 
 from bench._stats import timed
 from tests.gpu.conftest import SCHEDULER, GpuService, gpu_service
-from tests.gpu.conftest import dra_node as _dra_node_fixture
+from tests.gpu.conftest import dra_gpu_node as dra_node
 from tests.gpu.test_device_taints import OURS
 from tests.gpu.test_extended_resources import mapping_class, plain_pod
 from tests.gpu.test_gpu_identity import (
@@ -99,14 +98,6 @@ __all__ = [
 
 # The GPU tests' node: gpu-1 in Kubernetes and the ledger, Slurm's n3 (tests/gpu).
 GPU_NODE, GPU_SLURM_NODE = NODE, SLURM_NODE
-
-
-def dra_node(kube: KubeCluster) -> AbstractContextManager[DraNode]:
-    """gpu-1 with its four DRA devices on ``kube``, swept afterwards: tests/gpu's fixture
-    itself (pytest refuses a direct call of a fixture, so its function is wrapped), so that
-    the bench's node is set up exactly as the tests' is."""
-    fixture: Callable[[KubeCluster], Iterator[DraNode]] = inspect.unwrap(_dra_node_fixture)
-    return contextmanager(fixture)(kube)
 
 
 def cluster(release: str) -> SlurmCluster:

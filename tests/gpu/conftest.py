@@ -37,26 +37,33 @@ from tests.support.slurm_cluster import SlurmCluster, wait_until
 SCHEDULER = "nodeledger"  # the chart's profile name
 
 
-@pytest.fixture
-def dra_node(kube_cluster: KubeCluster) -> Iterator[DraNode]:
-    """Node gpu-1 with four GPUs published through DRA (a DeviceClass and a ResourceSlice)."""
-    served = kube_cluster.kubectl("api-resources", "--api-group=resource.k8s.io", "-o", "name")
+@contextlib.contextmanager
+def dra_gpu_node(kube: KubeCluster) -> Iterator[DraNode]:
+    """Node gpu-1 with four GPUs published through DRA (a DeviceClass and a ResourceSlice)
+    on ``kube``, swept afterwards (the benches set it up this way too)."""
+    served = kube.kubectl("api-resources", "--api-group=resource.k8s.io", "-o", "name")
     if "resourceslices.resource.k8s.io" not in served.split():
         unavailable("Kubernetes DRA (resource.k8s.io/v1)", f"the API server serves: {served!r}")
-    sweep(kube_cluster)  # what a run that was killed left behind
+    sweep(kube)  # what a run that was killed left behind
     labels = {"nodeledger.io/slurm-node": SLURM_NODE, **TEST_LABEL}
-    kube_cluster.create_node(NODE, cpu=16, memory="32000Mi", labels=labels)
-    kube_cluster.create(device_class())
-    kube_cluster.create(device_slice())
-    api = kube_config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
+    kube.create_node(NODE, cpu=16, memory="32000Mi", labels=labels)
+    kube.create(device_class())
+    kube.create(device_slice())
+    api = kube_config.new_client_from_config(config_file=str(kube.kubeconfig))
     # The client's first call takes ~1 s here (it loads its models): not the scheduler's time.
     kube_client.CoreV1Api(api).list_namespaced_pod("default", limit=1)
     try:
-        yield DraNode(kube_cluster, api)
+        yield DraNode(kube, api)
     finally:
         api.close()
         with contextlib.suppress(Exception):
-            sweep(kube_cluster)
+            sweep(kube)
+
+
+@pytest.fixture
+def dra_node(kube_cluster: KubeCluster) -> Iterator[DraNode]:
+    with dra_gpu_node(kube_cluster) as node:
+        yield node
 
 
 @dataclass
