@@ -33,14 +33,13 @@ from bench._fixtures import free_port, postgres_database
 from bench.kubescale.cluster import Api, ControlPlane
 from bench.kubescale.load import PODS_PER_NODE, load
 from bench.kubescale.proc import CpuWindow, peak_rss_mb, rss_mb
-from bench.kubescale.service import Service
+from bench.kubescale.service import WRITES, Service, settle
 from bench.kubescale.workload import burst, churn, unburst
 
 REPO = Path(__file__).resolve().parent.parent
 
 RUNDIR = Path("/tmp/nodeledger-kube-scale")
 CRD = REPO / "crds" / "genericnodes.nodeledger.io.yaml"
-WRITES = "nodeledger_kube_status_writes_total"
 
 
 def say(message: str) -> None:
@@ -68,18 +67,6 @@ def daemons(plane: ControlPlane) -> dict[str, Any]:
         if pid is not None:
             out[name] = {"rss_mb": round(rss_mb(pid)), "peak_rss_mb": round(peak_rss_mb(pid))}
     return out
-
-
-def settle(service: Service, timeout: float, quiet: float = 20) -> dict[str, Any]:
-    """Wait until the status writes stop (no new write for ``quiet`` seconds)."""
-    started = time.monotonic()
-    last, last_change = service.counter(WRITES), time.monotonic()
-    while time.monotonic() - last_change < quiet and time.monotonic() - started < timeout:
-        time.sleep(1)
-        now = service.counter(WRITES)
-        if now != last:
-            last, last_change = now, time.monotonic()
-    return {"status_writes": int(last), "last_write_after_s": round(last_change - started, 1)}
 
 
 def start(service: Service, timeout: float) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,15 +214,43 @@ def fill_cluster(slurm: SlurmCluster, args: argparse.Namespace) -> dict[str, Any
         "nodes": args.nodes + len(slurm.nodes),
         "jobs_submitted_per_s": round(slurm.submit_held(args.jobs, "scale"), 1),
     }
-    # The counts node_features/k8s_resources gives a node when it registers (these never
-    # do; 26.05 sizes no node at slurmctld start): else the service's first pass pushes
-    # every one of them, minutes of work at 15,000 nodes that no real site sees.
-    slurm.update_nodes(f"s[1-{args.nodes}]", gres="k8scpu:16,k8smemory:32000")
+    size_scale_nodes(slurm, args.nodes)
     running = [
         slurm.sbatch("-w", n, "-c", "2", "--mem=500", "--wrap", "sleep 3600") for n in ("n1", "n2")
     ]
     result["jobs"] = args.jobs + len(running)
     return result
+
+
+def size_scale_nodes(slurm: SlurmCluster, nodes: int) -> None:
+    """Give s1..sN the counts node_features/k8s_resources gives a node when it registers
+    (these never do; 26.05 sizes no node at slurmctld start): else the service's first pass
+    pushes every one of them, minutes of work at 15,000 nodes that no real site sees."""
+    slurm.update_nodes(f"s[1-{nodes}]", gres="k8scpu:16,k8smemory:32000")
+
+
+@contextlib.contextmanager
+def scale_cluster(
+    nodes: int,
+    rundir: str,
+    port_base: int,
+    *,
+    cache: Path = CACHE,
+    live: int = 3,
+    keep: bool = False,
+) -> Iterator[SlurmCluster]:
+    """A real 26.05 cluster of its own whose slurm.conf also defines ``nodes`` nodes
+    s1..sN that never register (cluster.sh's scale nodes) beside ``live`` nodes n1..
+    with a slurmd: its own copy of the test cluster's chroot in ``cache``, run directory
+    and ports; taken down after unless ``keep``."""
+    env = {**scale_env(nodes, cache, rundir, port_base), "NODELEDGER_SLURM_NODES": str(live)}
+    seed_cache(VERSION, cache, main=MAIN_CACHE)
+    cluster_sh(VERSION, "up", timeout=1800, env=env)
+    try:
+        yield SlurmCluster.from_env(VERSION, env)
+    finally:
+        if not keep:
+            cluster_sh(VERSION, "down", timeout=300, check=False, env=env)
 
 
 def floors(slurm: SlurmCluster, samples: int) -> dict[str, Any]:
@@ -337,12 +365,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = arguments().parse_args(argv)
     # cluster.sh (and so cluster_sh) points at the scale cluster from here on.
     os.environ.update(scale_env(args.nodes, CACHE, "/tmp/nodeledger-scale", 17400))
-    seed_cache(VERSION, CACHE, main=MAIN_CACHE)
-    cluster_sh(VERSION, "up", timeout=1800)
-    try:
-        result = measure(SlurmCluster.from_env(VERSION), args)
-    finally:
-        cluster_sh(VERSION, "down", timeout=300, check=False)
+    with scale_cluster(args.nodes, "/tmp/nodeledger-scale", 17400) as slurm:
+        result = measure(slurm, args)
     print(json.dumps(result, indent=2))
 
 

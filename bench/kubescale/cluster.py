@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import httpx
 import yaml
 
 T = TypeVar("T")
@@ -85,22 +86,35 @@ class ControlPlane:
             return None
 
 
+def admin_tls(kubeconfig: Path) -> tuple[str, ssl.SSLContext]:
+    """The API server's URL and a TLS context trusting its CA with the kubeconfig's admin
+    client certificate (the first cluster and user of an admin kubeconfig)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    user = config["users"][0]["user"]
+    ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+    context = ssl.create_default_context(cadata=ca)
+    with tempfile.TemporaryDirectory(prefix="kube-scale-") as files:
+        cert, key = Path(files, "c.crt"), Path(files, "c.key")
+        cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+        key.write_bytes(base64.b64decode(user["client-key-data"]))
+        context.load_cert_chain(cert, key)
+    return str(cluster["server"]), context
+
+
+def admin_client(kubeconfig: Path, timeout: float = 30) -> httpx.Client:
+    """A blocking client of the API server as the kubeconfig's admin (one request at a
+    time: for timing single calls, where the async ``Api`` is for loading)."""
+    server, context = admin_tls(kubeconfig)
+    return httpx.Client(base_url=server, verify=context, timeout=timeout)
+
+
 class Api:
     """Async JSON requests to the API server as the kubeconfig's admin."""
 
     def __init__(self, kubeconfig: Path, concurrency: int) -> None:
-        config = yaml.safe_load(kubeconfig.read_text())
-        cluster = config["clusters"][0]["cluster"]
-        user = config["users"][0]["user"]
-        self.server = str(cluster["server"])
+        self.server, self.ssl = admin_tls(kubeconfig)
         self.concurrency = concurrency
-        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        self.ssl = ssl.create_default_context(cadata=ca)
-        with tempfile.TemporaryDirectory(prefix="kube-scale-") as files:
-            cert, key = Path(files, "c.crt"), Path(files, "c.key")
-            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
-            key.write_bytes(base64.b64decode(user["client-key-data"]))
-            self.ssl.load_cert_chain(cert, key)
         self.session: aiohttp.ClientSession | None = None
 
     def run(self, work: Callable[[Api], Awaitable[T]]) -> T:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bench.kubescale.cluster import Api
@@ -21,13 +21,15 @@ def node_name(i: int) -> str:
     return f"bench-{i:05d}"
 
 
-def node_object(name: str) -> dict[str, Any]:
-    """A kubelet-less Node: a Node's status may be set on create (a kubelet does so)."""
+def node_object(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A kubelet-less Node: a Node's status may be set on create (a kubelet does so).
+    ``labels``: more than the managed and hostname labels (e.g. its Slurm node's name)."""
     resources = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+    every = {MANAGED: "true", "kubernetes.io/hostname": name, **(labels or {})}
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {MANAGED: "true", "kubernetes.io/hostname": name}},
+        "metadata": {"name": name, "labels": every},
         "status": {"capacity": resources, "allocatable": resources},
     }
 

@@ -23,6 +23,7 @@ from bench.kubescale.load import MANAGED
 LISTED = re.compile(r"^(\w+): listed (\d+) in ([\d.]+) s, resync ([\d.]+) s$")
 RESYNCED = re.compile(r"^(\w+): resync of (\d+) from the watch, ([\d.]+) s$")
 MIRROR = re.compile(r"^GenericNode status resync: (\d+) of (\d+) differ .*\(([\d.]+) s\)$")
+WRITES = "nodeledger_kube_status_writes_total"
 
 
 class Service:
@@ -143,3 +144,15 @@ class Service:
                      "differ": int(m[1]), "resync_s": float(m[3])}
                 )  # fmt: skip
         return found
+
+
+def settle(service: Service, timeout: float, quiet: float = 20) -> dict[str, Any]:
+    """Wait until the status writes stop (no new write for ``quiet`` seconds)."""
+    started = time.monotonic()
+    last, last_change = service.counter(WRITES), time.monotonic()
+    while time.monotonic() - last_change < quiet and time.monotonic() - started < timeout:
+        time.sleep(1)
+        now = service.counter(WRITES)
+        if now != last:
+            last, last_change = now, time.monotonic()
+    return {"status_writes": int(last), "last_write_after_s": round(last_change - started, 1)}
