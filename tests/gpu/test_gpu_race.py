@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pytest
 from fastapi.testclient import TestClient
@@ -85,11 +86,15 @@ class Race:
             return enough and (self.identified or bool(self.shared))
 
 
+class Contested(Protocol):
+    def contested(self) -> bool: ...
+
+
 class Going:
     """The race goes on for ``seconds``, and then until it was contested (a busy machine
     makes fewer rounds a second), at most ``limit`` seconds in all."""
 
-    def __init__(self, race: Race, seconds: float, *, limit: float) -> None:
+    def __init__(self, race: Contested, seconds: float, *, limit: float) -> None:
         start = time.monotonic()
         self.race, self.until, self.limit = race, start + seconds, start + limit
 

@@ -46,6 +46,7 @@ from tests.gpu.test_gpu_identity import (
     gpu_indices,
     gpu_pod,
 )
+from tests.gpu.test_gpu_race import Going
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.slow]
@@ -86,18 +87,6 @@ class Race:
             if not self.taints:
                 return bool(self.given_standing)
             return len(self.bound_after) >= 5 and len(self.jobs) >= 5 and self.samples >= 30
-
-
-class Going:
-    """``seconds`` of racing, then until contested, at most ``limit`` seconds in all."""
-
-    def __init__(self, race: Race, seconds: float, *, limit: float) -> None:
-        start = time.monotonic()
-        self.race, self.until, self.limit = race, start + seconds, start + limit
-
-    def __call__(self) -> bool:
-        now = time.monotonic()
-        return now < self.limit and (now < self.until or not self.race.contested())
 
 
 class Pods:
