@@ -139,17 +139,17 @@ def run_jobs(race: Race, slurm: SlurmCluster, seed: int, going: Going) -> None:
 
 
 def running_gpus(
-    slurm: SlurmCluster,
+    slurm: SlurmCluster, name: str = "gpu-race"
 ) -> tuple[dict[str, set[int]], dict[str, tuple[str, set[int]]]]:
-    """Running jobs on the node: the race's jobs' devices, and each hold job's holder and
-    devices (named after its pod), from one slurmrestd listing."""
+    """Running jobs on the node: the devices of the race's jobs (named ``name``), and each
+    other job's (a hold job's) holder and devices, from one slurmrestd listing."""
     jobs: dict[str, set[int]] = {}
     holds: dict[str, tuple[str, set[int]]] = {}
     for job in slurm.rest("GET", "jobs/").json()["jobs"]:
         if "RUNNING" not in job["job_state"] or job.get("nodes") != SLURM_NODE:
             continue
         indices = gpu_indices(job["gres_detail"][0]) if job.get("gres_detail") else set()
-        if job["name"] == "gpu-race":
+        if job["name"] == name:
             jobs[str(job["job_id"])] = indices
         else:
             holder = (job.get("comment") or "").removeprefix(HOLD_COMMENT_PREFIX)

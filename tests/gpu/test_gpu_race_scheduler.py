@@ -43,10 +43,9 @@ from tests.gpu.test_gpu_identity import (
     DraNode,
     SharedGpu,
     gpu_claim,
-    gpu_indices,
     gpu_pod,
 )
-from tests.gpu.test_gpu_race import Going
+from tests.gpu.test_gpu_race import Going, running_gpus
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.slow]
@@ -190,22 +189,10 @@ def run_jobs(race: Race, slurm: SlurmCluster, seed: int, going: Going) -> None:
         time.sleep(0.1)
 
 
-def job_devices(slurm: SlurmCluster) -> dict[str, set[int]]:
-    """The devices of the race's running jobs on n3 (the pods' hold jobs not among them),
-    from one slurmrestd listing."""
-    found: dict[str, set[int]] = {}
-    for job in slurm.rest("GET", "jobs/").json()["jobs"]:
-        if job["name"] != JOB_NAME or "RUNNING" not in job["job_state"]:
-            continue
-        if job.get("nodes") == SLURM_NODE and job.get("gres_detail"):
-            found[str(job["job_id"])] = gpu_indices(job["gres_detail"][0])
-    return found
-
-
 def sample(race: Race, slurm: SlurmCluster, going: Going) -> None:
     while going():
         before = race.bound()
-        jobs = job_devices(slurm)
+        jobs, _ = running_gpus(slurm, JOB_NAME)  # the pods' hold jobs apart
         after = race.bound()
         held = {pod: d for pod, d in before.items() if after.get(pod) == d}  # throughout
         for job, indices in jobs.items():
