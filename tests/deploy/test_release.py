@@ -18,11 +18,16 @@ from typing import Any
 
 import pytest
 
+from tests.gpu.test_gpu_identity import job_gpus
 from tests.support.deploy import (
     FULLNAME,
+    GPU_CLASS,
+    GPU_DRIVER,
+    GPU_NODE,
     IMAGE,
     KUBE_VERSION,
     NAMESPACE,
+    NODES,
     RELEASE,
     SCHEDULER_PODS,
     SERVER_PODS,
@@ -111,13 +116,13 @@ def test_genericnodes_appear_for_the_real_nodes(release: Release) -> None:
         items = release.kube.kubectl_json("get", "genericnodes")["items"]
         return {g["metadata"]["name"] for g in items}
 
-    wait_until(lambda: names() == {"n1", "n2"}, 60, 1, "GenericNodes n1 and n2")
+    wait_until(lambda: names() == set(NODES), 60, 1, f"GenericNodes {', '.join(NODES)}")
     # The nodes' kubelets are the release the suite pins (the newest supported minor).
     kubelets = {
         n["metadata"]["name"]: n["status"]["nodeInfo"]["kubeletVersion"]
         for n in release.kube.kubectl_json("get", "nodes")["items"]
     }
-    assert kubelets == {"n1": KUBE_VERSION, "n2": KUBE_VERSION}
+    assert kubelets == dict.fromkeys(NODES, KUBE_VERSION)
     n1 = release.ledger_node("n1")
     assert n1["admissible"], n1
     # The smaller of the kubelet's allocatable (this machine) and Slurm's n1.
@@ -173,7 +178,10 @@ def test_a_daemonsets_pods_on_managed_nodes_are_held(release: Release) -> None:
     release.kube.create(daemonset)
     try:
         wait_until(
-            lambda: len(_running(release, "app=agent")) == 2, 120, 1, "an agent pod per node"
+            lambda: len(_running(release, "app=agent")) == len(NODES),
+            120,
+            1,
+            "an agent pod per node",
         )
         for pod in _running(release, "app=agent"):
             node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
@@ -185,7 +193,7 @@ def test_a_daemonsets_pods_on_managed_nodes_are_held(release: Release) -> None:
         release.kube.kubectl("delete", "daemonset", "agent", "--wait=true", timeout=120)
     wait_until(lambda: not release.kube.kubectl_json("get", "pods", "-l", "app=agent")["items"],
                60, 0.5, "the agent pods gone")  # fmt: skip
-    for node in ("n1", "n2"):
+    for node in NODES:
         held = [h for h in release.ledger_node(node)["holdings"] if "agent" in h["holder"]["name"]]
         assert not held, held
 
@@ -233,6 +241,128 @@ def test_a_pod_and_a_slurm_job_share_a_nodes_cpus(release: Release, pods: list[s
         assert node["held_by_slurm"]["cpu_millis"] == left * 1000, node
     finally:
         slurm.scancel(fits)
+
+
+# Prints what the container runtime gave the container (the plugin's CDI edits), then sleeps.
+SEES_ITS_GPU = "env | grep ^NODELEDGER_GPU_ | sort; ls /dev | grep ^nvidia; echo done; sleep 3600"
+OURS = "app.kubernetes.io/managed-by=nodeledger"  # the service's DeviceTaintRules
+
+
+def _gpu_pod(name: str, claim: str | None = None) -> dict[str, Any]:
+    """A one-GPU pod on the GPU node: by a ResourceClaim, or of the old shape (a plain
+    ``nvidia.com/gpu`` limit, allocated through the chart's DeviceClass)."""
+    pod = busybox_pod(
+        name, SEES_ITS_GPU, grace=1, node_selector={"kubernetes.io/hostname": GPU_NODE}
+    )
+    container = pod["spec"]["containers"][0]
+    if claim:
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+        container["resources"]["claims"] = [{"name": "gpu"}]
+    else:
+        container["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    return pod
+
+
+def _allocated(release: Release, pod: dict[str, Any]) -> tuple[str, int, str]:
+    """The device the pod's claim (its own, or the one kube-scheduler generated for a plain
+    GPU limit) was allocated: its name, and the index and uuid its slice publishes."""
+    claims = pod["spec"].get("resourceClaims") or []
+    if claims:
+        name = claims[0]["resourceClaimName"]
+    else:
+        name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+    claim = release.kube.get("resourceclaim", name, "default")
+    assert claim is not None, name
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == (GPU_DRIVER, GPU_NODE), result
+    slices = release.kube.kubectl_json(
+        "get", "resourceslices", "--field-selector", f"spec.nodeName={GPU_NODE}"
+    )["items"]
+    [device] = [d for s in slices for d in s["spec"]["devices"] if d["name"] == result["device"]]
+    attributes = device["attributes"]
+    return result["device"], attributes["index"]["int"], attributes["uuid"]["string"]
+
+
+def _taints(release: Release) -> dict[str, str]:
+    """The service's DeviceTaintRules on the GPU node: device -> the Slurm job named."""
+    rules = release.kube.kubectl_json("get", "devicetaintrules", "-l", OURS)["items"]
+    return {
+        r["spec"]["deviceSelector"]["device"]: r["spec"]["taint"]["value"]
+        for r in rules
+        if r["spec"]["deviceSelector"]["pool"] == GPU_NODE
+    }
+
+
+def test_gpu_pods_run_with_their_devices_and_slurm_jobs_get_the_others(
+    release: Release, pods: list[str]
+) -> None:
+    """On the GPU node, through the chart's scheduler and the service's image: a pod with a
+    ResourceClaim and a plain ``nvidia.com/gpu`` pod run, each container seeing exactly the
+    device it was allocated, each device held in Slurm by a hold job; ``sbatch
+    --gres=gpu:1`` jobs get the other two devices (tainted for Kubernetes while they run),
+    and a third job waits."""
+    slurm, kube = release.slurm, release.kube
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "gpu-claimed", "namespace": "default"},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS}}]}
+        },
+    }
+    kube.create(claim)
+    jobs: list[str] = []
+    seen: dict[str, dict[str, Any]] = {}
+    try:
+        indices: set[int] = set()
+        for name, claimed in (("gpu-claimed", "gpu-claimed"), ("gpu-plain", None)):
+            started = time.monotonic()
+            pod = run_pod(release, pods, _gpu_pod(name, claimed))
+            running_after = time.monotonic() - started
+            device, index, gpu_uuid = _allocated(release, pod)
+            logs = wait_until(
+                lambda n=name: "done" in (out := kube.kubectl("logs", n)) and out,
+                60,
+                0.5,
+                f"{name}'s output",
+            )
+            assert logs.split() == [f"NODELEDGER_GPU_{index}={gpu_uuid}", f"nvidia{index}",
+                                    "done"], (name, device, logs)  # fmt: skip
+            held = release.holding_of(pod["metadata"]["uid"], GPU_NODE)
+            assert held is not None, f"{name} runs without a holding"
+            assert held["devices"] == [{"index": index, "uuid": gpu_uuid}], held
+            assert held["slurm_hold"], held
+            assert job_gpus(slurm, held["slurm_hold"])[1] == {index}
+            indices.add(index)
+            seen[name] = {"device": device, "hold_job": held["slurm_hold"],
+                          "create_to_running_s": round(running_after, 2)}  # fmt: skip
+        assert len(indices) == 2, indices
+
+        for _ in range(3):
+            jobs.append(slurm.sbatch("-w", GPU_NODE, "-c", "1", "--mem=100", "--gres=gpu:1",
+                                     "--wrap", "sleep 600"))  # fmt: skip
+        *first, last = jobs
+        given: dict[str, int] = {}
+        for job in first:
+            wait_until(lambda j=job: slurm.job_state(j) == "RUNNING", 60, 0.5, f"job {job}")
+            [given[job]] = job_gpus(slurm, job)[1]
+        assert set(given.values()) == set(range(4)) - indices, given
+        # Visible to Kubernetes: each job's device tainted with its job, the pods' not.
+        expected = {f"gpu{index}": job for job, index in given.items()}
+        wait_until(lambda: _taints(release) == expected, 60, 0.5, f"taints {expected}")
+        reason = wait_until(
+            lambda: (r := slurm.job(last).get("state_reason")) not in (None, "", "None") and r,
+            60,
+            0.5,
+            "the scheduler's reason for the third job",
+        )
+        assert slurm.job_state(last) == "PENDING", reason
+        print(f"gpu pods from the chart: {slurm.release} {seen} jobs {given} waiting {last}")
+    finally:
+        if jobs:
+            slurm.scancel(*jobs)
+        kube.kubectl("delete", "resourceclaim", "gpu-claimed", "--wait=false", check=False)
+    wait_until(lambda: not _taints(release), 60, 0.5, "the jobs' taints gone")
 
 
 def test_helm_upgrade_rolls_the_replicas_without_losing_a_holding(
@@ -428,7 +558,7 @@ def test_helm_uninstall_leaves_the_crd_and_the_leases(release: Release) -> None:
     names = {
         g["metadata"]["name"] for g in release.kube.kubectl_json("get", "genericnodes")["items"]
     }
-    assert names == {"n1", "n2"}
+    assert names == set(NODES)
     leases = release.kube.kubectl_json("-n", NAMESPACE, "get", "leases")["items"]
     names = {lease["metadata"]["name"] for lease in leases}
     # The scheduler's stays; the controllers' leader deletes its own when it still may (the

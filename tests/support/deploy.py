@@ -3,9 +3,11 @@ cluster with real nodes (kubelet + containerd), talking to a real Slurm cluster 
 PostgreSQL server from inside its pods.
 
 Everything here runs beside the test clusters, not in them: its own Kubernetes control plane
-with nodes n1 and n2 (testenv/kube/nodes.sh), its own Slurm 26.05 cluster (a copy of the
-test chroot) whose slurmrestd also listens on the nodes' bridge, and its own PostgreSQL
-listening there too. Pods reach the host at HOST_IP.
+with nodes n1, n2 and n3 (testenv/kube/nodes.sh; n3 is the GPU node: containerd 2.x and the
+DRA kubelet plugin of four fake GPUs, Slurm's n3's gpu g0..g3), its own Slurm cluster (a
+copy of the test chroot) whose slurmrestd also listens on the nodes' bridge, and its own
+PostgreSQL listening there too. Pods reach the host at HOST_IP. Each Node is co-managed
+with the Slurm node of its name (the kubelets' nodeledger.io/slurm-node label).
 """
 
 from __future__ import annotations
@@ -31,10 +33,15 @@ from tests.support.slurm_cluster import SlurmCluster, main_cache, seed_cache
 HOST_IP = "10.231.0.1"  # the nodes' bridge on the host (testenv/kube/nodes.sh)
 # Beside the test clusters' run directory; only one cluster with nodes runs on a machine.
 RUNDIR = f"{os.environ.get('NODELEDGER_RUNDIR', '/tmp/nodeledger')}/deploy"
+NODES = ("n1", "n2", "n3")
+GPU_NODE = "n3"  # Slurm's n3 has the GPUs (testenv/slurm/cluster.sh)
+GPU_DRIVER = "gpu.nodeledger.test"  # the plugin's (testenv/kube/tools/gpu-plugin)
+GPU_CLASS = "nodeledger-gpu"  # the chart's DeviceClass (kube.gpuDeviceClass)
 KUBE_ENV = {
     "NODELEDGER_RUNDIR": RUNDIR,
     "NODELEDGER_KUBE_PORT_BASE": "13400",
-    "NODELEDGER_KUBE_NODES": "2",
+    "NODELEDGER_KUBE_NODES": str(len(NODES)),
+    "NODELEDGER_KUBE_GPU_NODE": GPU_NODE.removeprefix("n"),
 }
 SLURM_ENV = {
     "NODELEDGER_RUNDIR": RUNDIR,
@@ -134,7 +141,8 @@ class Helm:
 
 def values(postgres_url: str, slurm: SlurmCluster, **extra: Any) -> dict[str, Any]:
     """The chart's values for the deploy cluster: two replicas on PostgreSQL, Slurm through
-    the bridge, the images built here (never pulled)."""
+    the bridge, the images built here (never pulled), the GPU node's devices co-managed
+    (claim pods and plain nvidia.com/gpu pods held by device)."""
     repository, tag = IMAGE.rsplit(":", 1)
     slurm_url = slurm.url.replace("127.0.0.1", HOST_IP)
     base: dict[str, Any] = {
@@ -142,6 +150,7 @@ def values(postgres_url: str, slurm: SlurmCluster, **extra: Any) -> dict[str, An
         "replicaCount": 2,
         "database": {"url": postgres_url},
         "slurm": {"url": slurm_url, "userName": slurm.user, "syncInterval": 1},
+        "kube": {"gpuDrivers": [GPU_DRIVER], "gpuDeviceClass": GPU_CLASS},
         "scheduler": {
             "image": {"repository": SCHEDULER_IMAGE_REPOSITORY, "tag": KUBE_VERSION},
         },
@@ -209,14 +218,14 @@ class Release:
         # A pod the extender refuses because the ledger has not discovered its node yet
         # waits for the next cluster event (or kube-scheduler's 5 minutes): tests and the
         # bench create pods once the nodes are admissible.
-        wait_until(release.nodes_admissible, 120, 0.5, "n1 and n2 admissible in the ledger")
+        wait_until(release.nodes_admissible, 120, 0.5, "every node admissible in the ledger")
         return release
 
     def nodes_admissible(self) -> bool:
         response = self.api("GET", "/v1/nodes")
         return response.status_code == 200 and {
             n["name"] for n in response.json() if n["admissible"]
-        } >= {"n1", "n2"}
+        } >= set(NODES)
 
     chart: Path = CHART
 
@@ -329,10 +338,14 @@ __all__ = [
     "BUSYBOX_IMAGE",
     "CHART",
     "FULLNAME",
+    "GPU_CLASS",
+    "GPU_DRIVER",
+    "GPU_NODE",
     "HOST_IP",
     "IMAGE",
     "KUBE_VERSION",
     "NAMESPACE",
+    "NODES",
     "RELEASE",
     "RUNDIR",
     "SCHEDULER_PODS",
