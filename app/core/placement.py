@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.core.caps import KubeCaps
-from app.core.decision import decide_admission
+from app.core.decision import HELD_NOW, decide_each
 from app.core.records import NodeView
 from app.core.resources import Resources
 
@@ -28,11 +28,16 @@ def filter_nodes(
     """(nodes that fit, {node: why not})"""
     fits: list[str] = []
     failed: dict[str, str] = {}
+    known: list[str] = []
+    managed: list[NodeView] = []
     for name in candidates:
-        view = views.get(name)
-        if view is None:
+        if (view := views.get(name)) is None:
             failed[name] = f"node {name} is not managed by nodeledger"
-        elif not (decided := decide_admission(view, requests, caps=caps)).refused:
+        else:
+            known.append(name)
+            managed.append(view)
+    for name, decided in zip(known, decide_each(managed, requests, caps), strict=True):
+        if decided is HELD_NOW:  # the one value of an ungated decision that holds
             fits.append(name)
         else:
             failed[name] = decided.verdict.reason

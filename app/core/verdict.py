@@ -18,9 +18,8 @@ the extender asks about a thousand nodes per call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from app.core.arithmetic import Shortfall, shortfalls
 from app.core.nodestate import NodeState
@@ -51,11 +50,11 @@ class Refusal(StrEnum):
     OVER_KUBE_CAP = "over_kube_cap"
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """Admitted (``refusal`` None), or refused: ``reason`` says why in the extender's
     words, ``message`` in the ledger's (AdmissionRejected, REJECTED events), and
-    ``shortfalls`` what is short when the request does not fit."""
+    ``shortfalls`` what is short when the request does not fit. A named tuple, as the
+    decision is (app.core.decision): one per refused candidate of every filter."""
 
     refusal: Refusal | None = None
     reason: str = ""
@@ -94,6 +93,8 @@ def verdict(
             return Verdict(
                 Refusal.INSUFFICIENT, describe_shortfalls(node.name, short), node.name, short
             )
+    if caps is None:  # checked here: a call per node is a tenth of the extender's filter
+        return ADMITTED
     return over_cap(node, request, caps, held=held) or ADMITTED
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sqlalchemy import update
 
 from app.core.caps import CPU_LABEL, KubeCaps
-from app.core.decision import AdmissionDecision, Outcome, decide_admission
+from app.core.decision import AdmissionDecision, Outcome, decide_admission, decide_each
 from app.core.headroom import HeadroomPolicy
 from app.core.ledger_errors import AdmissionRejected, DeviceTaken, LedgerError
 from app.core.placement import filter_nodes
@@ -122,6 +122,11 @@ def test_the_ledger_the_extender_and_the_gate_decide_alike(database: Database, c
     assert summary(decide(totals(before), case, holder, named, held_devices)) == summary(decided)
 
     fits, failed = filter_nodes(case.request, [name], {name: before}, case.caps)
+    # The filter's loop over many nodes decides as the decision does, node by node.
+    ungated = decide_admission(before, case.request, caps=case.caps)
+    assert [summary(d) for d in decide_each([before], case.request, case.caps)] == [
+        summary(ungated)
+    ]
 
     # The ledger holds (PENDING, as with the gate on) what the decision says, as it says.
     refused: LedgerError | None = None
