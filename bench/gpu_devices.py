@@ -30,7 +30,8 @@ p99 the nearest rank (bench/_stats.py).
   pod (``resources.limits: nvidia.com/gpu: 1``, the scheduler generates its claim) and a
   pod with a ResourceClaim, each created alone; create-to-bound of each kind and their
   ratios (the issue's target: within 1.1x); ``*_bind_ms``: the service's bind call (its
-  nodeledger_extender_request_duration_seconds, read before and after each pod);
+  nodeledger_extender_request_duration_seconds, read before and after each pod), the
+  admission proper, and their ratios ``plain_to_claim_bind_*``;
   ``*_held_by_device``: pods whose holding names their device (not a count).
 - ``beside_jobs``: ``--rounds`` rounds, the taints on, off, on, off... (the setting
   needs a restart of the service: one service per round), each ``--waves`` waves: a
@@ -521,6 +522,9 @@ def admission(run: Run, svc: GpuService) -> dict[str, Any]:
     for p in ("p50", "p99"):
         ratio = figures["plain_ms"][p] / figures["claim_ms"][p]
         figures[f"plain_to_claim_{p}"] = round(ratio, 2)
+        # The admission itself: the service's bind, which reads the generated claim.
+        ratio = figures["plain_bind_ms"][p] / figures["claim_bind_ms"][p]
+        figures[f"plain_to_claim_bind_{p}"] = round(ratio, 2)
     return figures
 
 
