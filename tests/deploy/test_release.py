@@ -36,6 +36,7 @@ from tests.support.deploy import (
     wait_rollout,
 )
 from tests.support.realenv import wait_until
+from tests.support.slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.postgres, pytest.mark.slow]
 
@@ -248,6 +249,17 @@ SEES_ITS_GPU = "env | grep ^NODELEDGER_GPU_ | sort; ls /dev | grep ^nvidia; echo
 OURS = "app.kubernetes.io/managed-by=nodeledger"  # the service's DeviceTaintRules
 
 
+def _scheduler_reason(slurm: SlurmCluster, job: str) -> str:
+    """The job's state reason once slurmctld's scheduler has looked at it."""
+    reason: str = wait_until(
+        lambda: (r := slurm.job(job).get("state_reason")) not in (None, "", "None") and r,
+        60,
+        0.5,
+        f"the scheduler's reason for job {job}",
+    )
+    return reason
+
+
 def _gpu_pod(name: str, claim: str | None = None) -> dict[str, Any]:
     """A one-GPU pod on the GPU node: by a ResourceClaim, or of the old shape (a plain
     ``nvidia.com/gpu`` limit, allocated through the chart's DeviceClass)."""
@@ -350,12 +362,7 @@ def test_gpu_pods_run_with_their_devices_and_slurm_jobs_get_the_others(
         # Visible to Kubernetes: each job's device tainted with its job, the pods' not.
         expected = {f"gpu{index}": job for job, index in given.items()}
         wait_until(lambda: _taints(release) == expected, 60, 0.5, f"taints {expected}")
-        reason = wait_until(
-            lambda: (r := slurm.job(last).get("state_reason")) not in (None, "", "None") and r,
-            60,
-            0.5,
-            "the scheduler's reason for the third job",
-        )
+        reason = _scheduler_reason(slurm, last)
         assert slurm.job_state(last) == "PENDING", reason
         print(f"gpu pods from the chart: {slurm.release} {seen} jobs {given} waiting {last}")
     finally:
@@ -441,12 +448,7 @@ def test_kubectl_drain_drains_slurm_and_the_uncordon_resumes_it(
         assert slurm.job_state(running) == "RUNNING"
         waiting = slurm.sbatch("-w", "n1", "-c", "1", "--wrap", "sleep 300")
         # Pending once the scheduler has looked at it, for the drain (ReqNodeNotAvail).
-        reason = wait_until(
-            lambda: (r := slurm.job(waiting).get("state_reason")) not in (None, "", "None") and r,
-            60,
-            0.5,
-            "the scheduler's reason",
-        )
+        reason = _scheduler_reason(slurm, waiting)
         assert slurm.job_state(waiting) == "PENDING", reason
         assert "ReqNodeNotAvail" in str(reason)
 
