@@ -247,8 +247,10 @@ def service_arguments(parser: argparse.ArgumentParser, *, idle_seconds: float) -
     parser.add_argument("--slurm", default="26.05", help="Slurm release of the test cluster")
     parser.add_argument(
         "--jobs-queue",
-        action="store_true",
-        help="both Slurm services with NODELEDGER_SLURM_JOBS_QUEUE (jobs wait, not refused)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="NODELEDGER_SLURM_JOBS_QUEUE of both Slurm services (the service's default: on; "
+        "off, a job larger than what pods leave is refused at submit)",
     )
 
 
@@ -259,8 +261,7 @@ def headroom_services(
     """The two services, each with its own SQLite ledger, and a third with the Slurm
     integration off ("ledger": one ledger transaction per admission, the reference)."""
     common = dict(slurm.service_env)
-    if args.jobs_queue:
-        common["NODELEDGER_SLURM_JOBS_QUEUE"] = "true"
+    common["NODELEDGER_SLURM_JOBS_QUEUE"] = "true" if args.jobs_queue else "false"
     headroom = {
         "NODELEDGER_SLURM_HEADROOM_CPU": args.headroom_cpu,
         "NODELEDGER_SLURM_HEADROOM_MEMORY": args.headroom_memory,

@@ -29,9 +29,10 @@ Two `nodeledger serve` processes with the Slurm integration on (bench.headroom.s
 - with ``--delay-probes N``, N more whole-node jobs, each submitted while two pods hold
   ``--delay-pod-cpus`` CPUs of NODE, and the seconds from the pods' release to the job
   seen running (p50/p99);
-- with ``--jobs-queue`` both services run NODELEDGER_SLURM_JOBS_QUEUE (the ledger takes
-  every node of the partition, so the job_submit plugin gives jobs the extra constraint):
-  jobs wait (``Constraints``) instead of being refused at submit.
+- with ``--jobs-queue`` (the default) both services run NODELEDGER_SLURM_JOBS_QUEUE (the
+  ledger takes every node of the partition, so the job_submit plugin gives jobs the extra
+  constraint): jobs wait (``Constraints``) instead of being refused at submit; with
+  ``--no-jobs-queue`` they are refused, as at a site without extra_constraints.
 
 The side's service then gives the node back (Slurm's counts as the cluster started).
 Prints one JSON object: per side, pods admitted/refused and admission p50/p99, jobs

@@ -87,7 +87,7 @@ listings repair lost hints. `NODELEDGER_SLURM_PENDING_TIMEOUT` releases holds wh
 admission never finished (replica killed, client gone). `NODELEDGER_SLURM_FAIL_OPEN` never
 admits while the plugin check refuses. With `NODELEDGER_SLURM_REGISTER_NODES` a node Slurm
 has DOWN, DRAIN, ... is created not admissible, with Slurm's state as the reason. The two
-fractions are [the cap trade-off](slurm.md#the-cap-trade-off). The chart sets the
+fractions are [Kubernetes' share](slurm.md#capping-kubernetes-share). The chart sets the
 `NODELEDGER_SLURM_HEADROOM_*` variables from `slurm.headroom` (`cpu`, `memory`, `gpus`,
 `lowWater`, `growStep`, `maxFactor`, `idleSeconds`); each node's headroom shows in the
 [REST API](api.md#the-headroom-of-a-node), its GenericNode and the metrics.

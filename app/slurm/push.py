@@ -75,7 +75,7 @@ from app.slurm.witness import SlurmWitness
 
 log = logging.getLogger(__name__)
 
-MAX_ROUNDS = 3  # update + read back, again if the read shows other counts (a reset meanwhile)
+MAX_ROUNDS = 4  # a read, then update + read back, again if it shows other counts (a reset)
 # How long an update whose answer was lost may still be applied: slurmrestd's and slurmctld's
 # timeouts (MessageTimeout, 10 s by default) with room to spare.
 LATE_WINDOW_SECONDS = 30.0
@@ -199,10 +199,11 @@ class Pusher:
                 check(view)
             self.metrics.slurm_pushed(reason)  # a push that runs (the check let it)
             held = withheld(view)
-            # The node as last read back: CPUs, memory, the GRES string and ``extra`` change
-            # only by reconfiguration, and the read-back below catches that case too.
+            # The node as last read back tells whether anything is to be written; what is
+            # written is based on a fresh read: an administrator may have written the
+            # comment or Extra since (their text is kept), and a reconfiguration the GRES.
             known = slot.last.node if slot.last is not None else None  # as this process left it
-            node = known
+            node = None
             for _ in range(MAX_ROUNDS):
                 if node is not None and not in_place(node, held, marked=self.marked):
                     gres = gres_update(node, desired_counts(node, held))

@@ -62,10 +62,11 @@ class SlurmSettings(BaseSettings):
         default=False, description="Add every Slurm node to the ledger with Slurm's sizes"
     )
     jobs_queue: bool = Field(
-        default=False,
+        default=True,
         description=(
             "Jobs larger than what pods leave queue (Reason=Constraints) instead of failing "
-            "at submit: marks every node's Extra; needs SchedulerParameters=extra_constraints"
+            "at submit: marks every node's Extra; takes effect where slurm.conf has "
+            "SchedulerParameters=extra_constraints (without it, such jobs fail at submit)"
         ),
     )
     kube_max_cpu_fraction: float = Field(

@@ -37,6 +37,7 @@ from tests.support.deploy import (
 )
 from tests.support.realenv import wait_until
 from tests.support.slurm_cluster import SlurmCluster
+from tests.support.slurm_fixtures import marked
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.postgres, pytest.mark.slow]
 
@@ -226,12 +227,14 @@ def test_a_pod_and_a_slurm_job_share_a_nodes_cpus(release: Release, pods: list[s
     left = cpus - math.ceil(held / 1000)
     assert left < cpus
     wait_until(lambda: slurm.k8s_counts("n1")["k8scpu"] == left, 30, 0.5, f"k8scpu {left}")
-    # The job_submit plugin asks for k8scpu as many as the job's CPUs: more than is left
-    # is a configuration the node no longer offers.
-    with pytest.raises(RuntimeError, match="Requested node configuration is not available"):
-        slurm.sbatch("-w", "n1", "-c", str(left + 1), "--wrap", "sleep 300")
+    # The job_submit plugin asks for k8scpu as many as the job's CPUs: one asking more than
+    # is left waits for the pods (the chart's jobs queue, on by default, with slurm.conf's
+    # extra_constraints), where Slurm alone would refuse it at submit.
+    wait_until(lambda: marked(slurm), 30, 0.5, "every Slurm node marked for the jobs queue")
+    larger = slurm.sbatch("-w", "n1", "-c", str(left + 1), "--wrap", "sleep 300")
     fits = slurm.sbatch("-w", "n1", "-c", str(left), "--wrap", "sleep 300")
     try:
+        assert _scheduler_reason(slurm, larger) == "Constraints"
         wait_until(lambda: slurm.job_state(fits) == "RUNNING", 30, 0.5, "the job that fits")
         node = wait_until(
             lambda: (n := release.ledger_node("n1"))["held_by_slurm"]["cpu_millis"] and n,
@@ -240,8 +243,9 @@ def test_a_pod_and_a_slurm_job_share_a_nodes_cpus(release: Release, pods: list[s
             "the job held in the ledger",
         )
         assert node["held_by_slurm"]["cpu_millis"] == left * 1000, node
+        assert slurm.job_state(larger) == "PENDING"
     finally:
-        slurm.scancel(fits)
+        slurm.scancel(fits, larger)
 
 
 # Prints what the container runtime gave the container (the plugin's CDI edits), then sleeps.

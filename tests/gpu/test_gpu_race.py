@@ -58,7 +58,7 @@ def replicas(slurm: SlurmCluster, database_url: str) -> Iterator[list[TestClient
             stack.enter_context(TestClient(create_app(slurm_settings(slurm, database_url))))
             for _ in range(2)
         ]
-        register_nodes(apps[0])
+        register_nodes(apps[0], slurm)
         yield apps
 
 

@@ -33,7 +33,7 @@ def metrics_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
         update={"metrics": MetricsSettings(cache_seconds=0)}  # every scrape reads the ledger
     )
     with TestClient(create_app(settings)) as api:
-        register_nodes(api)
+        register_nodes(api, slurm)
         yield api
 
 

@@ -43,11 +43,3 @@ def gres(cluster: SlurmCluster, node: str) -> dict[str, int]:
 
 def events(api: TestClient, node: str, kind: str) -> list[dict[str, Any]]:
     return list(api.get("/v1/events", params={"node": node, "kind": kind, "limit": 1000}).json())
-
-
-QUEUE_MARKER = '"nodeledger":1'  # in a node's Extra: jobs queue behind its pods
-
-
-def marked(cluster: SlurmCluster) -> bool:
-    """Every node of the cluster carries the jobs queue's marker (docs/slurm.md)."""
-    return all(QUEUE_MARKER in str(cluster.node(n).get("extra") or "") for n in cluster.nodes)

@@ -104,7 +104,7 @@ def test_fail_open_admits_and_the_sync_pushes_when_slurm_is_back(
 def test_kubernetes_cap_leaves_slurm_its_share(slurm: SlurmCluster, sqlite_url: str) -> None:
     settings = slurm_settings(slurm, sqlite_url, kube_max_cpu_fraction=0.5)
     with TestClient(create_app(settings)) as api:
-        register_nodes(api)
+        register_nodes(api, slurm)
         assert admit(api, "n1", "pod-1", "8").status_code == 201
         over = admit(api, "n1", "pod-2", "1")
         assert over.status_code == 409

@@ -42,7 +42,7 @@ def assert_no_overlap(api: TestClient, slurm: SlurmCluster, node: str) -> None:
 @pytest.fixture
 def headroom_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
     with TestClient(create_app(slurm_settings(slurm, sqlite_url, **HEADROOM))) as api:
-        register_nodes(api)
+        register_nodes(api, slurm)
         yield api
 
 
@@ -135,7 +135,7 @@ def sync_steps(api: TestClient) -> float:
 def test_idle_headroom_goes_back_to_slurm(slurm: SlurmCluster, sqlite_url: str) -> None:
     settings = slurm_settings(slurm, sqlite_url, **{**HEADROOM, "headroom_idle_seconds": 2})
     with TestClient(create_app(settings)) as api:
-        register_nodes(api)
+        register_nodes(api, slurm)
         assert admit(api, "n2", "p1", "1").status_code == 201
         assert gres(slurm, "n2")["k8scpu"] == 13
         wait_until(lambda: gres(slurm, "n2")["k8scpu"] == 15, 10, what="headroom given back")
@@ -216,7 +216,7 @@ def test_a_failover_confirms_the_grant_again_and_the_new_leader_gives_it_back(
     slurm: SlurmCluster, postgres_url: str
 ) -> None:
     with TestClient(create_app(settings_for(slurm, postgres_url))) as first:
-        register_nodes(first)
+        register_nodes(first, slurm)
         assert admit(first, "n1", "p1", "1").status_code == 201
         assert gres(slurm, "n1")["k8scpu"] == 13
     # The first replica is gone. The second trusts no grant from before it read slurmctld
@@ -259,14 +259,24 @@ def test_a_job_waiting_for_resources_gets_the_headroom_back(
     assert gres(slurm, "n1")["k8scpu"] == 12
 
 
+@pytest.fixture
+def no_queue_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
+    """The headroom without the jobs queue: a site whose slurm.conf lacks extra_constraints."""
+    settings = slurm_settings(slurm, sqlite_url, jobs_queue=False, **HEADROOM)
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api, slurm)
+        yield api
+
+
 def test_a_job_refused_at_submit_gets_the_headroom_back(
-    headroom_api: TestClient, slurm: SlurmCluster
+    no_queue_api: TestClient, slurm: SlurmCluster
 ) -> None:
-    """Issue 31: a job asking more than the node's current k8s total is refused at submit
-    and never pends; slurmctld keeps its record (FAILED, BadConstraints), and the sync
-    step that lists it gives the headroom back. While it is listed, pods that come do not
-    set the headroom again, so that the user's next try is accepted."""
-    api = headroom_api
+    """Issue 31, without the jobs queue: a job asking more than the node's current k8s
+    total is refused at submit and never pends; slurmctld keeps its record (FAILED,
+    BadConstraints), and the sync step that lists it gives the headroom back. While it is
+    listed, pods that come do not set the headroom again, so that the user's next try is
+    accepted."""
+    api = no_queue_api
     assert admit(api, "n1", "p1", "1").status_code == 201
     assert gres(slurm, "n1")["k8scpu"] == 13  # 1 CPU + 2 of headroom withheld
     with pytest.raises(RuntimeError, match="Requested node configuration is not available"):

@@ -81,7 +81,7 @@ def test_no_admission_skips_slurm_on_a_grant_slurmctld_lost(
 ) -> None:
     slurm = ctld_restored
     with TestClient(create_app(slurm_settings(slurm, sqlite_url, **SETTINGS))) as api:
-        register_nodes(api)
+        register_nodes(api, slurm)
         assert admit(api, NODE, "p1", "1", "1Gi").status_code == 201  # through Slurm
         assert gres(slurm, NODE)["k8scpu"] == 13  # 1 CPU + 2 of headroom withheld
         assert admit(api, NODE, "p2", "500m", "512Mi").status_code == 201
@@ -144,7 +144,7 @@ def test_a_race_through_reconfigure_restart_and_kill_keeps_jobs_and_pods_apart(
     settings = slurm_settings(slurm, sqlite_url, headroom_cpu="2", headroom_memory="4Gi")
     rng = random.Random(30)
     with TestClient(create_app(settings)) as api:
-        register_nodes(api)
+        register_nodes(api, slurm)
         live: list[str] = []
         samples = 0
         for round_no in range(8):

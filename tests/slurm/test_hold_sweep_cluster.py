@@ -77,7 +77,7 @@ def quiet_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
     but the test's own sweep reacts to a hold that ends (a running sync would withhold
     every GPU of the node first, app.core.counts.withheld, and the job would wait)."""
     with TestClient(create_app(slurm_settings(slurm, sqlite_url, sync_interval=3600))) as api:
-        register_nodes(api)
+        register_nodes(api)  # no sync step to mark the nodes: the job gets no constraint
         yield api
 
 

@@ -17,9 +17,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from tests.slurm.helpers import admit, marked
+from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import SlurmCluster, wait_until
-from tests.support.slurm_fixtures import register_nodes, slurm_settings
+from tests.support.slurm_fixtures import marked, register_nodes, slurm_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -30,7 +30,7 @@ def api(
 ) -> Iterator[TestClient]:
     settings = slurm_settings(slurm, sqlite_url, jobs_queue=request.param)
     with TestClient(create_app(settings)) as client:
-        register_nodes(client)
+        register_nodes(client, slurm)
         yield client
 
 
@@ -57,6 +57,9 @@ def test_a_job_larger_than_what_pods_leave_waits_for_them(
     assert '"nodeledger_k8scpu":12' in extra, extra
     job = slurm.sbatch(*big)
     wait_until(lambda: reason(slurm, job) == "Constraints", 60, what="the job waiting")
+    # What the node can never give is still refused at submit: only pods' share waits.
+    with pytest.raises(RuntimeError, match="Requested node configuration is not available"):
+        slurm.sbatch("-w", "n1", "-c", "17", "--mem=500", "--wrap", "sleep 600")
     assert slurm.job(job)["extra"] == "nodeledger=1"
     # A restart of slurmctld, or a reconfigure, keeps it waiting: the counts come back lowered.
     for disrupt in (slurm.restart_ctld, slurm.reconfigure):

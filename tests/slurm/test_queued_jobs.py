@@ -10,7 +10,9 @@ node_features plugin restores the lowered totals from ``extra`` at each registra
 BadConstraints is sticky in slurmctld: it evaluates such a job again only when node
 features change or the job is updated (job_mgr.c), not when the totals come back. Once a
 total rises, the sync's leader updates such jobs (app.slurm.held_back), and the job starts
-once the pods leave: the last test.
+once the pods leave: the last test. With the jobs queue (the service's default) a job has
+an extra constraint and slurmctld keeps it waiting ``Constraints`` instead, tested again at
+every pass: the last test too.
 
 The order matters and is the service's: a lowered count lands (and is read back) before a
 pod is admitted, so always before the job that used those resources ends. (An earlier
@@ -20,13 +22,15 @@ between and took it for a hole: docs/slurm.md.)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
+from app.main import create_app
 from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import N3_GPUS, SlurmCluster, wait_until
+from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -35,11 +39,11 @@ def reason(slurm: SlurmCluster, job: str) -> str:
     return str(slurm.job(job)["state_reason"])
 
 
-def held_back(slurm: SlurmCluster, job: str) -> bool:
-    """Evaluated and refused; fails the test at once if the job started."""
+def held_back(slurm: SlurmCluster, job: str, why: str = "BadConstraints") -> bool:
+    """Evaluated and kept pending for ``why``; fails the test at once if the job started."""
     state = slurm.job_state(job)
     assert state == "PENDING", f"job {job} is {state}: it started on what pods hold"
-    return reason(slurm, job) == "BadConstraints"
+    return reason(slurm, job) == why
 
 
 # Per kind: the node, its GRES with one unit of the k8s count left, the same with that
@@ -95,12 +99,25 @@ def test_a_count_of_zero_keeps_a_queued_job_from_starting(
     assert slurm.job_state(queued) == "PENDING"
 
 
+@pytest.fixture(params=[True, False], ids=["jobs queue", "no jobs queue"])
+def queue_api(
+    request: pytest.FixtureRequest, slurm: SlurmCluster, sqlite_url: str
+) -> Iterator[TestClient]:
+    settings = slurm_settings(slurm, sqlite_url, jobs_queue=request.param)
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api, slurm)
+        yield api
+
+
 def test_a_job_held_back_by_pods_starts_when_they_leave(
-    slurm_api: TestClient, slurm: SlurmCluster
+    queue_api: TestClient, slurm: SlurmCluster, request: pytest.FixtureRequest
 ) -> None:
     """A job queued behind another asks for 10 of n1's 16 CPUs; a pod takes 8 (k8scpu total
     8). When the first job ends, slurmctld holds the queued one back: the pod holds those
-    CPUs. Once the pod leaves, the service has slurmctld evaluate it again and it runs."""
+    CPUs (BadConstraints; with the jobs queue, Constraints). Once the pod leaves, it runs
+    (without the queue, because the service has slurmctld evaluate it again)."""
+    slurm_api = queue_api
+    why = "Constraints" if request.node.callspec.params["queue_api"] else "BadConstraints"
     first = slurm.sbatch("-w", "n1", "-c", "8", "--mem=1000", "--wrap", "sleep 600")
     wait_until(lambda: slurm.job_state(first) == "RUNNING", 30, what="first job running")
     queued = slurm.sbatch("-w", "n1", "-c", "10", "--mem=1000", "--wrap", "sleep 600")
@@ -109,7 +126,7 @@ def test_a_job_held_back_by_pods_starts_when_they_leave(
     assert slurm.k8s_counts("n1")["k8scpu"] == 8
 
     slurm.scancel(first)
-    wait_until(lambda: held_back(slurm, queued), 120, what="queued job evaluated, held back")
+    wait_until(lambda: held_back(slurm, queued, why), 120, what=f"queued job held back: {why}")
 
     assert slurm_api.delete("/v1/admissions/pod-1").status_code == 200
     wait_until(lambda: slurm.job_state(queued) == "RUNNING", 120, what="the job running")

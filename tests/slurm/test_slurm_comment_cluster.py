@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture
 def api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
     with TestClient(create_app(slurm_settings(slurm, sqlite_url))) as client:
-        register_nodes(client)
+        register_nodes(client, slurm)
         yield client
 
 
@@ -60,7 +60,11 @@ def test_a_waiting_job_finds_the_pods_it_waits_for_on_the_node(
 
 
 def test_an_administrators_comment_is_left_alone(api: TestClient, slurm: SlurmCluster) -> None:
+    """Written after the service's last push (the jobs queue's marks): the next push reads
+    the node before it writes, so the comment and the site's own Extra key stay."""
     slurm.run("scontrol", "update", "nodename=n2", "comment=rack 7, PSU swapped")
+    slurm.run("scontrol", "update", "nodename=n2", 'extra={"nodeledger":1,"rack":7}')
     assert admit(api, "n2", "web-1", "2").status_code == 201
     assert slurm.k8s_counts("n2")["k8scpu"] == 14  # the counts went, the comment stayed
     assert comment(slurm, "n2") == "rack 7, PSU swapped"
+    assert slurm.node("n2")["extra"].startswith('{"rack":7,"nodeledger":1,'), slurm.node("n2")

@@ -85,7 +85,7 @@ def test_a_hold_whose_admission_never_finished_is_released(
     # machine took over a second for that), short enough to wait for.
     settings = slurm_settings(slurm, sqlite_url, pending_timeout=15.0)
     with TestClient(create_app(settings)) as api:
-        register_nodes(api)
+        register_nodes(api, slurm)
         ledger = api.app.state.services.ledger  # type: ignore[attr-defined]
         orphan = Holder(HolderKind.POD, "orphan-1", "ns/orphan")
         ledger.admit("n2", orphan, Resources(3000, 2**30), state=HoldingState.PENDING)

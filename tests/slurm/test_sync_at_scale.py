@@ -8,6 +8,7 @@ not timing (bench/slurm_scale.py measures):
 - pod holdings recorded on 500 nodes behind the sync's back (another replica recorded them
   and died before pushing) are pushed by the next reconcile, to exactly those nodes, and
   the pass after pushes nothing;
+- every node marked for the jobs queue (the default) by the first passes, once;
 - counts reset on every node at once (an administrator's bulk update) come back on exactly
   the nodes that hold pods;
 - held jobs hold nothing; running jobs are holdings while they run, by hints;
@@ -41,6 +42,7 @@ from tests.support.slurm_cluster import (
     seed_cache,
     wait_until,
 )
+from tests.support.slurm_fixtures import QUEUE_MARKER
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -103,18 +105,23 @@ class Site:
             url = response.links.get("next", {}).get("url")
         return nodes
 
-    def slurm_counts(self) -> dict[str, dict[str, int]]:
-        """Every node's k8scpu/k8smemory totals, from one listing of all nodes."""
+    def slurm_counts(self) -> dict[str, tuple[dict[str, int], bool]]:
+        """Every node's k8scpu/k8smemory totals and whether its Extra carries the jobs
+        queue's marker (on by default), from one listing of all nodes."""
         listing = self.slurm.rest("GET", "nodes/", timeout=60).raise_for_status().json()
-        return {n["name"]: k8s_counts(n["gres"]) for n in listing["nodes"]}
-
-    def wrong_counts(self, pods: frozenset[str]) -> dict[str, dict[str, int]]:
-        """The nodes whose counts are not what the ledger withholds (pods on ``pods``)."""
         return {
-            name: counts
-            for name, counts in self.slurm_counts().items()
+            n["name"]: (k8s_counts(n["gres"]), QUEUE_MARKER in (n.get("extra") or ""))
+            for n in listing["nodes"]
+        }
+
+    def wrong_counts(self, pods: frozenset[str]) -> dict[str, tuple[dict[str, int], bool]]:
+        """The nodes whose counts are not what the ledger withholds (pods on ``pods``) or
+        that are not marked."""
+        return {
+            name: (counts, marked)
+            for name, (counts, marked) in self.slurm_counts().items()
             if name.startswith("s")
-            and {k: counts[k] for k in FULL} != (WITH_POD if name in pods else FULL)
+            and ({k: counts[k] for k in FULL} != (WITH_POD if name in pods else FULL) or not marked)
         }
 
     def pushes(self, reason: str) -> float:
@@ -185,6 +192,9 @@ def test_the_sync_keeps_a_thousand_nodes_right(site: Site, ledger: Ledger) -> No
         assert re.fullmatch(reason, node["health_reason"]), node
     assert site.job_holdings() == set()  # 1,000 jobs queued, none holds anything
 
+    # The first passes mark every node for the jobs queue (one push each, once).
+    site.reconciled(frozenset())
+
     # Pods on 500 nodes recorded behind the sync's back: the next reconcile pushes exactly
     # those nodes, and the one after pushes nothing.
     drift_before = site.pushes("drift")
@@ -198,7 +208,7 @@ def test_the_sync_keeps_a_thousand_nodes_right(site: Site, ledger: Ledger) -> No
     assert not site.wrong_counts(POD_NODES)
 
     # An administrator resets every node's counts at once: they come back where pods are.
-    reset_counts(slurm)
+    slurm.update_nodes(f"s[1-{SCALE_NODES}]", gres=",".join(f"{k}:{v}" for k, v in FULL.items()))
     site.reconciled(POD_NODES)
     assert site.pushes("drift") - drift_before == 2 * len(POD_NODES)
 

@@ -35,7 +35,7 @@ def api(
     extra = HEADROOM if request.param == "headroom" else {}
     settings = slurm_settings(slurm, sqlite_url, sync_interval=30, **extra)
     with TestClient(create_app(settings)) as client:
-        register_nodes(client)
+        register_nodes(client)  # not marked until a sync step: jobs get no constraint
         yield client
 
 

@@ -13,10 +13,11 @@ from app.main import create_app
 from app.settings import Settings
 from app.slurm.settings import SlurmSettings
 from tests.support.realenv import unavailable
-from tests.support.slurm_cluster import SLURM_VERSIONS, SlurmCluster, cluster_sh
+from tests.support.slurm_cluster import SLURM_VERSIONS, SlurmCluster, cluster_sh, wait_until
 
 # Ledger node -> Slurm node; the GPU node has a Kubernetes-style name and a Slurm alias.
 LEDGER_NODES = {"n1": "n1", "n2": "n2", "gpu-1": "n3"}
+QUEUE_MARKER = '"nodeledger":1'  # in a node's Extra: jobs queue behind its pods
 
 
 @pytest.fixture(scope="session", params=SLURM_VERSIONS, ids=lambda v: f"slurm-{v}")
@@ -45,20 +46,31 @@ def slurm_settings(cluster: SlurmCluster, database_url: str, **slurm: Any) -> Se
     )
 
 
-def register_nodes(api: TestClient) -> None:
+def marked(cluster: SlurmCluster) -> bool:
+    """Every node of the cluster carries the jobs queue's marker (docs/slurm.md)."""
+    return all(QUEUE_MARKER in str(cluster.node(n).get("extra") or "") for n in cluster.nodes)
+
+
+def register_nodes(api: TestClient, cluster: SlurmCluster | None = None) -> None:
+    """The test nodes in the ledger; given the ``cluster``, with the jobs queue on (the
+    default), once the sync has marked every Slurm node, so that whether a job gets the
+    queue's constraint never depends on how soon the first sync step ran."""
     for name, alias in LEDGER_NODES.items():
         body = {
             "capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 4 if alias == "n3" else 0},
             "slurm_name": alias if alias != name else None,
         }
         api.put(f"/v1/nodes/{name}", json=body).raise_for_status()
+    settings = api.app.state.settings.slurm
+    if cluster is not None and settings.enabled and settings.jobs_queue:
+        wait_until(lambda: marked(cluster), 60, what="every Slurm node marked for the jobs queue")
 
 
 @pytest.fixture
 def slurm_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
     """The service on SQLite with the Slurm integration on, nodes n1, n2, gpu-1 (= n3)."""
     with TestClient(create_app(slurm_settings(slurm, sqlite_url))) as api:
-        register_nodes(api)
+        register_nodes(api, slurm)
         yield api
 
 
