@@ -231,11 +231,22 @@ def test_a_pod_and_a_slurm_job_share_a_nodes_cpus(release: Release, pods: list[s
     # is left waits for the pods (the chart's jobs queue, on by default, with slurm.conf's
     # extra_constraints), where Slurm alone would refuse it at submit.
     wait_until(lambda: marked(slurm), 30, 0.5, "every Slurm node marked for the jobs queue")
-    larger = slurm.sbatch("-w", "n1", "-c", str(left + 1), "--wrap", "sleep 300")
     fits = slurm.sbatch("-w", "n1", "-c", str(left), "--wrap", "sleep 300")
+    larger = ""
     try:
+        seen: list[str] = []  # why it waits, if it does: in the failure's message
+
+        def running() -> bool:
+            job = slurm.job(fits)
+            seen[:] = [f"{job.get('job_state')} {job.get('state_reason')}", str(slurm.node("n1"))]
+            return slurm.job_state(fits) == "RUNNING"
+
+        try:
+            wait_until(running, 30, 0.5, f"the job that fits ({left} CPUs)")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {seen}") from exc
+        larger = slurm.sbatch("-w", "n1", "-c", str(left + 1), "--wrap", "sleep 300")
         assert _scheduler_reason(slurm, larger) == "Constraints"
-        wait_until(lambda: slurm.job_state(fits) == "RUNNING", 30, 0.5, "the job that fits")
         node = wait_until(
             lambda: (n := release.ledger_node("n1"))["held_by_slurm"]["cpu_millis"] and n,
             30,
@@ -245,7 +256,7 @@ def test_a_pod_and_a_slurm_job_share_a_nodes_cpus(release: Release, pods: list[s
         assert node["held_by_slurm"]["cpu_millis"] == left * 1000, node
         assert slurm.job_state(larger) == "PENDING"
     finally:
-        slurm.scancel(fits, larger)
+        slurm.scancel(*filter(None, (fits, larger)))
 
 
 # Prints what the container runtime gave the container (the plugin's CDI edits), then sleeps.
