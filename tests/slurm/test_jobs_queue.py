@@ -11,27 +11,14 @@ and starts it once the pods go, instead of refusing it at submit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
 from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import SlurmCluster, wait_until
-from tests.support.slurm_fixtures import marked, register_nodes, slurm_settings
+from tests.support.slurm_fixtures import marked
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture(params=[True, False], ids=["queue", "off"])
-def api(
-    request: pytest.FixtureRequest, slurm: SlurmCluster, sqlite_url: str
-) -> Iterator[TestClient]:
-    settings = slurm_settings(slurm, sqlite_url, jobs_queue=request.param)
-    with TestClient(create_app(settings)) as client:
-        register_nodes(client, slurm)
-        yield client
 
 
 def reason(slurm: SlurmCluster, job: str) -> str:
@@ -39,11 +26,11 @@ def reason(slurm: SlurmCluster, job: str) -> str:
 
 
 def test_a_job_larger_than_what_pods_leave_waits_for_them(
-    api: TestClient, slurm: SlurmCluster, request: pytest.FixtureRequest
+    queue_api: TestClient, slurm: SlurmCluster, request: pytest.FixtureRequest
 ) -> None:
-    queue = request.node.callspec.params["api"]
+    queue = request.node.callspec.params["queue_api"]
     for uid in ("web-1", "web-2"):
-        response = admit(api, "n1", uid, "6", "2Gi")
+        response = admit(queue_api, "n1", uid, "6", "2Gi")
         assert response.status_code == 201, response.text
     assert slurm.k8s_counts("n1")["k8scpu"] == 4
     big = ("-w", "n1", "-c", "8", "--mem=500", "--wrap", "sleep 600")
@@ -67,16 +54,16 @@ def test_a_job_larger_than_what_pods_leave_waits_for_them(
         wait_until(lambda: slurm.k8s_counts("n1")["k8scpu"] == 4, 60, what="k8scpu 4 again")
         assert slurm.job_state(job) == "PENDING"
         assert reason(slurm, job) == "Constraints"
-    assert api.delete("/v1/admissions/web-1").status_code == 200
+    assert queue_api.delete("/v1/admissions/web-1").status_code == 200
     wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, what="the job running")
-    assert api.delete("/v1/admissions/web-2").status_code == 200
+    assert queue_api.delete("/v1/admissions/web-2").status_code == 200
     slurm.scancel(job)
 
 
 def test_a_users_own_extra_constraint_is_left_alone(
-    api: TestClient, slurm: SlurmCluster, request: pytest.FixtureRequest
+    queue_api: TestClient, slurm: SlurmCluster, request: pytest.FixtureRequest
 ) -> None:
-    if request.node.callspec.params["api"]:
+    if request.node.callspec.params["queue_api"]:
         wait_until(lambda: marked(slurm), 60, what="every node marked")
     job = slurm.sbatch("-w", "n2", "--extra=nodeledger_k8scpu<=16", "--wrap", "sleep 600")
     assert slurm.job(job)["extra"] == "nodeledger_k8scpu<=16"

@@ -22,15 +22,13 @@ between and took it for a hole: docs/slurm.md.)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
 from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import N3_GPUS, SlurmCluster, wait_until
-from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -97,16 +95,6 @@ def test_a_count_of_zero_keeps_a_queued_job_from_starting(
     slurm.scancel(running)
     wait_until(lambda: held_back(slurm, queued), 120, what="queued job evaluated, held back")
     assert slurm.job_state(queued) == "PENDING"
-
-
-@pytest.fixture(params=[True, False], ids=["jobs queue", "no jobs queue"])
-def queue_api(
-    request: pytest.FixtureRequest, slurm: SlurmCluster, sqlite_url: str
-) -> Iterator[TestClient]:
-    settings = slurm_settings(slurm, sqlite_url, jobs_queue=request.param)
-    with TestClient(create_app(settings)) as api:
-        register_nodes(api, slurm)
-        yield api
 
 
 def test_a_job_held_back_by_pods_starts_when_they_leave(

@@ -74,6 +74,18 @@ def slurm_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
         yield api
 
 
+@pytest.fixture(params=[True, False], ids=["jobs queue", "no jobs queue"])
+def queue_api(
+    request: pytest.FixtureRequest, slurm: SlurmCluster, sqlite_url: str
+) -> Iterator[TestClient]:
+    """``slurm_api`` with the jobs queue on (the default) and off (a site whose slurm.conf
+    lacks extra_constraints): ``request.node.callspec.params["queue_api"]`` says which."""
+    settings = slurm_settings(slurm, sqlite_url, jobs_queue=request.param)
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api, slurm)
+        yield api
+
+
 @pytest.fixture
 def restd_restarted(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
     """The cluster, with slurmrestd started again after the test (which may stop it)."""
