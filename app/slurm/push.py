@@ -199,9 +199,9 @@ class Pusher:
                 check(view)
             self.metrics.slurm_pushed(reason)  # a push that runs (the check let it)
             held = withheld(view)
-            # The node as last read back tells whether anything is to be written; what is
-            # written is based on a fresh read: an administrator may have written the
-            # comment or Extra since (their text is kept), and a reconfiguration the GRES.
+            # What is written starts from a fresh read: an administrator may have written
+            # the comment or Extra since the last read-back (their text is kept), and a
+            # reconfiguration the GRES. ``known`` (that read-back) only tells drift.
             known = slot.last.node if slot.last is not None else None  # as this process left it
             node = None
             for _ in range(MAX_ROUNDS):
