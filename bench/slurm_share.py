@@ -3,8 +3,10 @@ one 16-CPU Slurm node of a real cluster, the service's Kubernetes headroom off a
 
 Two `nodeledger serve` processes with the Slurm integration on (bench.headroom.services):
 "off" without a headroom, "on" with NODELEDGER_SLURM_HEADROOM_CPU/_MEMORY (default 2 and
-4Gi). One side after the other (``--order``), the side's service takes the node n1
-(bench.headroom.Service.take) and, for ``--phases`` phases of ``--phase-seconds`` each:
+4Gi). ``--rounds`` rounds of one side after the other, the first round in ``--order``, the
+order swapped each round (whichever side runs second admits more pods: a warmer cluster),
+with a seed of its own per round, the same for both sides. The side's service takes the
+node n1 (bench.headroom.Service.take) and, for ``--phases`` phases of ``--phase-seconds`` each:
 
 - pods: ``--workers`` workers each loop POST /v1/admissions of a pod of random size
   (``--pod-cpus``, ``--pod-memory-gi``) on n1; admitted (201): held a random
@@ -26,23 +28,23 @@ Two `nodeledger serve` processes with the Slurm integration on (bench.headroom.s
   long after the last pod left the job starts (a refused probe is submitted again every
   ``--probe-retry`` seconds from then on), within ``--probe-wait`` seconds; with the
   service's headroom events meanwhile (given back: idle, or jobs waiting).
-- with ``--delay-probes N``, N more whole-node jobs, each submitted while two pods hold
-  ``--delay-pod-cpus`` CPUs of NODE, and the seconds from the pods' release to the job
-  seen running (p50/p99);
+- with ``--delay-probes N``, in the first round, N more whole-node jobs, each submitted
+  while two pods hold ``--delay-pod-cpus`` CPUs of NODE, and the seconds from the pods'
+  release to the job seen running (p50/p99);
 - with ``--jobs-queue`` (the default) both services run NODELEDGER_SLURM_JOBS_QUEUE (the
   ledger takes every node of the partition, so the job_submit plugin gives jobs the extra
   constraint): jobs wait (``Constraints``) instead of being refused at submit; with
   ``--no-jobs-queue`` they are refused, as at a site without extra_constraints.
 
 The side's service then gives the node back (Slurm's counts as the cluster started).
-Prints one JSON object: per side, pods admitted/refused and admission p50/p99, jobs
-submitted/refused_at_submit/started per phase and in total, the probe; the ratio of jobs
-started with the headroom on to off (total and per phase); the date, Slurm's version and
-the settings.
+Prints one JSON object: per round and side, pods admitted/refused and admission p50/p99,
+jobs submitted/refused_at_submit/started per phase and in total, the probe; per round and
+over all rounds (``total``), the ratio of jobs started with the headroom on to off (total
+and per phase); the date, Slurm's version and the settings.
 
     python -m bench.slurm_share [--slurm 24.11] [--phases 3] [--phase-seconds 40]
         [--workers 6] [--queue 3] [--probe exclusive|cpus] [--order off,on]
-        [--jobs-queue] [--delay-probes 20]
+        [--rounds 2] [--jobs-queue] [--delay-probes 20]
 
 Against a cluster of one's own (e.g. /tmp/helper-env.sh's), export
 NODELEDGER_SLURM_PORT_BASE (and NODELEDGER_CACHE, NODELEDGER_RUNDIR) as for cluster.sh:
@@ -510,8 +512,10 @@ def whole_node_probe(
     return result
 
 
-def delay_probes(service: Service, slurm: SlurmCluster, args: argparse.Namespace) -> dict[str, Any]:
-    """``args.delay_probes`` times: pods hold ``args.delay_pod_cpus`` CPUs of NODE (two
+def delay_probes(
+    service: Service, slurm: SlurmCluster, args: argparse.Namespace, count: int
+) -> dict[str, Any]:
+    """``count`` times: pods hold ``args.delay_pod_cpus`` CPUs of NODE (two
     pods), a whole-node job is submitted (refused: submitted again every
     ``args.probe_retry`` s once the pods left), the pods leave, and the seconds from the
     last release to the job seen RUNNING (polled every 0.05 s) are kept."""
@@ -521,7 +525,7 @@ def delay_probes(service: Service, slurm: SlurmCluster, args: argparse.Namespace
     delays: list[float] = []
     outcomes: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
-    for i in range(args.delay_probes):
+    for i in range(count):
         for p in (1, 2):
             # Refused while the previous job still completes on the node: admitted once it left.
             body = pod(NODE, f"d{i}-{p}", half)
@@ -546,7 +550,7 @@ def delay_probes(service: Service, slurm: SlurmCluster, args: argparse.Namespace
             slurm.scancel(job)
             wait_until(partial(job_ended, slurm, job), 60, what=f"probe job {job} ended")
     return {
-        "probes": args.delay_probes,
+        "probes": count,
         "pods_hold_cpus": args.delay_pod_cpus,
         "while_pods_held": dict(outcomes),
         "pending_reasons": dict(reasons),
@@ -591,7 +595,12 @@ def event_kinds(events: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def side(
-    name: str, service: Service, slurm: SlurmCluster, args: argparse.Namespace, seed: int
+    name: str,
+    service: Service,
+    slurm: SlurmCluster,
+    args: argparse.Namespace,
+    seed: int,
+    probes: int,
 ) -> dict[str, Any]:
     """The race on NODE for this side's service, then the probe; the node given back."""
     # Jobs wait only when every node of their partition is marked: the ledger takes them all.
@@ -614,7 +623,7 @@ def side(
     jobs.cancel_and_stop()
     probe = whole_node_probe(service, slurm, pods, args)
     slurm.cancel_all()
-    delays = delay_probes(service, slurm, args) if args.delay_probes else None
+    delays = delay_probes(service, slurm, args, probes) if probes else None
     service.give_back(taken, slurm)
     return {
         "pods": pod_figures(pods.admissions, phases),
@@ -641,6 +650,38 @@ def comparison(result: dict[str, dict[str, Any]]) -> dict[str, Any]:
         ),
         "pods_admitted_on_to_off": ratio(pods_on["admitted"], pods_off["admitted"]),
     }
+
+
+# Per part: the counts summed, and the one summed per phase.
+TOTALS = {
+    "pods": (("admitted", "refused"), "admitted"),
+    "jobs": (("submitted", "refused_at_submit", "started", "started_cpus"), "started"),
+}
+
+
+def totals(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each side's counts summed over the rounds (the comparison's input)."""
+    return {
+        name: {
+            part: {
+                **{k: sum(r[name][part][k] for r in rounds) for k in keys},
+                "per_phase": [
+                    {each: sum(p[each] for p in phase)}
+                    for phase in zip(*(r[name][part]["per_phase"] for r in rounds), strict=True)
+                ],
+            }
+            for part, (keys, each) in TOTALS.items()
+        }
+        for name in SIDES
+    }
+
+
+def round_order(order: str, index: int) -> list[str]:
+    """The sides' order in round ``index``: ``order``, then swapped every other round, so
+    that what running second brings (a warmer cluster, the first side's leftovers) falls on
+    each side equally."""
+    names = order.split(",")
+    return names if index % 2 == 0 else names[::-1]
 
 
 def pair(text: str, kind: Callable[[str], Any]) -> tuple[Any, Any]:
@@ -672,7 +713,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--delay-probes", type=int, default=0, help="whole-node jobs after the race, for p50/p99"
     )
     parser.add_argument("--delay-pod-cpus", type=int, default=8, help="CPUs pods hold then")
-    parser.add_argument("--order", default="off,on", choices=("off,on", "on,off"))
+    parser.add_argument(
+        "--order", default="off,on", choices=("off,on", "on,off"), help="the first round's"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="rounds of both sides, the order swapped each"
+    )
     parser.add_argument("--seed", type=int, default=31)
     service_arguments(parser, idle_seconds=300.0)  # the service's default
     args = parser.parse_args(argv)
@@ -680,12 +726,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     load_start = [round(x, 2) for x in os.getloadavg()]
     slurm = cluster(args.slurm)
     slurm.reset()
-    sides: dict[str, dict[str, Any]] = {}
+    rounds: list[dict[str, dict[str, Any]]] = []
     try:
         with headroom_services(slurm, args) as svc:
-            for name in args.order.split(","):
-                # The same pods and jobs on both sides: the same seeds.
-                sides[name] = side(name, svc[name], slurm, args, args.seed)
+            for index in range(args.rounds):
+                sides: dict[str, dict[str, Any]] = {}
+                for name in round_order(args.order, index):
+                    # The same pods and jobs on both sides of a round: the same seeds.
+                    # The whole-node delay: in the first round only (its p50/p99).
+                    probes = args.delay_probes if index == 0 else 0
+                    sides[name] = side(name, svc[name], slurm, args, args.seed + index, probes)
+                rounds.append(sides)
     finally:
         slurm.reset()
     result = {
@@ -698,6 +749,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "phases": args.phases,
             "phase_seconds": args.phase_seconds,
             "order": args.order,
+            "rounds": args.rounds,
             "pod_workers": args.workers,
             "pod_cpus": list(args.pod_cpus),
             "pod_memory_gi": list(args.pod_memory_gi),
@@ -724,8 +776,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             },
             "seed": args.seed,
         },
-        **{name: sides[name] for name in SIDES},
-        "on_to_off": comparison(sides),
+        "rounds": [
+            {"order": round_order(args.order, i), **r, "on_to_off": comparison(r)}
+            for i, r in enumerate(rounds)
+        ],
+        "total": totals(rounds),
+        "on_to_off": comparison(totals(rounds)),
         "load_average": {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]},
         "seconds": round(time.monotonic() - started, 1),
     }
