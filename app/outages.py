@@ -10,12 +10,17 @@ failed call between them is the callers' to log at DEBUG (``Dependency.down``).
 and /readyz names an ongoing outage and its length.
 
 Callers report what they saw: ``failed(reason)`` on a failure that says the dependency is
-away (refused, timed out, lost connection, 5xx), ``answered()`` on any answer from it.
+away (refused, timed out, lost connection, 5xx), ``answered()`` on any answer from it. A
+failure within ``SETTLE`` seconds of the dependency answering again is taken for a call
+begun while it was still away (measured: PostgreSQL refused a connection it had taken while
+still recovering, 1 ms after another succeeded), logged at DEBUG, not a new outage; one
+that really starts then goes on failing past it and is logged then.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +31,7 @@ from app.metrics.registry import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
 MAX_REASON = 300  # characters of the first failure's reason in a log line or /readyz
+SETTLE = 1.0  # seconds after an outage ends in which a failure still belongs to it
 
 
 class Dependency:
@@ -41,6 +47,7 @@ class Dependency:
         self.monotonic = monotonic
         self._lock = threading.Lock()
         self._since: float | None = None  # start of the ongoing outage
+        self._settled = -math.inf  # until when a failure still belongs to the last outage
         self._reason = ""
         self._failures = 0
         metrics.dependency(name, up=True, outage=False)
@@ -54,10 +61,19 @@ class Dependency:
             self._failures += 1
             if self._since is not None:
                 return
-            self._since = self.monotonic()
-            self._reason = _short(reason)
-            # Under the lock: an answered() in between must not leave the gauge at 0.
-            self.metrics.dependency(self.name, up=False, outage=True)
+            now = self.monotonic()
+            if now < self._settled:
+                self._failures = 0
+                late = True
+            else:
+                late = False
+                self._since = now
+                self._reason = _short(reason)
+                # Under the lock: an answered() in between must not leave the gauge at 0.
+                self.metrics.dependency(self.name, up=False, outage=True)
+        if late:
+            log.debug("%s: a call begun before it came back failed: %s", self.name, reason)
+            return
         log.warning("%s unavailable: %s", self.name, self._reason)
 
     def answered(self) -> None:
@@ -66,8 +82,9 @@ class Dependency:
         with self._lock:
             if self._since is None:
                 return
-            took, failures = self.monotonic() - self._since, self._failures
-            self._since, self._failures = None, 0
+            now = self.monotonic()
+            took, failures = now - self._since, self._failures
+            self._since, self._failures, self._settled = None, 0, now + SETTLE
             self.metrics.dependency(self.name, up=True, outage=False)
         log.warning(
             "%s available again after %.1f s (%d failed calls meanwhile)",

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from app.kube.client import KubeError
 from app.metrics.registry import Metrics
-from app.outages import Dependency, dependency_away, log_failure
+from app.outages import SETTLE, Dependency, dependency_away, log_failure
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmUnavailable
 from app.slurm.tokens import StaticToken
@@ -54,6 +54,34 @@ def test_an_outage_is_two_lines_and_counted(caplog: pytest.LogCaptureFixture) ->
     ]
     assert value(metrics, "nodeledger_dependency_up", "database") == 1
     assert value(metrics, "nodeledger_dependency_outages_total", "database") == 1
+
+
+def test_a_failure_just_after_an_outage_ends_belongs_to_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A call begun while the database was away can fail just after another found it back
+    (PostgreSQL, under load): no second outage of 0.0 s; one that goes on failing past
+    SETTLE is a new outage."""
+    caplog.set_level(logging.DEBUG)
+    clock, metrics = Clock(), Metrics(CollectorRegistry())
+    database = Dependency("database", metrics=metrics, monotonic=clock)
+    database.failed("connection refused")
+    clock.now += 3.0
+    database.answered()
+    clock.now += 0.001
+    database.failed("the database system is not yet accepting connections")
+    assert database.status() is None
+    assert value(metrics, "nodeledger_dependency_up", "database") == 1
+    clock.now += SETTLE
+    database.failed("connection refused again")
+    assert database.status() == "unavailable for 0.0 s: connection refused again"
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "database unavailable: connection refused",
+        "database available again after 3.0 s (1 failed calls meanwhile)",
+        "database unavailable: connection refused again",
+    ]
+    assert value(metrics, "nodeledger_dependency_outages_total", "database") == 2
 
 
 def test_a_background_failure_is_a_traceback_unless_a_dependency_is_away(
