@@ -4,9 +4,14 @@ at site scale, and what relaying it costs admissions.
 Per size N: a real 26.05 slurmctld + slurmrestd whose slurm.conf defines N nodes (n1-n8
 with a slurmd, s1..s(N-8) that never register, set DOWN), and a real kube-apiserver with
 N API-only Nodes, each labelled with its Slurm node's name (nodeledger.io/slurm-node), so
-that every one is co-managed; `nodeledger serve` with both integrations on (defaults:
-the Slurm sync polls every second, no job hints). The Nodes of the DOWN Slurm nodes carry
-the service's taint throughout, as on a site with nodes down.
+that every one is co-managed; `nodeledger serve` with both integrations on. With
+``--hints`` (the default) slurmctld hints as a site with the hook installed would: its
+node_features/k8s_resources plugin runs slurm-plugins/hooks/nodeledger-job-hint at each
+node state change (as do PrologSlurmctld/EpilogSlurmctld at each job's start and end), and
+the service lists every node only every 600 s (NODELEDGER_SLURM_FULL_SYNC_INTERVAL); with
+``--no-hints``, the sync lists every node every second and nothing else tells it. The Nodes
+of the DOWN Slurm nodes carry the service's taint throughout, as on a site with nodes
+down.
 
 On n2..n8 in turn (n1 takes the admissions), each cycle times, polling every 50 ms:
 - drain_to_taint_s: `scontrol update nodename=X state=drain reason=...` returned -> the
@@ -28,7 +33,7 @@ On n2..n8 in turn (n1 takes the admissions), each cycle times, polling every 50 
   only the propagation differs. on_to_off_p50 is the ratio.
 
     python -m bench.maintenance [--nodes 500,15000] [--samples 40] [--rounds 2] [--keep]
-        [--admission-rate 10] [--service-env KEY=VALUE]
+        [--admission-rate 10] [--no-hints] [--service-env KEY=VALUE]
 
 Runs on clusters of its own: Kubernetes in /tmp/nl-maint-scale/kube (ports from 26379),
 Slurm in /tmp/nl-maint-scale/slurm (ports from 26600, its own chroot copy in
@@ -316,7 +321,11 @@ class Run:
         logs = RUNDIR / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log = logs / f"{name}-{self.nodes}.log"
-        return Service(self.database, self.plane.kubeconfig, free_port(), log, env)
+        service = Service(self.database, self.plane.kubeconfig, free_port(), log, env)
+        if self.args.hints:  # slurmctld's hook posts to this service from now on
+            assert self.slurm.hint_config is not None
+            self.slurm.hint_config.write_text(f"url={service.url}\ntimeout=2\n")
+        return service
 
 
 def ready(service: Service) -> bool:
@@ -473,6 +482,8 @@ def measure(nodes: int, plane: ControlPlane, api: Api, args: argparse.Namespace)
         prepare_slurm(slurm, nodes - len(LIVE))
         result["slurm"] = slurm.release
         env = {**slurm.service_env, "NODELEDGER_SLURM_TIMEOUT": "120"}
+        if args.hints:
+            env["NODELEDGER_SLURM_FULL_SYNC_INTERVAL"] = "600"
         env |= dict(kv.split("=", 1) for kv in args.service_env)
         database = migrated(f"sqlite:///{RUNDIR}/ledger-{nodes}-{int(time.time())}.db")
         run = Run(nodes, plane, slurm, database, args, env)
@@ -503,6 +514,8 @@ def arguments() -> argparse.ArgumentParser:
     add("--kube-port-base", type=int, default=26379)
     add("--slurm-port-base", type=int, default=26600)
     add("--keep", action="store_true", help="leave the clusters up (the largest size's)")
+    add("--hints", action=argparse.BooleanOptionalAction, default=True,
+        help="slurmctld's job and node hints, the full listing every 600 s")  # fmt: skip
     add("--service-env", action="append", default=[], metavar="KEY=VALUE",
         help="one more environment variable of the service (e.g. a setting tried)")  # fmt: skip
     return parser
@@ -521,6 +534,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     report: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "load_average_start": os.getloadavg()},
         "service_env": args.service_env,
+        "hints": args.hints,
         "sizes": {},
     }
     try:

@@ -35,8 +35,8 @@ def test_downgrade_and_upgrade_again(database_url: str) -> None:
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     migrate.upgrade(engine)
     tables = set(inspect(engine).get_table_names())
-    assert {"nodes", "holdings", "events", "slurm_job_hints"} <= tables
-    assert migrate.current(engine) == "0006"
+    assert {"nodes", "holdings", "events", "slurm_job_hints", "slurm_node_hints"} <= tables
+    assert migrate.current(engine) == "0007"
     engine.dispose()
 
 
@@ -82,7 +82,7 @@ def test_cli_db_upgrade_and_env_settings(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert result.stdout.strip() == "0006"
+    assert result.stdout.strip() == "0007"
     env_url = f"sqlite:///{tmp_path / 'env.db'}"
     result = subprocess.run(
         [sys.executable, "-m", "app", "db", "current"],

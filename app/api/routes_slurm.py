@@ -1,4 +1,5 @@
-"""Hints from slurmctld (slurm-plugins/hooks/nodeledger-job-hint): "these jobs changed"."""
+"""Hints from slurmctld (slurm-plugins/hooks/nodeledger-job-hint): "these jobs changed", and
+from its node_features plugin "these nodes changed state"."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ router = APIRouter(prefix="/v1/slurm", tags=["slurm"])
 
 MAX_JOB_ID = 2**32 - 1  # Slurm job ids are uint32
 MAX_PER_REQUEST = 1000
+# A Slurm node name (no hostlist expression), or "*": every node (hint_queue.EVERY_NODE).
+NODE_NAME = r"^([A-Za-z0-9._-]{1,256}|\*)$"
 
 
 class SlurmDisabled(NodeledgerError):
@@ -54,3 +57,34 @@ async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut:
         raise SlurmDisabled("the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
     await run_in_threadpool(hints.post, body.job_ids)
     return JobHintsOut(accepted=len(set(body.job_ids)))
+
+
+class NodeHintsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: list[Annotated[str, Field(pattern=NODE_NAME)]] = Field(
+        min_length=1,
+        max_length=MAX_PER_REQUEST,
+        description='Slurm nodes whose state changed (drained, resumed, DOWN, FAIL, ...); "*": '
+        "every node may have (more changed at once than a request names)",
+    )
+
+
+class NodeHintsOut(BaseModel):
+    accepted: int = Field(description="Distinct nodes queued for the Slurm sync")
+
+
+@router.post(
+    "/node-hints",
+    status_code=202,
+    response_model=NodeHintsOut,
+    responses={409: {"model": ErrorOut, "description": "The Slurm integration is off"}},
+    dependencies=[require("create", "jobhints")],  # the same hook, the same token
+)
+async def post_node_hints(body: NodeHintsIn, request: Request) -> NodeHintsOut:
+    """Queue the nodes for the Slurm sync, which reads each from Slurm; answers at once."""
+    hints: HintQueue | None = request.app.state.services.job_hints
+    if hints is None:
+        raise SlurmDisabled("the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
+    await run_in_threadpool(hints.post_nodes, body.nodes)
+    return NodeHintsOut(accepted=len(set(body.nodes)))

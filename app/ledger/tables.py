@@ -157,3 +157,13 @@ class SlurmJobHintRow(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     job_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class SlurmNodeHintRow(Base):
+    """A "node N changed state" hint from slurmctld (its node_features plugin), kept like
+    a job hint until the sync leader takes it; ``node`` "*": every node."""
+
+    __tablename__ = "slurm_node_hints"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    node: Mapped[str] = mapped_column(String(256))

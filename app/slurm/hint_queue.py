@@ -1,6 +1,8 @@
-"""The job hint queue: slurmctld's PrologSlurmctld and EpilogSlurmctld (slurm-plugins/hooks/
-nodeledger-job-hint) say "job N started, ended or was requeued", so the sync reads that one
-job instead of waiting for a full listing (tens of seconds at 15,000 nodes).
+"""The hint queue: slurmctld's PrologSlurmctld and EpilogSlurmctld (slurm-plugins/hooks/
+nodeledger-job-hint) say "job N started, ended or was requeued", and its node_features plugin
+(slurm-plugins/node_features/k8s_resources) "node N was drained, resumed, set DOWN...", so the
+sync reads that one job or node instead of waiting for a full listing (tens of seconds at
+15,000 nodes).
 
 Why the database: the Kubernetes Service hands a hint to any replica, but only the replica
 holding the ``slurm-sync`` leadership writes the ledger. A hint stored in a table reaches
@@ -10,8 +12,9 @@ short query per poll. The receiving replica also wakes its own sync loop, so on 
 (and on a single replica) a hint is applied at once; from a standby it waits for the
 leader's next poll (``HINT_POLL`` in app.slurm.sync).
 
-Bounded: the leader takes at most ``MAX_TAKEN`` hints at once; more mean a flood, which
-collapses into "do a full pass" (the table is emptied). A hint is only ever a reason to
+Bounded: the leader takes at most ``MAX_TAKEN`` hints of each kind at once; more mean a
+flood, which collapses into "do a full pass" (the table is emptied), as does a node hint
+"*" (more nodes changed at once than the plugin names). A hint is only ever a reason to
 read Slurm again, never data: a lost or repeated one costs freshness, not correctness,
 and the sync's full listing repairs whatever a lost one left.
 """
@@ -19,14 +22,18 @@ and the sync's full listing repairs whatever a lost one left.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import Any
 
 from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import InstrumentedAttribute
 
 from app.db.engine import Database
-from app.ledger.tables import SlurmJobHintRow
+from app.ledger.tables import SlurmJobHintRow, SlurmNodeHintRow
 
-MAX_TAKEN = 10_000  # job ids taken at once; beyond: a full pass instead
+MAX_TAKEN = 10_000  # job ids (or node names) taken at once; beyond: a full pass instead
+EVERY_NODE = "*"
 Row = SlurmJobHintRow
+NodeRow = SlurmNodeHintRow
 
 
 class HintQueue:
@@ -43,17 +50,36 @@ class HintQueue:
             connection.execute(insert(Row), [{"job_id": j} for j in set(job_ids)])
         self._wake()
 
+    def post_nodes(self, names: Collection[str]) -> None:
+        """Node names (``EVERY_NODE``: every node) whose state slurmctld saw change."""
+        with self.db.write_statements() as connection:
+            connection.execute(insert(NodeRow), [{"node": n} for n in set(names)])
+        self._wake()
+
     def take(self) -> set[str] | None:
         """The job ids hinted since the last take (removed from the table); None when there
         were more than ``MAX_TAKEN``: every one is dropped, do a full pass instead."""
-        query = select(Row.id, Row.job_id).order_by(Row.id).limit(MAX_TAKEN + 1)
+        taken = self._take(Row, Row.job_id)
+        return None if taken is None else {str(j) for j in taken}
+
+    def take_nodes(self) -> set[str] | None:
+        """The Slurm nodes hinted since the last take; None for a flood or ``EVERY_NODE``:
+        a full listing instead."""
+        taken = self._take(NodeRow, NodeRow.node)
+        return None if taken is None or EVERY_NODE in taken else {str(n) for n in taken}
+
+    def _take(
+        self, table: type[Row] | type[NodeRow], column: InstrumentedAttribute[Any]
+    ) -> list[Any] | None:
+        query = select(table.id, column).order_by(table.id).limit(MAX_TAKEN + 1)
         with self.db.read_statements() as connection:  # mostly empty: no write lock for that
             rows = connection.execute(query).all()
         if not rows:
-            return set()
+            return []
         flood = len(rows) > MAX_TAKEN
         with self.db.write_statements() as connection:
             # Exactly the rows read: on PostgreSQL a lower id may commit after a higher one.
-            read = [row.id for row in rows]
-            connection.execute(delete(Row) if flood else delete(Row).where(Row.id.in_(read)))
-        return None if flood else {str(row.job_id) for row in rows}
+            read = [row[0] for row in rows]
+            everything = delete(table)
+            connection.execute(everything if flood else everything.where(table.id.in_(read)))
+        return None if flood else [row[1] for row in rows]

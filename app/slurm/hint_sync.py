@@ -1,4 +1,5 @@
-"""Job hints applied: each hinted job read from Slurm, moved in the cache, its nodes synced.
+"""Hints applied: each hinted job read from Slurm, moved in the cache, its nodes synced; each
+hinted node (a state change: drained, resumed, DOWN...) read afresh and synced.
 
 slurmctld's PrologSlurmctld/EpilogSlurmctld name a job that started, ended or was requeued
 (app.slurm.hint_queue); the leader reads that one job (``GET job/{id}``), moves it in the cache
@@ -57,10 +58,15 @@ class HintSync:
             log.warning("a flood of Slurm job hints: a full listing instead")
             self.full_listing()
             taken = set()
+        nodes = self.hints.take_nodes()
+        if nodes is None:
+            log.info("Slurm hinted every node: a full listing instead")
+            self.full_listing()
+            nodes = set()
         failures: list[str] = []
         touched: set[str] = set()
         due = sorted(taken | self.state.completing() | self._rereads, key=lambda i: (len(i), i))
-        if not due:
+        if not due and not nodes:
             return []
         started = self.monotonic()
         for n, job_id in enumerate(due):
@@ -80,9 +86,9 @@ class HintSync:
             )
         self.state.publish()
         read = self.monotonic()
-        for slurm_name in sorted(touched):
+        for slurm_name in sorted(touched | nodes):
             try:
-                self.reconciler.sync_slurm_node(slurm_name)
+                self.reconciler.sync_slurm_node(slurm_name, self.monotonic())
             except NodeledgerError as exc:
                 failures.append(f"{slurm_name}: {exc}")
         self.state.publish()
@@ -90,11 +96,12 @@ class HintSync:
         # Hints exist to be applied within a fraction of a second: say when they were not.
         log.log(
             logging.WARNING if done - started > SLOW_HINTS else logging.DEBUG,
-            "Slurm job hints: read %d jobs in %.3fs, synced %d nodes in %.3fs (hinted: %s)",
+            "Slurm hints: read %d jobs in %.3fs, synced %d nodes in %.3fs (hinted: %s; %s)",
             len(due),
             read - started,
-            len(touched),
+            len(touched | nodes),
             done - read,
-            ", ".join(sorted(taken, key=lambda i: (len(i), i))[:10]) or "none",
+            ", ".join(sorted(taken, key=lambda i: (len(i), i))[:10]) or "no job",
+            ", ".join(sorted(nodes)[:10]) or "no node",
         )
         return failures

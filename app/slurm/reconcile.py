@@ -66,12 +66,13 @@ class NodeReconciler:
         """Compare every node afresh from now on (a new leader starts with a full pass)."""
         self._ledger_key, self._in_place = (), {}
 
-    def sync_slurm_node(self, slurm_name: str) -> None:
-        """Sync the ledger nodes mapped to one Slurm node, read afresh."""
+    def sync_slurm_node(self, slurm_name: str, read_at: float) -> None:
+        """Sync the ledger nodes mapped to one Slurm node, read afresh from ``read_at`` on
+        (monotonic: a listing begun before keeps this read's states)."""
         names = self._names.get(slurm_name)
         if not names:
             return
-        self.state.remember(self.client.get_node(slurm_name))
+        self.state.remember(self.client.get_node(slurm_name), read_at=read_at)
         for view in self.ledger.views_named(names):
             self.sync(view)
 

@@ -66,6 +66,7 @@ class SlurmState:
         self._jobs_by_node: dict[str, dict[str, SlurmJob]] = {}
         self._unlisted: dict[str, Resources] = {}
         self._hinted_at: dict[str, float] = {}  # job id -> when a hint's read of it began
+        self._node_read_at: dict[str, float] = {}  # node -> when a hint's read of it began
         self._held_back: tuple[str, ...] = ()  # pending jobs slurmctld marked non-runnable
         # The partitions of jobs waiting for resources (SlurmJob.waits_for_resources); a
         # waiting job that names none makes every node contended.
@@ -130,15 +131,14 @@ class SlurmState:
         self._hinted_at[job_id] = read_at
         return self._put_job(job_id, job)
 
-    def remember(self, node: SlurmNode) -> None:
-        """Keep a single-node read (a hint's, or a push's read-back) as the node's latest."""
+    def remember(self, node: SlurmNode, *, read_at: float | None = None) -> None:
+        """Keep a single-node read (a hint's, or a push's read-back) as the node's latest;
+        ``read_at``: a hint's, when its read began (a listing begun before keeps it)."""
         if (listed := self._nodes.get(node.name)) is not None:
-            # A single-node read's alloc_* figures are stale (app.slurm.gate): keep the
-            # listing's, which only the next listing replaces.
-            node = replace(
-                node, alloc_cpus=listed.alloc_cpus, alloc_memory_mb=listed.alloc_memory_mb
-            )
+            node = _with_listed_allocation(node, listed)
         self._nodes[node.name] = node
+        if read_at is not None:
+            self._node_read_at[node.name] = read_at
         self._dirty = True
 
     def apply_listings(self, listings: Listings, began: float) -> bool:
@@ -147,8 +147,17 @@ class SlurmState:
         nodes, jobs = listings
         newer = {i for i, at in self._hinted_at.items() if at >= began}
         self._hinted_at = {i: self._hinted_at[i] for i in newer}
+        read = {n: at for n, at in self._node_read_at.items() if at >= began}
+        self._node_read_at = read
         if nodes is not None:
-            self._nodes = {n.name: n for n in nodes.items}
+            # A node a hint read after this listing began keeps the hint's states (a drain
+            # seen, not undone by the older listing), with the listing's allocation.
+            self._nodes = {
+                n.name: _with_listed_allocation(self._nodes[n.name], n)
+                if n.name in read and n.name in self._nodes
+                else n
+                for n in nodes.items
+            }
         if jobs is not None:
             self._held_back = tuple(j.job_id for j in jobs.items if j.held_back)
             if self._old_refusals is None:
@@ -205,6 +214,12 @@ class SlurmState:
                 # Newly listed here: it was part of what the node reported allocated.
                 self._unlisted[node] = floored_minus(self._unlisted.get(node, Resources.ZERO), held)
         return _nodes_of(old) | _nodes_of(job)
+
+
+def _with_listed_allocation(node: SlurmNode, listed: SlurmNode) -> SlurmNode:
+    """``node`` (a single-node read) with ``listed``'s alloc_* figures: a single read's are
+    stale (app.slurm.gate); only the next listing replaces them."""
+    return replace(node, alloc_cpus=listed.alloc_cpus, alloc_memory_mb=listed.alloc_memory_mb)
 
 
 def _nodes_of(job: SlurmJob | None) -> set[str]:

@@ -596,11 +596,12 @@ logs_tail() {
 }
 
 # What a running cluster was brought up with: one brought up by another version of this
-# script (its slurm.conf, the hint hook) is restarted, never reused as it is.
-# The node count too: a cluster of another size is restarted as well.
+# script (its slurm.conf), the hint hook or the C plugins is restarted, never reused as it
+# is. The node count too: a cluster of another size is restarted as well.
 recipe() {
-  { cat "$REPO/testenv/slurm/cluster.sh" "$REPO/slurm-plugins/hooks/nodeledger-job-hint"
-    echo "nodes=$NODE_COUNT"; } | sha256sum | cut -c1-16
+  { cat "$REPO/testenv/slurm/cluster.sh" "$REPO/slurm-plugins/hooks/nodeledger-job-hint" \
+      "$REPO"/slurm-plugins/*/*.[ch] "$REPO"/slurm-plugins/*/*/*.c
+    echo "nodes=$NODE_COUNT plugins=$PLUGINS"; } | sha256sum | cut -c1-16
 }
 
 up() {

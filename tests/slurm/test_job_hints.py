@@ -1,7 +1,8 @@
-"""Job hints with a fake slurmrestd and a real database: a hinted job reaches the ledger
-without any full listing, leaves it once it stops holding its nodes (COMPLETING included),
-moves when requeued, and an older listing never undoes a newer hint. The same against real
-slurmctld hooks: tests/slurm/test_job_hints_cluster.py."""
+"""Job and node hints with a fake slurmrestd and a real database: a hinted job reaches the
+ledger without any full listing, leaves it once it stops holding its nodes (COMPLETING
+included), moves when requeued; a hinted node's drain or resume reaches it likewise; and an
+older listing never undoes a newer hint. The same against real slurmctld hooks:
+tests/slurm/test_job_hints_cluster.py."""
 
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ class Cluster(FakeSlurm):
 
     def get_nodes(self, update_time: int | None = None) -> Listing[SlurmNode]:
         self.listings += 1
-        self._listed_jobs = tuple(self.jobs.values())  # the listing's moment
+        # The listing's moment, answered once let go.
+        nodes, self._listed_jobs = tuple(self.nodes.values()), tuple(self.jobs.values())
         self.hold_listing.wait(10)
-        return Listing(tuple(self.nodes.values()), self.listings)
+        return Listing(nodes, self.listings)
 
     def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob]:
         return Listing(self._listed_jobs, self.listings)
@@ -276,6 +278,72 @@ def test_a_standby_leaves_hints_for_the_leader(
     assert HintQueue(database).take() == {"7"}  # still there, for whoever leads
 
 
+# ---------------------------------------------------------------------------- node hints
+
+
+def drained(name: str, reason: str = "hw") -> SlurmNode:
+    return slurm_node(name=name, states=frozenset({"IDLE", "DRAIN"}), reason=reason)
+
+
+def test_a_hinted_drain_and_resume_reach_the_ledger_with_no_listing(
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+) -> None:
+    listings = slurm.listings
+    slurm.nodes["n2"] = drained("n2")
+    hints.post_nodes(["n2"])
+    assert sync.apply_hints() == []
+    assert ledger.get_node("n2").not_admissible_reason == "Slurm node n2 is DRAIN+IDLE: hw"
+    assert ledger.get_node("n1").admissible
+    slurm.nodes["n2"] = slurm_node(name="n2")
+    hints.post_nodes(["n2"])
+    sync.apply_hints()
+    assert ledger.get_node("n2").admissible
+    sync.step()  # not due: no listing
+    assert slurm.listings == listings
+
+
+def test_an_older_listing_never_undoes_a_newer_node_hint(
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+) -> None:
+    slurm.ctld_started += 1  # a restart: a listing at once, although not due
+    slurm.hold_listing.clear()
+    sync.step()
+    assert sync.listings.pending is not None  # reading: it sees n2 idle
+    slurm.nodes["n2"] = drained("n2")
+    hints.post_nodes(["n2"])
+    sync.apply_hints()
+    slurm.hold_listing.set()
+    sync.listings.pending.result(timeout=10)
+    sync.step()  # applies the listing
+    assert not ledger.get_node("n2").admissible
+    full_listing(sync)  # one that began after the hint: the same
+    assert not ledger.get_node("n2").admissible
+
+
+def test_every_node_hinted_is_one_full_listing(
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+) -> None:
+    slurm.nodes["n1"], slurm.nodes["n2"] = drained("n1"), drained("n2")
+    hints.post_nodes(["*", "n1"])
+    listings = slurm.listings
+    sync.apply_hints()
+    assert hints.take_nodes() == set()  # taken, "n1" with it
+    full_listing(sync)
+    assert slurm.listings == listings + 1
+    assert not ledger.get_node("n1").admissible
+    assert not ledger.get_node("n2").admissible
+
+
+def test_a_node_hint_for_a_node_the_ledger_lacks_is_dropped(
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue
+) -> None:
+    hints.post_nodes(["n9"])  # not in the ledger: no read
+    reads = slurm.node_reads
+    assert sync.apply_hints() == []
+    assert slurm.node_reads == reads
+    assert hints.take_nodes() == set()
+
+
 # ---------------------------------------------------------------------------- the endpoint
 
 
@@ -294,6 +362,38 @@ def test_hints_are_accepted_at_once(hints_api: tuple[TestClient, HintQueue]) -> 
     answer = api.post("/v1/slurm/job-hints", json={"job_ids": [12, 12, 4294967295]})
     assert (answer.status_code, answer.json()) == (202, {"accepted": 2})
     assert hints.take() == {"12", "4294967295"}
+
+
+def test_node_hints_are_accepted_at_once(hints_api: tuple[TestClient, HintQueue]) -> None:
+    api, hints = hints_api
+    answer = api.post("/v1/slurm/node-hints", json={"nodes": ["n1", "n1", "gpu-01.rack_2"]})
+    assert (answer.status_code, answer.json()) == (202, {"accepted": 2})
+    assert hints.take_nodes() == {"n1", "gpu-01.rack_2"}
+    assert hints.take() == set()  # the job hints are apart
+    answer = api.post("/v1/slurm/node-hints", json={"nodes": ["*"]})
+    assert answer.status_code == 202
+    assert hints.take_nodes() is None  # every node: a full listing
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        pytest.param({}, ["body", "nodes"], id="missing"),
+        pytest.param({"nodes": []}, ["body", "nodes"], id="empty"),
+        pytest.param({"nodes": [7]}, ["body", "nodes", 0], id="number"),
+        pytest.param({"nodes": ["n1", "n[1-4]"]}, ["body", "nodes", 1], id="hostlist"),
+        pytest.param({"nodes": ["n 1"]}, ["body", "nodes", 0], id="space"),
+        pytest.param({"nodes": ["x" * 257]}, ["body", "nodes", 0], id="too-long"),
+        pytest.param({"nodes": [f"n{i}" for i in range(1001)]}, ["body", "nodes"], id="too-many"),
+        pytest.param({"nodes": ["n1"], "job_ids": [1]}, ["body", "job_ids"], id="unknown-field"),
+    ],
+)
+def test_bad_node_hints_are_422_naming_the_field(
+    hints_api: tuple[TestClient, HintQueue], body: dict[str, object], loc: list[object]
+) -> None:
+    answer = hints_api[0].post("/v1/slurm/node-hints", json=body)
+    assert answer.status_code == 422
+    assert loc in [e["loc"] for e in answer.json()["detail"]]
 
 
 @pytest.mark.parametrize(
@@ -317,8 +417,14 @@ def test_bad_hints_are_422_naming_the_field(
     assert loc in [e["loc"] for e in answer.json()["detail"]]
 
 
-def test_hints_without_the_slurm_integration_are_409(api: TestClient) -> None:
-    answer = api.post("/v1/slurm/job-hints", json={"job_ids": [1]})
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/v1/slurm/job-hints", {"job_ids": [1]}), ("/v1/slurm/node-hints", {"nodes": ["n1"]})],
+)
+def test_hints_without_the_slurm_integration_are_409(
+    api: TestClient, path: str, body: dict[str, object]
+) -> None:
+    answer = api.post(path, json=body)
     assert answer.status_code == 409
     assert "NODELEDGER_SLURM_ENABLED" in answer.json()["detail"]
 
