@@ -3,7 +3,7 @@ from its node_features plugin "these nodes changed state"."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -29,6 +29,19 @@ class SlurmDisabled(NodeledgerError):
     http_status = 409
 
 
+SLURM_OFF: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorOut, "description": "The Slurm integration is off"}
+}
+
+
+def _queue(request: Request) -> HintQueue:
+    """Where hints go; SlurmDisabled when the Slurm integration is off."""
+    hints: HintQueue | None = request.app.state.services.job_hints
+    if hints is None:
+        raise SlurmDisabled("the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
+    return hints
+
+
 class JobHintsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -47,15 +60,12 @@ class JobHintsOut(BaseModel):
     "/job-hints",
     status_code=202,
     response_model=JobHintsOut,
-    responses={409: {"model": ErrorOut, "description": "The Slurm integration is off"}},
+    responses=SLURM_OFF,
     dependencies=[require("create", "jobhints")],
 )
 async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut:
     """Queue the jobs for the Slurm sync, which reads each from Slurm; answers at once."""
-    hints: HintQueue | None = request.app.state.services.job_hints
-    if hints is None:
-        raise SlurmDisabled("the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
-    await run_in_threadpool(hints.post, body.job_ids)
+    await run_in_threadpool(_queue(request).post, body.job_ids)
     return JobHintsOut(accepted=len(set(body.job_ids)))
 
 
@@ -78,13 +88,10 @@ class NodeHintsOut(BaseModel):
     "/node-hints",
     status_code=202,
     response_model=NodeHintsOut,
-    responses={409: {"model": ErrorOut, "description": "The Slurm integration is off"}},
+    responses=SLURM_OFF,
     dependencies=[require("create", "jobhints")],  # the same hook, the same token
 )
 async def post_node_hints(body: NodeHintsIn, request: Request) -> NodeHintsOut:
     """Queue the nodes for the Slurm sync, which reads each from Slurm; answers at once."""
-    hints: HintQueue | None = request.app.state.services.job_hints
-    if hints is None:
-        raise SlurmDisabled("the Slurm integration is off (NODELEDGER_SLURM_ENABLED)")
-    await run_in_threadpool(hints.post_nodes, body.nodes)
+    await run_in_threadpool(_queue(request).post_nodes, body.nodes)
     return NodeHintsOut(accepted=len(set(body.nodes)))
