@@ -1,23 +1,27 @@
 """Pods per second at site scale: the nodeledger scheduler (a second kube-scheduler with
-the chart's configuration: the service's HTTP filter, prioritize and bind,
-nodeCacheCapable) against kube-scheduler's default profile, on the same API-only Nodes.
+the chart's configuration) against kube-scheduler's default profile, on the same API-only
+Nodes.
 
 Per size: N Nodes (64 CPU / 256Gi each, no kubelets) discovered by `nodeledger serve`
-(PostgreSQL, Kubernetes on, Slurm off); then rounds alternating default, nodeledger,
-default, nodeledger..., so load drift hits both. A round creates --pods pods for one
-scheduler, then starts that scheduler, and times every pod from its creation to the watch
-event that shows it bound; then the pods are deleted and the ledger has released them
-before the next round. Prints one JSON object: per size and profile pods/s (first to last
-bind), create-to-bound p50/p99, the scheduler's own attempt and extension-point times, and
-for nodeledger the extender's calls, bytes and seconds per verb (the service's
-nodeledger_extender_* metrics) and the ledger's admissions (each bind is one).
+(PostgreSQL, Kubernetes on with placeholder pods, Slurm off); then rounds alternating the
+profiles (default, placeholders, default, placeholders...), so load drift hits all. A round
+creates --pods pods for one scheduler, then starts that scheduler, and times every pod from
+its creation to the watch event that shows it bound; then the pods are deleted and the
+ledger has released them before the next round. Prints one JSON object: per size and
+profile pods/s (first to last bind), create-to-bound p50/p99, the scheduler's own attempt
+and extension-point times, and for the nodeledger profiles the extender's calls, bytes and
+seconds per verb (the service's nodeledger_extender_* metrics) and the ledger's admissions
+(each bind is one). Profiles: ``default``; ``placeholders``, the chart's default
+(kube-scheduler-config-placeholders.yaml: the extender binds, and filters GPU pods);
+``nodeledger``, the chart with kube.placeholders.enabled=false (the extender filters,
+prioritizes and binds); ``no-prioritize``, that without prioritize.
 
     python -m bench.scheduler_throughput [--nodes 500,5000] [--pods 1000] [--rounds 2]
-                                         [--keep]
+                                         [--profiles default,placeholders] [--keep]
 
 Runs on a control plane and a PostgreSQL of its own (/tmp/nl-tput-scale, ports from 24379,
-schedulers on the port base + 20 and + 21); sizes load incrementally and --keep leaves
-both up so a next run loads only the missing Nodes. Not part of CI.
+schedulers on the port base + 20..23); sizes load incrementally and --keep leaves both up
+so a next run loads only the missing Nodes. Not part of CI.
 """
 
 from __future__ import annotations
@@ -53,15 +57,21 @@ from bench.kubescale.service import Service
 REPO = Path(__file__).resolve().parent.parent
 RUNDIR = Path("/tmp/nl-tput-scale")
 CRD = REPO / "crds" / "genericnodes.nodeledger.io.yaml"
-CHART_CONFIG = REPO / "charts" / "nodeledger" / "files" / "kube-scheduler-config.yaml"
+FILES = REPO / "charts" / "nodeledger" / "files"
+CHART_CONFIG = FILES / "kube-scheduler-config.yaml"
+PLACEHOLDER_CONFIG = FILES / "kube-scheduler-config-placeholders.yaml"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 # Profile -> schedulerName. "no-prioritize": the chart's extender without its prioritize
-# verb (filter and bind only), an option weighed in docs/design.md.
+# verb (filter and bind only), an option weighed in docs/design.md. "placeholders": the
+# chart's configuration with kube.placeholders.enabled (the extender binds only, and
+# filters GPU pods), the service keeping placeholder pods.
 PROFILES = {
     "default": "tput-default",
     "nodeledger": "nodeledger",
     "no-prioritize": "nodeledger-np",
+    "placeholders": "nodeledger-ph",
 }
+NODELEDGER_PROFILES = ("nodeledger", "no-prioritize", "placeholders")
 WRITES = "nodeledger_kube_status_writes_total"
 
 
@@ -82,14 +92,16 @@ def scheduler_config(profile: str, run: Path, extender_url: str) -> dict[str, An
     """The chart's configuration for nodeledger (extender pointed at this service); the
     same without extenders for the default profile. The client's QPS stays kube-scheduler's
     default in both, as on a site."""
-    config: dict[str, Any] = yaml.safe_load(CHART_CONFIG.read_text())
+    source = PLACEHOLDER_CONFIG if profile == "placeholders" else CHART_CONFIG
+    config: dict[str, Any] = yaml.safe_load(source.read_text())
     config["clientConnection"] = {"kubeconfig": str(run / "scheduler.kubeconfig")}
     config["leaderElection"] = {"leaderElect": False}
     config["profiles"] = [{"schedulerName": PROFILES[profile]}]
     if profile == "default":
         del config["extenders"]
     else:
-        config["extenders"][0]["urlPrefix"] = f"{extender_url}/v1/extender"
+        for extender in config["extenders"]:
+            extender["urlPrefix"] = f"{extender_url}/v1/extender"
     if profile == "no-prioritize":
         del config["extenders"][0]["prioritizeVerb"]
     return config
@@ -346,7 +358,7 @@ def aggregate(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "create_to_bound_p50_s": round(median(r["create_to_bound_s"]["p50"] for r in mine), 2),
             "create_to_bound_p99_s": round(median(r["create_to_bound_s"]["p99"] for r in mine), 2),
         }
-    for profile in ("nodeledger", "no-prioritize"):
+    for profile in NODELEDGER_PROFILES:
         if "default" in out and profile in out:
             d, n = out["default"], out[profile]
             suffix = "" if profile == "nodeledger" else f"_{profile}"
@@ -369,7 +381,10 @@ def measure(
         )
     logs = RUNDIR / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = dict(kv.split("=", 1) for kv in args.service_env)
+    # The chart's default: placeholder pods (none is made here: Slurm is off, so the
+    # ledger keeps nothing from pods beyond them); the extender profiles ignore them.
+    env = {"NODELEDGER_KUBE_PLACEHOLDERS": "true"}
+    env |= dict(kv.split("=", 1) for kv in args.service_env)
     code = Path(args.service_code)
     # The first start writes every GenericNode's status: hurried, and waited for, so that
     # it does not load the API server during the rounds; they run on a restart with the
@@ -424,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     add("--round-timeout", type=float, default=600.0)
     add("--concurrency", type=int, default=32, help="API requests in flight")
     add("--port-base", type=int, default=24379)
-    add("--profiles", default="default,nodeledger", help=f"alternated, of {','.join(PROFILES)}")
+    add("--profiles", default="default,placeholders", help=f"alternated, of {','.join(PROFILES)}")
     add("--service-code", default=str(REPO), help="the checkout whose app is measured")
     add("--service-env", action="append", default=[], metavar="KEY=VALUE",
         help="one more environment variable of the service (e.g. a setting tried)")  # fmt: skip
@@ -448,13 +463,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg()},
         "service_env": args.service_env,
         "service_code": args.service_code,
-        "sizes": [],
+        "sizes": {},
     }
     try:
         with postgres_database(pg) as url:
             for nodes in sizes:
-                report["sizes"].append(measure(nodes, plane, api, url, args))
-                print(json.dumps(report["sizes"][-1]["summary"]), file=sys.stderr, flush=True)
+                report["sizes"][str(nodes)] = measured = measure(nodes, plane, api, url, args)
+                print(json.dumps(measured["summary"]), file=sys.stderr, flush=True)
     finally:
         if not args.keep:
             plane.down()

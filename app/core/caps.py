@@ -33,34 +33,53 @@ class KubeCaps:
         """Why what Kubernetes holds on ``node`` (plus a pod of ``adding``) is above its
         cap; None when within."""
         held = node.held_by_kubernetes + adding
-        allocatable = node.allocatable
-        labels = node.spec.labels
         try:
-            cpu_cap = _cap(
-                allocatable.cpu_millis, self.cpu_fraction, labels.get(CPU_LABEL), cpu_millis
-            )
-            memory_cap = _cap(
-                allocatable.memory_bytes,
-                self.memory_fraction,
-                labels.get(MEMORY_LABEL),
-                memory_bytes,
-            )
+            cap = self.caps(node)
         except QuantityError as exc:
             return f"node {node.name} has an invalid Kubernetes cap label: {exc}"
         problems = []
-        if held.cpu_millis > cpu_cap:
+        if held.cpu_millis > cap.cpu_millis:
             problems.append(
                 f"cpu: Kubernetes would hold {format_cpu(held.cpu_millis)}, "
-                f"cap {format_cpu(cpu_cap)}"
+                f"cap {format_cpu(cap.cpu_millis)}"
             )
-        if held.memory_bytes > memory_cap:
+        if held.memory_bytes > cap.memory_bytes:
             problems.append(
                 f"memory: Kubernetes would hold {format_memory(held.memory_bytes)}, "
-                f"cap {format_memory(memory_cap)}"
+                f"cap {format_memory(cap.memory_bytes)}"
             )
         if not problems:
             return None
         return f"over the Kubernetes share of node {node.name} ({'; '.join(problems)})"
+
+    def room(self, node: KubeShare) -> Resources:
+        """The CPU and memory pods may still add on ``node`` under its cap (GPUs are not
+        capped); none when a cap label is invalid (``violation`` refuses every pod)."""
+        try:
+            cap = self.caps(node)
+        except QuantityError:
+            return Resources(0, 0, node.allocatable.gpus)
+        held = node.held_by_kubernetes
+        return Resources(
+            cap.cpu_millis - held.cpu_millis,
+            cap.memory_bytes - held.memory_bytes,
+            node.allocatable.gpus,
+        ).at_least_zero()
+
+    def caps(self, node: KubeShare) -> Resources:
+        """The node's caps (CPU and memory; GPUs are its allocatable's); QuantityError
+        for an invalid cap label."""
+        allocatable, labels = node.allocatable, node.spec.labels
+        return Resources(
+            _cap(allocatable.cpu_millis, self.cpu_fraction, labels.get(CPU_LABEL), cpu_millis),
+            _cap(
+                allocatable.memory_bytes,
+                self.memory_fraction,
+                labels.get(MEMORY_LABEL),
+                memory_bytes,
+            ),
+            allocatable.gpus,
+        )
 
 
 def _cap(

@@ -74,6 +74,26 @@ class KubeSettings(BaseSettings):
         description="Seconds the extender's filter may miss ledger changes, this replica's "
         "binds included (0: none; more saves a database round trip per call)",
     )
+    placeholders: bool = Field(
+        default=False,
+        description="Keep one placeholder pod per node whose CPU and memory requests are what "
+        "the ledger keeps from pods there beyond the pods (Slurm's jobs, manual holdings, the "
+        "cap), so that kube-scheduler filters nodes itself and calls the extender only to bind "
+        "(docs/kubernetes.md); pair it with the chart's scheduler.placeholders",
+    )
+    placeholder_namespace: str = Field(
+        default="", description="Namespace of the placeholder pods (default: lease_namespace)"
+    )
+    placeholder_image: str = Field(
+        default="registry.k8s.io/pause:3.10.1",
+        min_length=1,
+        description="Image of the placeholder pods' one container (it only sleeps)",
+    )
+    placeholder_priority_class: str = Field(
+        default="",
+        description="PriorityClass of the placeholder pods: above every pod's, so that no "
+        "scheduler preempts them (the chart creates one); empty: none",
+    )
     list_page_size: int = Field(
         default=2000, ge=1, description="Objects per page of a LIST (limit + continue)"
     )
@@ -82,6 +102,10 @@ class KubeSettings(BaseSettings):
     @classmethod
     def _drivers(cls, value: str) -> str:
         return ",".join(d.strip() for d in value.split(",") if d.strip())
+
+    @property
+    def placeholders_namespace(self) -> str:
+        return self.placeholder_namespace or self.lease_namespace
 
     @property
     def gpu_driver_names(self) -> frozenset[str]:

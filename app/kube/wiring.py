@@ -70,6 +70,7 @@ def build_kube(
         metrics=metrics,
         devices=devices,
         drains=drains,
+        caps=caps,
     )
     extender = Extender(
         admissions,

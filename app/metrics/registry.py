@@ -256,6 +256,11 @@ class Metrics:
             "GenericNode status writes (only nodes whose figures differ from Kubernetes')",
             registry=r,
         )
+        self.placeholder_writes = Counter(
+            "nodeledger_kube_placeholder_writes",
+            "Placeholder pod creates, in-place resizes and deletes (issue 35)",
+            registry=r,
+        )
         self.orphaned_pod_holdings = Gauge(
             "nodeledger_kube_orphaned_pod_holdings",
             "Pod holdings kept after their pod was deleted while its node was not Ready (a "
@@ -419,6 +424,9 @@ class Metrics:
 
     def kube_status_written(self) -> None:
         self.status_writes.inc()
+
+    def kube_placeholder_written(self) -> None:
+        self.placeholder_writes.inc()
 
     def kube_orphaned_pod_holdings(self, count: int) -> None:
         self.orphaned_pod_holdings.set(count)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from app.core.quantities import cpu_millis, memory_bytes
 from tests.gpu.test_gpu_identity import job_gpus
 from tests.support.deploy import (
     FULLNAME,
@@ -257,6 +258,97 @@ def test_a_pod_and_a_slurm_job_share_a_nodes_cpus(release: Release, pods: list[s
         assert slurm.job_state(larger) == "PENDING"
     finally:
         slurm.scancel(*filter(None, (fits, larger)))
+
+
+def _placeholder_amount(pod: dict[str, Any] | None, what: str, where: str = "spec") -> int:
+    """A placeholder's request of ``what`` (cpu: millicores, memory: bytes; 0: none): as
+    asked (``spec``), or as its kubelet has applied it (``status``, after a resize)."""
+    if pod is None:
+        return 0
+    if where == "spec":
+        resources = pod["spec"]["containers"][0]["resources"]
+    else:
+        statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+        resources = statuses[0].get("resources") or {}
+    amount = (resources.get("requests") or {}).get(what, "0")
+    return cpu_millis(amount) if what == "cpu" else memory_bytes(amount)
+
+
+def test_a_placeholder_pod_carries_slurms_jobs_on_a_real_kubelet(
+    release: Release, pods: list[str]
+) -> None:
+    """The chart's kube.placeholders (on in these values): n1's placeholder pod runs on its
+    kubelet and is resized in place (same container, no restart) as Slurm's jobs come and
+    go, so that the scheduler, filtering by itself, keeps a pod off what Slurm holds. Its
+    memory is followed: these nodes' kubelets have 2 CPUs, which one job fills."""
+    slurm, kube = release.slurm, release.kube
+    name = "nodeledger-held-n1"
+    seen: list[Any] = []  # the last look, for a failure's message
+
+    def placeholder() -> dict[str, Any] | None:
+        return kube.get("pod", name, NAMESPACE)
+
+    def applied(more_than: int) -> dict[str, Any] | None:
+        """The placeholder once it runs, asks more memory than ``more_than``, and its
+        kubelet has applied what it asks."""
+        pod = placeholder()
+        seen[:] = [pod and (pod["spec"]["containers"][0]["resources"], pod["status"])]
+        if pod is None or pod["status"].get("phase") != "Running":
+            return None
+        asked = _placeholder_amount(pod, "memory")
+        done = asked > more_than and _placeholder_amount(pod, "memory", "status") == asked
+        return pod if done else None
+
+    def slurm_holds(mib: int) -> bool:
+        held = release.ledger_node("n1")["held_by_slurm"]["memory_bytes"]
+        return bool(held >= mib * 2**20)
+
+    def waited(what: str, check: Any) -> Any:
+        try:
+            return wait_until(check, 120, 0.5, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {seen}, node {release.ledger_node('n1')}") from exc
+
+    base = _placeholder_amount(placeholder(), "memory")  # what n1 keeps from pods already
+    first = slurm.sbatch("-w", "n1", "-c", "1", "--mem=1000", "--wrap", "sleep 300")
+    second = ""
+    try:
+        wait_until(lambda: slurm_holds(1000), 60, 0.5, "the first job in the ledger")
+        pod = waited("n1's placeholder running, grown", lambda: applied(base))
+        uid, size = pod["metadata"]["uid"], _placeholder_amount(pod, "memory")
+        second = slurm.sbatch("-w", "n1", "-c", "1", "--mem=1000", "--wrap", "sleep 300")
+        wait_until(lambda: slurm_holds(2000), 60, 0.5, "the second job in the ledger")
+        resized = waited("resized in place by its kubelet", lambda: applied(size))
+        assert _placeholder_amount(resized, "memory") == size + 1000 * 2**20
+        assert resized["metadata"]["uid"] == uid
+        assert resized["status"]["containerStatuses"][0]["restartCount"] == 0
+        # A pod asking a little more CPU than the placeholder leaves on n1 waits, with
+        # kube-scheduler's own reason (the extender was not asked), where it would fit
+        # without the placeholder.
+        pods_hold = release.ledger_node("n1")["held_by_kubernetes"]["cpu_millis"]
+        allocatable = cpu_millis(kube.get("node", "n1")["status"]["allocatable"]["cpu"])
+        left = allocatable - pods_hold - _placeholder_amount(resized, "cpu")
+        asked = max(left, 0) + 100
+        assert asked <= allocatable - pods_hold, (allocatable, pods_hold, left)
+        waiting = busybox_pod("over", "sleep 3600", cpu=f"{asked}m",
+                              node_selector={"kubernetes.io/hostname": "n1"})  # fmt: skip
+        pods.append("over")
+        kube.create(waiting)
+        wait_until(
+            lambda: "Insufficient cpu" in _events(release, "over"), 60, 0.5, "FailedScheduling"
+        )
+        assert kube.pod_node("over") is None
+    finally:
+        slurm.scancel(*filter(None, (first, second)))
+    waited("the placeholder back to base",
+           lambda: _placeholder_amount(placeholder(), "memory") == base)  # fmt: skip
+
+
+def _events(release: Release, pod: str) -> str:
+    out = release.kube.kubectl_json(
+        "get", "events", "-n", "default", "--field-selector", f"involvedObject.name={pod}"
+    )
+    return " ".join(e.get("message", "") for e in out["items"])
 
 
 # Prints what the container runtime gave the container (the plugin's CDI edits), then sleeps.

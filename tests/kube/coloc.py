@@ -19,7 +19,10 @@ from tests.support.realenv import REPO
 from tests.support.service import ServiceProcess, running_service
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
-SCHEDULER_CONFIG = Path(REPO) / "charts" / "nodeledger" / "files" / "kube-scheduler-config.yaml"
+FILES = Path(REPO) / "charts" / "nodeledger" / "files"
+SCHEDULER_CONFIG = FILES / "kube-scheduler-config.yaml"
+# kube.placeholders.enabled: the scheduler filters itself, the extender binds (issue 35).
+PLACEHOLDER_CONFIG = FILES / "kube-scheduler-config-placeholders.yaml"
 CRD = Path(REPO) / "crds" / "genericnodes.nodeledger.io.yaml"
 SELECTOR = "nodeledger.io/managed"
 NODES = {"kn1": "n1", "kn2": "n2", "kn3": "n3"}  # Kubernetes node -> Slurm node
@@ -71,6 +74,7 @@ class Coloc:
         node: str | None = None,
         gpu: int = 0,
         owner: dict[str, Any] | None = None,
+        node_selector: dict[str, str] | None = None,
     ) -> str:
         """Create a pod; returns its uid."""
         requests: dict[str, str] = {"cpu": cpu, "memory": memory}
@@ -85,6 +89,8 @@ class Coloc:
         spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [container]}
         if node:
             spec["nodeName"] = node
+        if node_selector:
+            spec["nodeSelector"] = node_selector
         meta: dict[str, Any] = {"name": name, "namespace": "default"}
         if owner:
             meta["ownerReferences"] = [owner]
@@ -102,9 +108,11 @@ class Coloc:
         return self.slurm.k8s_counts(slurm_node)
 
 
-def scheduler_config(path: Path, kube: KubeCluster, url: str) -> Path:
+def scheduler_config(
+    path: Path, kube: KubeCluster, url: str, source: Path = SCHEDULER_CONFIG
+) -> Path:
     """The documented configuration, pointed at this control plane and service."""
-    text = SCHEDULER_CONFIG.read_text()
+    text = source.read_text()
     text = text.replace("/etc/kubernetes/scheduler.conf", str(kube.scheduler_kubeconfig))
     text = text.replace("http://nodeledger.nodeledger.svc:8080", url)
     text = text.replace("leaderElect: true", "leaderElect: false")
@@ -114,8 +122,15 @@ def scheduler_config(path: Path, kube: KubeCluster, url: str) -> Path:
 
 @contextlib.contextmanager
 def coloc_env(
-    kube: KubeCluster, slurm: SlurmCluster, database_url: str, tmp: Path
+    kube: KubeCluster,
+    slurm: SlurmCluster,
+    database_url: str,
+    tmp: Path,
+    *,
+    placeholders: bool = False,
 ) -> Iterator[tuple[Coloc, ServiceProcess]]:
+    """``placeholders``: the service keeps placeholder pods and the scheduler runs the
+    chart's configuration for them (it binds through the extender only)."""
     kube.apply(CRD.read_text())
     for name, alias in NODES.items():
         kube.create_node(
@@ -132,10 +147,12 @@ def coloc_env(
         "NODELEDGER_KUBE_NODE_SELECTOR": f"{SELECTOR}=true",
         "NODELEDGER_KUBE_CLUSTER_NAME": "lab",
         "NODELEDGER_KUBE_BINDING_GRACE": "5",
+        "NODELEDGER_KUBE_PLACEHOLDERS": str(placeholders).lower(),
         **slurm.service_env,
     }
     coloc = Coloc(kube, slurm, database_url, env, free_port(), tmp)
-    config = scheduler_config(tmp / "scheduler.yaml", kube, coloc.url)
+    source = PLACEHOLDER_CONFIG if placeholders else SCHEDULER_CONFIG
+    config = scheduler_config(tmp / "scheduler.yaml", kube, coloc.url, source)
     try:
         with coloc.service() as service:
             wait_until(

@@ -235,10 +235,36 @@ def test_scheduler_calls_the_extender_and_rolls_on_config_change(helm: Helm) -> 
     config = yaml.safe_load(
         find(docs, "ConfigMap", "nl-nodeledger-scheduler")["data"]["config.yaml"]
     )
-    extender = config["extenders"][0]
-    assert extender["urlPrefix"] == "https://nl-nodeledger.ops.svc:8080/v1/extender"
-    assert (extender["filterVerb"], extender["bindVerb"]) == ("filter", "bind")
+    # Placeholder pods (the default): the scheduler filters itself and the extender binds,
+    # and filters only the pods that ask for GPUs by count.
+    binds, gpus = config["extenders"]
+    assert binds["urlPrefix"] == "https://nl-nodeledger.ops.svc:8080/v1/extender"
+    assert binds["bindVerb"] == "bind"
+    assert "filterVerb" not in binds
+    assert "prioritizeVerb" not in binds
+    assert gpus["urlPrefix"] == binds["urlPrefix"]
+    assert gpus["filterVerb"] == "filter"
+    assert "bindVerb" not in gpus
+    assert gpus["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    assert gpus["tlsConfig"] == binds["tlsConfig"]
     assert config["profiles"][0]["schedulerName"] == "nodeledger"
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_KUBE_PLACEHOLDERS"] == "true"
+    assert env["NODELEDGER_KUBE_PLACEHOLDER_PRIORITY_CLASS"] == "nl-nodeledger-placeholder"
+    priority = find(docs, "PriorityClass", "nl-nodeledger-placeholder")
+    assert priority["value"] < 2_000_000_000  # not critical: a kubelet evicts nothing for it
+    assert priority["preemptionPolicy"] == "Never"
+    # Without them, the extender does all three for every pod.
+    off = render(helm, "kube.placeholders.enabled=false")
+    [extender] = yaml.safe_load(
+        find(off, "ConfigMap", "nl-nodeledger-scheduler")["data"]["config.yaml"]
+    )["extenders"]
+    verbs = (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"])
+    assert verbs == ("filter", "prioritize", "bind")
+    assert env_of(find(off, "Deployment", "nl-nodeledger"))["NODELEDGER_KUBE_PLACEHOLDERS"] == (
+        "false"
+    )
+    assert not [d for d in off if d["kind"] == "PriorityClass"]
 
     def checksum(docs: list[dict[str, Any]]) -> str:
         pod = find(docs, "Deployment", "nl-nodeledger-scheduler")["spec"]["template"]
@@ -250,6 +276,44 @@ def test_scheduler_calls_the_extender_and_rolls_on_config_change(helm: Helm) -> 
     ]
 
 
+def scheduler_config_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load(
+        find(docs, "ConfigMap", "nl-nodeledger-scheduler")["data"]["config.yaml"]
+    )
+    return config
+
+
+def test_with_placeholders_the_scheduler_keeps_to_the_managed_nodes(helm: Helm) -> None:
+    """Without the extender's filter, the managed Nodes' selector becomes the profile's added
+    node affinity: a pod is never placed where the ledger has no node to admit it on."""
+
+    def expressions(*sets: str) -> Any:
+        profile = scheduler_config_of(render(helm, *sets))["profiles"][0]
+        if "pluginConfig" not in profile:
+            return None
+        [affinity] = profile["pluginConfig"]
+        assert affinity["name"] == "NodeAffinity"
+        required = affinity["args"]["addedAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        [term] = required["nodeSelectorTerms"]
+        return term["matchExpressions"]
+
+    assert expressions() == [{"key": "nodeledger.io/managed", "operator": "In", "values": ["true"]}]
+    assert expressions("kube.nodeSelector=a=b\\,c!=d\\, e \\,!f\\,g==h") == [
+        {"key": "a", "operator": "In", "values": ["b"]},
+        {"key": "c", "operator": "NotIn", "values": ["d"]},
+        {"key": "e", "operator": "Exists"},
+        {"key": "f", "operator": "DoesNotExist"},
+        {"key": "g", "operator": "In", "values": ["h"]},
+    ]
+    assert expressions("kube.nodeSelector=") is None  # every Node is managed
+    assert expressions("kube.placeholders.enabled=false") is None  # the extender filters
+    assert "only key=value" in fails(helm, "kube.nodeSelector=tier in (hpc)")
+    old = ["template", "nl", str(CHART), "--namespace", "ops", "--kube-version", "1.32.0"]
+    assert "needs Kubernetes 1.33" in run(helm, *old, check=False).stderr
+
+
 def test_rbac_is_least_privilege(helm: Helm) -> None:
     docs = render(helm)
     role = find(docs, "ClusterRole", "nl-nodeledger")
@@ -259,7 +323,14 @@ def test_rbac_is_least_privilege(helm: Helm) -> None:
         # Writes only to what nodeledger owns, and pod bindings for the extender.
         assert not writes or rule["resources"] in WRITABLE
         assert rule["resources"] != ["nodes"] or writes <= {"patch"}
-    assert find(docs, "Role", "nl-nodeledger-leader")["rules"][0]["resources"] == ["leases"]
+    leases, pods, resize = find(docs, "Role", "nl-nodeledger-leader")["rules"]
+    assert leases["resources"] == ["leases"]
+    # The placeholder pods, in the release namespace only (a Role): made, resized, deleted.
+    assert (pods["resources"], pods["verbs"]) == (["pods"], ["create", "delete"])
+    assert (resize["resources"], resize["verbs"]) == (["pods/resize"], ["patch"])
+    # Off: only the deletes of those left from when they were on.
+    off = find(render(helm, "kube.placeholders.enabled=false"), "Role", "nl-nodeledger-leader")
+    assert [(r["resources"], r["verbs"]) for r in off["rules"][1:]] == [(["pods"], ["delete"])]
 
 
 @pytest.mark.parametrize(

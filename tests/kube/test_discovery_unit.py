@@ -184,3 +184,19 @@ def test_a_resync_tells_pod_accounting_of_every_node_and_those_gone(ledger: Ledg
     found.client.list = lambda *args, **kwargs: ([], "1")  # type: ignore[attr-defined]
     found.resync([found.decode(node_object("kn1"))])
     assert told == [["kn1", "kn2"]]
+
+
+def test_the_placeholders_are_told_of_nodes_that_come_go_or_change_size(ledger: Ledger) -> None:
+    found = discovery(ledger, RecordingClient())
+    told: list[list[str]] = []
+    found.sizes_changed = told.append
+    added = node_object("kn1")
+    added["metadata"]["uid"] = "uid-1"
+    found.on_event("ADDED", found.decode(added))
+    assert found.node_ref("kn1") == (Resources(16000, 32 * GIB), "uid-1")
+    found.on_event("MODIFIED", found.decode(added))  # nothing changed: not told
+    bigger = {**added, "status": {"allocatable": {"cpu": "32", "memory": "32Gi"}}}
+    found.on_event("MODIFIED", found.decode(bigger))
+    found.on_event("DELETED", found.decode(bigger))
+    assert told == [["kn1"]] * 3
+    assert found.node_ref("kn1") is None

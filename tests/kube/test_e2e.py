@@ -1,5 +1,7 @@
 """End to end: real kube-apiserver + real kube-scheduler (with the nodeledger extender) +
-real Slurm + `nodeledger serve` (issue tests 1-6)."""
+real Slurm + `nodeledger serve` (issue tests 1-6), each test through both of the chart's
+scheduler configurations: the extender's filter, prioritize and bind, and placeholder pods
+with the extender binding only (issue 35)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ from tests.support.service import ServiceProcess
 from tests.support.slurm_cluster import wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.kube_api, pytest.mark.slurm]
+
+
+@pytest.fixture(params=[False, True], ids=["extender", "placeholders"])
+def placeholders(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
 
 
 @pytest.fixture
@@ -35,10 +42,10 @@ def test_pods_land_only_where_slurm_left_room(coloc: Coloc) -> None:
     held = {n: sum(3 for v in nodes.values() if v == n) for n in ("kn2", "kn3")}
     for name, cpus in held.items():
         assert coloc.gres(NODES[name])["k8scpu"] == 16 - cpus
-    # Fits nowhere: stays Pending with the extender's reason.
+    # Fits nowhere: stays Pending with the extender's reason (or kube-scheduler's own).
     coloc.pod("huge", "15", "2Gi")
     reason = wait_until(
-        lambda: "insufficient" in coloc.events_for("huge") and coloc.events_for("huge"),
+        lambda: "insufficient" in coloc.events_for("huge").lower() and coloc.events_for("huge"),
         20,
         what="FailedScheduling",
     )

@@ -150,7 +150,12 @@ def values(postgres_url: str, slurm: SlurmCluster, **extra: Any) -> dict[str, An
         "replicaCount": 2,
         "database": {"url": postgres_url},
         "slurm": {"url": slurm_url, "userName": slurm.user, "syncInterval": 1},
-        "kube": {"gpuDrivers": [GPU_DRIVER], "gpuDeviceClass": GPU_CLASS},
+        "kube": {
+            "gpuDrivers": [GPU_DRIVER],
+            "gpuDeviceClass": GPU_CLASS,
+            # The kubelets' own sandbox image: nothing is pulled.
+            "placeholders": {"enabled": True, "image": PAUSE_IMAGE},
+        },
         "scheduler": {
             "image": {"repository": SCHEDULER_IMAGE_REPOSITORY, "tag": KUBE_VERSION},
         },
@@ -333,6 +338,7 @@ def busybox_pod(
 
 
 BUSYBOX_IMAGE = "registry.nodeledger.test/busybox:1.35"
+PAUSE_IMAGE = "registry.nodeledger.test/pause:3.10"
 
 __all__ = [
     "BUSYBOX_IMAGE",
@@ -346,6 +352,7 @@ __all__ = [
     "KUBE_VERSION",
     "NAMESPACE",
     "NODES",
+    "PAUSE_IMAGE",
     "RELEASE",
     "RUNDIR",
     "SCHEDULER_PODS",

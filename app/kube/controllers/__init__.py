@@ -12,10 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from app.admission.service import Admissions
+from app.core import placeholder
+from app.core.caps import KubeCaps
 from app.core.components import Health
 from app.core.genericnode import MANAGED_BY
 from app.kube.claims import PodDevices
-from app.kube.client import GENERICNODES, KubeClient
+from app.kube.client import GENERICNODES, KubeClient, KubeError
 from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.controllers.admission_requests import AdmissionRequests
 from app.kube.controllers.device_taints import DeviceTaints, SlurmJobs
@@ -24,6 +26,7 @@ from app.kube.controllers.extended_resources import ExtendedResourceMapping
 from app.kube.controllers.leader import LeaderElector
 from app.kube.controllers.maintenance import POLL, DrainPort, Maintenance
 from app.kube.controllers.mirror import StatusMirror
+from app.kube.controllers.placeholders import Placeholders, remove_all
 from app.kube.controllers.watch import ListWatch
 from app.kube.settings import KubeSettings
 from app.ledger.service import Clock
@@ -54,8 +57,10 @@ class KubeControllers:
         devices: PodDevices | None = None,
         drains: DrainPort | None = None,
         slurm_jobs: SlurmJobs | None = None,
+        caps: KubeCaps | None = None,
     ) -> None:
-        """``devices``: reads a pod's co-managed GPU devices from its claims (none: the
+        """``caps``: the Kubernetes cap (None: Slurm is off, no cap), which placeholder pods
+        include. ``devices``: reads a pod's co-managed GPU devices from its claims (none: the
         feature is off); ``drains``: drains and resumes Slurm nodes for cordons (none:
         Slurm is off); ``slurm_jobs``: the Slurm sync's jobs by node, for the GPU device
         taints (none: Slurm is off, nothing to taint)."""
@@ -71,6 +76,8 @@ class KubeControllers:
             gpu_resource=settings.gpu_resource,
             gpus_from_slurm=bool(settings.gpu_driver_names),
         )
+        self.client = client
+        self.placeholder_namespace = namespace = settings.placeholders_namespace
         self.accounting = accounting = PodAccounting(
             admissions,
             self.discovery.managed,
@@ -80,6 +87,7 @@ class KubeControllers:
             claim_gpus=devices.count if devices is not None else None,
             node_health=self.discovery.health,
             metrics=metrics,
+            ignored=lambda p: placeholder.is_placeholder(p.namespace, p.name, p.node, namespace),
         )
         protocol = AdmissionRequests(
             admissions, client, gpu_resource=settings.gpu_resource, clock=clock
@@ -129,6 +137,22 @@ class KubeControllers:
             co_managed=drains is not None,  # Slurm integrated: each node has two sides
             metrics=metrics,
         )
+        self.placeholders = (
+            Placeholders(
+                snapshot,
+                client,
+                self.discovery.node_ref,
+                caps,
+                namespace=namespace,
+                image=settings.placeholder_image,
+                priority_class=settings.placeholder_priority_class,
+                qps=settings.status_qps,
+                burst=settings.status_burst,
+                metrics=metrics,
+            )
+            if settings.placeholders
+            else None
+        )
         self.discovery.cordons_changed = self.maintenance.mark
         self.discovery.health_changed = accounting.nodes_changed
         managed = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
@@ -141,6 +165,13 @@ class KubeControllers:
             ListWatch("genericnodes", client, GENERICNODES, protocol, metrics=metrics,
                       resync_period=period, labelSelector=managed),
         ]  # fmt: skip
+        if self.placeholders is not None:
+            self.discovery.sizes_changed = self.placeholders.mark
+            self.watches.append(
+                ListWatch("placeholders", client, f"/api/v1/namespaces/{namespace}/pods",
+                          self.placeholders, metrics=metrics, resync_period=period,
+                          labelSelector=f"{placeholder.LABEL}=true")
+            )  # fmt: skip
         self.elector = (
             LeaderElector(
                 client,
@@ -215,6 +246,10 @@ class KubeControllers:
         self._spawn("device-taints", lambda: self.device_taints.run(stop))
         if (mapping := self.gpu_mapping) is not None:
             self._spawn("extended-resources", lambda: mapping.run(stop))
+        if (placeholders := self.placeholders) is not None:
+            self._spawn("placeholders", lambda: placeholders.run(stop))
+        else:
+            self._spawn("placeholders-off", self._remove_placeholders)
         self._spawn("housekeeping", lambda: self.housekeeping.run(stop))
 
     def _follow(self) -> None:
@@ -235,6 +270,12 @@ class KubeControllers:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
+
+    def _remove_placeholders(self) -> None:
+        try:
+            remove_all(self.client, self.placeholder_namespace)
+        except KubeError as exc:  # said once; the next term looks again
+            log.warning("placeholder pods left from when they were on not removed: %s", exc)
 
     def _housekeep(self) -> None:
         self._rounds += 1

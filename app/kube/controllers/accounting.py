@@ -72,13 +72,16 @@ class PodAccounting:
         claim_gpus: Callable[[PodInfo], int] | None = None,
         node_health: Callable[[str], NodeHealth | None] | None = None,
         metrics: Metrics = NO_METRICS,
+        ignored: Callable[[PodInfo], bool] = lambda _pod: False,
     ) -> None:
-        """``claim_gpus``: the co-managed GPUs a bound pod's claims hold (app.kube.claims);
-        None: GPU identity is off, claims count no GPU. ``node_health``: a managed Node's
-        readiness and out-of-service taint, None for no such Node (NodeDiscovery.health);
-        None: every managed node counts as Ready."""
+        """``ignored``: pods that are not holders (the placeholder pods, which stand for
+        the ledger's other holdings). ``claim_gpus``: the co-managed GPUs a bound pod's
+        claims hold (app.kube.claims); None: GPU identity is off, claims count no GPU.
+        ``node_health``: a managed Node's readiness and out-of-service taint, None for no
+        such Node (NodeDiscovery.health); None: every managed node counts as Ready."""
         self.admissions = admissions
         self.metrics = metrics
+        self.ignored = ignored
         self.node_health = node_health or self._ready_if_managed
         self.claim_gpus = claim_gpus
         self._unread: dict[str, PodInfo] = {}  # claim pods recorded without their GPUs
@@ -104,7 +107,7 @@ class PodAccounting:
         return pod.uid
 
     def resync(self, items: list[PodInfo]) -> None:
-        pods = {p.uid: p for p in items if p.holds}
+        pods = {p.uid: p for p in items if p.holds and not self.ignored(p)}
         with self._sweeping:
             cutoff = self.clock() - self.binding_grace
             with self._lock:
@@ -135,6 +138,8 @@ class PodAccounting:
             self._swept_until = cutoff
 
     def on_event(self, kind: str, pod: PodInfo) -> None:
+        if self.ignored(pod):
+            return
         if kind == "DELETED" or not pod.holds:
             with self._lock:
                 self._present.discard(pod.uid)

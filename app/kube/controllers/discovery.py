@@ -48,6 +48,7 @@ def allocatable(node: dict[str, Any], gpu_resource: str) -> Resources:
 
 class _Meta(TypedDict, total=False):
     name: str
+    uid: str
     labels: dict[str, str]
 
 
@@ -91,6 +92,7 @@ class NodeInfo:
     allocatable: Resources
     cordoned: bool = False  # spec.unschedulable (kubectl cordon, kubectl drain)
     health: NodeHealth = READY
+    uid: str = ""
 
 
 def node_health(obj: dict[str, Any]) -> NodeHealth:
@@ -137,6 +139,8 @@ class NodeDiscovery:
         self.cordons_changed: Callable[[list[str]], None] = lambda names: None
         # Told the Nodes whose health changed or that went (app.kube.controllers.accounting).
         self.health_changed: Callable[[list[str]], None] = lambda names: None
+        # Told of Nodes that came, went or changed allocatable (the placeholder pods).
+        self.sizes_changed: Callable[[list[str]], None] = lambda names: None
 
     def managed(self, name: str) -> bool:
         with self._lock:
@@ -153,6 +157,13 @@ class NodeDiscovery:
             node = self._nodes.get(name)
         return None if node is None else node.health
 
+    def node_ref(self, name: str) -> tuple[Resources, str] | None:
+        """A managed Node's allocatable (as kube-scheduler reads it) and uid; None: no
+        such Node."""
+        with self._lock:
+            node = self._nodes.get(name)
+        return None if node is None else (node.allocatable, node.uid)
+
     # WatchHandler[NodeInfo]
     shape = NodeShape
 
@@ -161,8 +172,9 @@ class NodeDiscovery:
         alias = (meta.get("labels") or {}).get(self.slurm_node_label) or None
         cordoned = bool((obj.get("spec") or {}).get("unschedulable"))
         return NodeInfo(
-            meta["name"], alias, allocatable(obj, self.gpu_resource), cordoned, node_health(obj)
-        )
+            meta["name"], alias, allocatable(obj, self.gpu_resource), cordoned,
+            node_health(obj), str(meta.get("uid", "")),
+        )  # fmt: skip
 
     def key(self, node: NodeInfo) -> str:
         return node.name
@@ -174,6 +186,7 @@ class NodeDiscovery:
             self._nodes = nodes
         self.cordons_changed([n.name for n in items])
         self.health_changed([n.name for n in items] + gone)
+        self.sizes_changed([n.name for n in items] + gone)
         # A resync re-checks everything against the ledger, read once (not node by node).
         specs = self.ledger.node_specs()
         self._applied = {name: (s.capacity, s.slurm_name) for name, s in specs.items()}
@@ -192,6 +205,8 @@ class NodeDiscovery:
                 self._nodes[node.name] = node
         if kind != "DELETED" and (before is None or before.cordoned != node.cordoned):
             self.cordons_changed([node.name])
+        if before is None or kind == "DELETED" or before.allocatable != node.allocatable:
+            self.sizes_changed([node.name])
         if kind == "DELETED" or (before is not None and before.health != node.health):
             self.health_changed([node.name])  # before the ledger lets go of a deleted one
         if kind == "DELETED":

@@ -76,23 +76,52 @@ leaderElection:
   resourceNamespace: {{ .Release.Namespace }}
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
+    {{- if and .Values.kube.placeholders.enabled .Values.kube.nodeSelector }}
+    # The managed Nodes only (the extender's filter keeps pods there without placeholders).
+    pluginConfig:
+      - name: NodeAffinity
+        args:
+          addedAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+              nodeSelectorTerms:
+                - matchExpressions:
+                    {{- include "nodeledger.selectorExpressions" .Values.kube.nodeSelector | trim | nindent 20 }}
+    {{- end }}
 extenders:
   - urlPrefix: {{ include "nodeledger.portName" . }}://{{ include "nodeledger.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}/v1/extender
+    {{- if .Values.kube.placeholders.enabled }}
+    # Placeholder pods carry the ledger's other holdings: the scheduler filters itself,
+    # every bind is still an admission.
+    bindVerb: bind
+    {{- else }}
     filterVerb: filter
     prioritizeVerb: prioritize
     bindVerb: bind
     weight: 5
-    nodeCacheCapable: true
-    ignorable: false
-    httpTimeout: 10s
-    {{- if .Values.tls.enabled }}
-    enableHTTPS: true
-    tlsConfig:
-      insecure: false
-      caFile: {{ include "nodeledger.clientTlsDir" . }}/ca.crt
-      certFile: {{ include "nodeledger.clientTlsDir" . }}/tls.crt
-      keyFile: {{ include "nodeledger.clientTlsDir" . }}/tls.key
     {{- end }}
+    {{- include "nodeledger.extenderConnection" . | nindent 4 }}
+  {{- if .Values.kube.placeholders.enabled }}
+  # Pods requesting GPUs by count: a placeholder cannot be resized in GPUs, the ledger filters.
+  - urlPrefix: {{ include "nodeledger.portName" . }}://{{ include "nodeledger.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}/v1/extender
+    filterVerb: filter
+    managedResources:
+      - {name: {{ .Values.kube.gpuResource }}, ignoredByScheduler: false}
+    {{- include "nodeledger.extenderConnection" . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{- define "nodeledger.extenderConnection" -}}
+nodeCacheCapable: true
+ignorable: false
+httpTimeout: 10s
+{{- if .Values.tls.enabled }}
+enableHTTPS: true
+tlsConfig:
+  insecure: false
+  caFile: {{ include "nodeledger.clientTlsDir" . }}/ca.crt
+  certFile: {{ include "nodeledger.clientTlsDir" . }}/tls.crt
+  keyFile: {{ include "nodeledger.clientTlsDir" . }}/tls.key
+{{- end }}
 {{- end -}}
 
 {{- /* Refuse combinations that install but cannot work. */ -}}
@@ -103,7 +132,33 @@ extenders:
 {{- if and .Values.kube.gpuDeviceClass (not .Values.kube.gpuDrivers) -}}
 {{- fail "kube.gpuDeviceClass needs kube.gpuDrivers: the bind holds only the co-managed drivers' devices" -}}
 {{- end -}}
+{{- if and .Values.kube.placeholders.enabled (semverCompare "<1.33-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail "kube.placeholders.enabled needs Kubernetes 1.33 or later (in-place pod resize); set it to false on older clusters" -}}
+{{- end -}}
 {{- if and .Values.auth.protectReads (eq .Values.auth.mode "none") -}}
 {{- fail "auth.protectReads needs auth.mode static or kubernetes" -}}
 {{- end -}}
+{{- end -}}
+
+
+{{- /* A label selector's equality and existence terms ("a=b,c!=d,e,!f") as node selector
+match expressions. */ -}}
+{{- define "nodeledger.selectorExpressions" -}}
+{{- if contains "(" . -}}
+{{- fail "kube.nodeSelector: with kube.placeholders.enabled only key=value, key!=value, key and !key terms (the scheduler's node affinity is made of them)" -}}
+{{- end -}}
+{{- range $term := splitList "," . }}
+{{- $term = trim $term }}
+{{- if contains "!=" $term }}
+{{- $kv := splitn "!=" 2 $term }}
+- {key: {{ trim $kv._0 | quote }}, operator: NotIn, values: [{{ trim $kv._1 | quote }}]}
+{{- else if contains "=" $term }}
+{{- $kv := splitn "=" 2 (replace "==" "=" $term) }}
+- {key: {{ trim $kv._0 | quote }}, operator: In, values: [{{ trim $kv._1 | quote }}]}
+{{- else if hasPrefix "!" $term }}
+- {key: {{ trimPrefix "!" $term | trim | quote }}, operator: DoesNotExist}
+{{- else if $term }}
+- {key: {{ $term | quote }}, operator: Exists}
+{{- end }}
+{{- end }}
 {{- end -}}

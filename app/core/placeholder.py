@@ -1,0 +1,119 @@
+"""What Kubernetes must see held on a node beyond its pods: a placeholder pod (issue 35). Pure.
+
+With placeholders on, kube-scheduler filters nodes with its own plugins and calls the
+service only to bind, which admits through the ledger as ever (Slurm-confirmed). For its
+filter to agree with the ledger, each node where the ledger keeps something from pods
+carries one pod of the service's, bound to it, whose CPU and memory requests are what the
+ledger keeps from pods there beyond the pods themselves: Slurm's jobs, manual holdings,
+the reservation, the Kubernetes cap. The scheduler's room on the node (the Node's
+allocatable - its pods - the placeholder) is then the ledger's room for a pod, never more.
+A stale or missing placeholder costs a refused bind, which the scheduler retries; it never
+oversubscribes a node, since every bind is still an admission.
+
+Admissibility is not in the size: a Slurm drain, down or failure taints the Node and a
+cordon makes it unschedulable (app.kube.controllers.maintenance), which kube-scheduler
+honours itself. GPUs are not in it either: a pod's extended resources cannot be resized in
+place, so the chart keeps the extender's filter for pods requesting the GPU resource, and
+DRA devices Slurm holds are tainted (app.kube.controllers.device_taints).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from app.core.caps import KubeCaps
+from app.core.records import NodeView
+from app.core.resources import Resources
+
+NAME_PREFIX = "nodeledger-held-"
+LABEL = "nodeledger.io/placeholder"  # value "true"; the node is the pod's spec.nodeName
+CONTAINER = "held"
+MAX_NAME = 253  # a pod's name is a DNS subdomain
+
+
+def room(view: NodeView, caps: KubeCaps | None) -> Resources:
+    """What one more pod may take on the node per the ledger: free, under the cap."""
+    free = view.free.at_least_zero()
+    return free if caps is None else free.at_most(caps.room(view))
+
+
+def size(view: NodeView, node_allocatable: Resources, caps: KubeCaps | None) -> Resources:
+    """The placeholder's requests on a node whose Node has ``node_allocatable``: CPU and
+    memory, each at least zero; no GPUs. Zero: no placeholder is needed."""
+    withheld = node_allocatable - view.held_by_kubernetes - room(view, caps)
+    return Resources(max(0, withheld.cpu_millis), max(0, withheld.memory_bytes), 0)
+
+
+def pod_name(node: str) -> str:
+    """The node's placeholder pod; a name too long keeps a hash of the node's."""
+    name = NAME_PREFIX + node
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:12]
+    return f"{name[: MAX_NAME - 13].rstrip('.-')}-{digest}"
+
+
+def is_placeholder(namespace: str, name: str, node: str | None, placeholders: str) -> bool:
+    """Whether a pod is a placeholder of the service's (in ``placeholders``, its namespace):
+    pod accounting leaves them out, they are the ledger's own holdings seen from Kubernetes."""
+    return namespace == placeholders and node is not None and name == pod_name(node)
+
+
+def requests(amount: Resources) -> dict[str, str]:
+    return {"cpu": f"{amount.cpu_millis}m", "memory": str(amount.memory_bytes)}
+
+
+def pod(
+    node: str,
+    node_uid: str,
+    amount: Resources,
+    *,
+    namespace: str,
+    image: str,
+    priority_class: str = "",
+) -> dict[str, Any]:
+    """The placeholder pod of ``node`` holding ``amount``.
+
+    Bound at creation (no scheduler), tolerating every taint (it stands for holdings that
+    stay through a drain), resizable in place without a restart, and owned by its Node:
+    `kubectl drain` evicts it like any managed pod (a pod without a controller stops a
+    drain), and deleting the Node deletes it."""
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "tolerations": [{"operator": "Exists"}],
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [
+            {
+                "name": CONTAINER,
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "resources": {"requests": requests(amount)},
+                "resizePolicy": [
+                    {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                    {"resourceName": "memory", "restartPolicy": "NotRequired"},
+                ],
+            }
+        ],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    meta: dict[str, Any] = {
+        "name": pod_name(node),
+        "namespace": namespace,
+        "labels": {LABEL: "true", "app.kubernetes.io/managed-by": "nodeledger"},
+    }
+    if node_uid:
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
+             "controller": True}
+        ]  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def resize(amount: Resources) -> dict[str, Any]:
+    """The strategic-merge patch of the pod's ``resize`` subresource to ``amount``."""
+    container = {"name": CONTAINER, "resources": {"requests": requests(amount)}}
+    return {"spec": {"containers": [container]}}
