@@ -6,14 +6,15 @@ N API-only Nodes (64 CPU each), each labelled with its Slurm node, and a real 26
 slurmctld + slurmrestd defining N nodes: n1-n8 with a slurmd (16 CPUs each), s1.. that
 never register, set DOWN (their Nodes carry the service's taint, so no pod lands there).
 `nodeledger serve` with both integrations on and placeholder pods, and a kube-scheduler
-running the chart's configuration for them. Then, at once: --pods pods (200m / 128Mi,
-schedulerName nodeledger) created as fast as the API server takes them, and jobs (2-8 CPUs,
-5-15 s each, on n1-n8 at random) kept --jobs in the queue. Beside it a sampler, every
+running the chart's configuration for them, started once the DOWN nodes' Nodes are all
+tainted (as on a site whose nodes were down before the burst). Then, at once: --pods pods
+(200m / 128Mi, for that scheduler) created as fast as the API server takes them, and jobs
+(2-8 CPUs, 5-15 s each, on n1-n8 at random) kept --jobs in the queue. Beside it a sampler, every
 --sample-interval seconds, reads the pods bound to each live Node, then Slurm's running
 jobs on its node (squeue): a sample's pods are a subset of those bound when the jobs were
 read (no pod is deleted meanwhile), so pods' CPUs (rounded up) + jobs' CPUs above 16 on a
 node is a real overlap. Prints one JSON object: samples, overlaps (must be 0), pods bound
-and their pods/s, jobs started, binds refused by the ledger, placeholder writes.
+and their pods/s, jobs submitted, the binds admitted and refused.
 
     python -m bench.burst [--nodes 500] [--pods 2000] [--seconds 120] [--jobs 12] [--keep]
 
@@ -44,7 +45,16 @@ from bench._fixtures import free_port, migrated
 from bench.kubescale.cluster import Api, ControlPlane, admin_client
 from bench.kubescale.load import NAMESPACE, create_all, node_name
 from bench.kubescale.service import Service
-from bench.maintenance import CACHE, LIVE, load_nodes, prepare_slurm, ready, slurm_name
+from bench.maintenance import (
+    CACHE,
+    LIVE,
+    load_nodes,
+    prepare_slurm,
+    ready,
+    slurm_name,
+    tainted,
+    until,
+)
 from bench.scheduler_throughput import Schedulers, service_figures
 from bench.slurm_scale import scale_cluster
 
@@ -166,6 +176,12 @@ def measure(args: argparse.Namespace, plane: ControlPlane, api: Api) -> dict[str
             service.wait("ready", lambda: ready(service), args.ready_timeout)
             result["ready_s"] = round(time.monotonic() - service.started, 1)
             node_of = {node_name(i): slurm_name(i) for i in range(nodes)}
+            with admin_client(plane.kubeconfig) as kube:
+                # As on a site whose nodes were down before the burst: their Nodes tainted.
+                t0 = time.monotonic()
+                if not until(lambda: tainted(kube) >= down, args.ready_timeout):
+                    raise RuntimeError(f"the {down} DOWN nodes' Nodes were not all tainted")
+                result["down_tainted_s"] = round(time.monotonic() - t0, 1)
             schedulers.start(PROFILE, service.url)
             before = service_figures(service)
             with admin_client(plane.kubeconfig) as kube:

@@ -10,11 +10,12 @@ allocatable - its pods - the placeholder) is then the ledger's room for a pod, n
 A stale or missing placeholder costs a refused bind, which the scheduler retries; it never
 oversubscribes a node, since every bind is still an admission.
 
-Admissibility is not in the size: a Slurm drain, down or failure taints the Node and a
-cordon makes it unschedulable (app.kube.controllers.maintenance), which kube-scheduler
-honours itself. GPUs are not in it either: a pod's extended resources cannot be resized in
-place, so the chart keeps the extender's filter for pods requesting the GPU resource, and
-DRA devices Slurm holds are tainted (app.kube.controllers.device_taints).
+A node the ledger admits nothing on (a Slurm drain, down or failure, a cordon) gets all of
+it: its Node's taint (app.kube.controllers.maintenance) may be off, or still on its way, and
+the scheduler would otherwise offer it every pod of a burst, each bind refused. GPUs are not
+in the size: a pod's extended resources cannot be resized in place, so the chart keeps the
+extender's filter for pods requesting the GPU resource, and DRA devices Slurm holds are
+tainted (app.kube.controllers.device_taints).
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ MAX_NAME = 253  # a pod's name is a DNS subdomain
 
 
 def room(view: NodeView, caps: KubeCaps | None) -> Resources:
-    """What one more pod may take on the node per the ledger: free, under the cap."""
-    free = view.free.at_least_zero()
+    """What one more pod may take on the node per the ledger: free, under the cap; none
+    while the node admits nothing."""
+    if view.not_admissible_reason is not None:
+        return Resources.ZERO
+    free = view.free
     return free if caps is None else free.at_most(caps.room(view))
 
 

@@ -6,6 +6,7 @@ server and kube-scheduler: tests/kube/test_placeholders.py."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,15 @@ def test_the_size_is_what_slurm_and_manual_holdings_keep_from_pods() -> None:
     assert placeholder.size(node(), NODE, None).is_zero()
 
 
+def test_a_node_that_admits_nothing_is_held_whole() -> None:
+    """Drained, down or cordoned: the whole node less its pods, whether or not its taint
+    has landed yet."""
+    pods = (HolderKind.POD, Resources(2000, GIB))
+    for cordon, health in (("kubectl cordon", None), (None, "Slurm node n1 is DOWN")):
+        view = replace(node(pods), cordon_reason=cordon, health_reason=health)
+        assert placeholder.size(view, NODE, None) == Resources(14000, 31 * GIB)
+
+
 def test_the_size_covers_the_reservation_the_cap_and_a_larger_node_allocatable() -> None:
     reserved = node(reserved=Resources(2000, GIB))
     assert placeholder.size(reserved, NODE, None) == Resources(2000, GIB)
@@ -99,7 +109,9 @@ def test_what_kube_scheduler_lets_fit_the_ledger_admits(
     assert size.is_nonnegative()
     assert size.gpus == 0
     scheduler_room = allocatable - view.held_by_kubernetes - size
-    if pod.fits_within(scheduler_room) and view.free.is_nonnegative():
+    # A pod that requests nothing fits any node for the scheduler: a node that admits
+    # nothing keeps it off by its taint (or cordon), not by its placeholder.
+    if pod.fits_within(scheduler_room) and not pod.is_zero():
         assert not decide_admission(view, pod, caps=caps).refused
     # Never more withheld than needed: the scheduler's room is the ledger's, up to what
     # the Node itself has left.
@@ -228,11 +240,15 @@ def test_a_placeholder_deleted_or_failed_behind_its_back_is_made_again(ledger: L
     body = pods.pods.pop("nodeledger-held-a")
     placeholders.on_event("DELETED", placeholders.decode(body))
     assert flush(placeholders) == [("POST", "nodeledger-held-a")]
-    # Its kubelet failed it (a Failed pod no longer counts for the scheduler).
+    # Its kubelet refused it (a Failed pod no longer counts for the scheduler): deleted,
+    # and made again once RETRY_FAILED has passed, not at once.
     failed = {**pods.pods["nodeledger-held-a"], "status": {"phase": "Failed"}}
     placeholders.on_event("MODIFIED", placeholders.decode(failed))
     assert flush(placeholders) == [("DELETE", "nodeledger-held-a")]
     placeholders.on_event("DELETED", placeholders.decode(failed))
+    assert flush(placeholders) == []
+    placeholders._failed["a"] = 0.0  # the wait is over
+    placeholders._retry_failed()
     assert flush(placeholders) == [("POST", "nodeledger-held-a")]
     # The watch restarts on a list that has it: nothing to do.
     listed = [placeholders.decode(p) for p in pods.pods.values()]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
@@ -31,6 +32,10 @@ from app.outages import log_failure
 
 log = logging.getLogger(__name__)
 POLL = 0.2  # seconds between looks at the snapshot
+# Seconds before a node whose placeholder failed gets a new one: its kubelet refused it
+# (its pods then asked more than the ledger knew of yet), and asking again at once would
+# loop at the write rate.
+RETRY_FAILED = 10.0
 
 # A managed Node's allocatable as kube-scheduler reads it, and its uid (the placeholder's
 # owner); None: no such Node.
@@ -73,6 +78,7 @@ class Placeholders:
         self.path = f"/api/v1/namespaces/{namespace}/pods"
         self._lock = threading.Lock()  # _have: the watch's thread and this one's
         self._have: dict[str, Placeholder] = {}  # node -> its placeholder
+        self._failed: dict[str, float] = {}  # node -> when it may have a new one (monotonic)
         self._dirty = DirtyNames()
 
     # WatchHandler[Placeholder], of the pods labelled placeholder.LABEL in the namespace
@@ -108,6 +114,7 @@ class Placeholders:
             while not stop.is_set():
                 try:
                     self.snapshot.views(max_age=POLL)  # subscribers hear of the changes
+                    self._retry_failed()
                     self.flush(stop)
                 except Exception as exc:  # keep going; the node stays marked
                     log_failure(log, "placeholder pods", exc)
@@ -117,6 +124,13 @@ class Placeholders:
 
     def mark(self, names: Collection[str]) -> None:
         self._dirty.add(names)
+
+    def _retry_failed(self) -> None:
+        now = time.monotonic()
+        due = [node for node, at in self._failed.items() if at <= now]
+        for node in due:
+            del self._failed[node]
+        self.mark(due)
 
     def flush(self, stop: threading.Event) -> None:
         while self._dirty and not stop.is_set():
@@ -147,12 +161,16 @@ class Placeholders:
         want = self.desired(node)
         name = placeholder.pod_name(node)
         if have is not None and (have.terminal or want.is_zero()):
-            # A failed one no longer counts for the scheduler: gone, its DELETED event
-            # brings the node back here to make a new one.
+            # A failed one no longer counts for the scheduler: gone, and a new one made
+            # after RETRY_FAILED.
+            if have.terminal:
+                self._failed[node] = time.monotonic() + RETRY_FAILED
+                log.warning("placeholder pod %s failed on its kubelet; a new one in %.0f s",
+                            name, RETRY_FAILED)  # fmt: skip
             self._delete(name)
             self._forget(node)
             return True
-        if want.is_zero():
+        if want.is_zero() or node in self._failed:
             return False
         if have is None:
             ref = self.node_ref(node)
