@@ -382,7 +382,8 @@ class Run:
         database = migrated(f"sqlite:///{self.logs}/{name}.db")
         extra = {TAINTS: "true" if taints else "false"}
         with gpu_service(GpuService, self.dra, self.slurm, database, self.logs,
-                         name=name, scheduler=True, **extra) as svc:  # fmt: skip
+                         name=name, scheduler=True, placeholders=False,
+                         **extra) as svc:  # fmt: skip
             # The taints off: the service deletes the rules of ours a run left behind.
             wait_until(lambda: taints or not self.kube.rules(), 30, what="no rules")
             yield svc

@@ -27,7 +27,7 @@ from tests.gpu.test_gpu_identity import (
     device_slice,
     sweep,
 )
-from tests.kube.coloc import CRD, scheduler_config
+from tests.kube.coloc import CRD, PLACEHOLDER_CONFIG, SCHEDULER_CONFIG, scheduler_config
 from tests.support.kube_cluster import KubeCluster
 from tests.support.net import free_port
 from tests.support.realenv import unavailable
@@ -117,13 +117,16 @@ def gpu_service(
     *,
     name: str,
     scheduler: bool = False,
+    placeholders: bool = False,
     **extra: str,
 ) -> Iterator[S]:
     """`nodeledger serve` (environment ``service_env`` and ``extra``) until gpu-1 is
-    discovered with Slurm's GPUs, then (``scheduler``) the nodeledger kube-scheduler."""
+    discovered with Slurm's GPUs, then (``scheduler``) the nodeledger kube-scheduler, with
+    ``placeholders`` the chart's configuration for placeholder pods (it binds only)."""
     kube = dra.kube
     kube.apply(CRD.read_text())
     env = service_env(kube, slurm, **extra)
+    env["NODELEDGER_KUBE_PLACEHOLDERS"] = str(placeholders).lower()
     port = free_port()
     try:
         with running_service(sqlite_url, tmp_path, env=env, name=name, port=port) as svc:
@@ -135,7 +138,11 @@ def gpu_service(
 
             wait_until(discovered, 30, what=f"{NODE} discovered with Slurm's {GPUS} GPUs")
             if scheduler:
-                config = scheduler_config(tmp_path / "scheduler.yaml", kube, svc.url)
+                source = PLACEHOLDER_CONFIG if placeholders else SCHEDULER_CONFIG
+                [label] = TEST_LABEL.items()  # the service's node selector
+                config = scheduler_config(
+                    tmp_path / "scheduler.yaml", kube, svc.url, source, managed=label
+                )
                 kube.start_scheduler(SCHEDULER, config, free_port())
             yield found
     finally:

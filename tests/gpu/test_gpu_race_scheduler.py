@@ -1,8 +1,9 @@
 """Issue 33, item 5: GPU pods through the real kube-scheduler race GPU jobs, end to end.
 
 Pods ask for one GPU of gpu-1 (Slurm's n3) through a ResourceClaim; the nodeledger
-kube-scheduler (the chart's configuration) allocates a device with the DRA allocator and the
-extender's bind holds it in Slurm by a hold job before the pod is bound. Meanwhile
+kube-scheduler (the chart's configuration, with placeholder pods and without) allocates a
+device with the DRA allocator and the extender's bind holds it in Slurm by a hold job
+before the pod is bound. Meanwhile
 ``--gres=gpu:1`` jobs come and go on n3, and two standing jobs hold devices 0 and 1 for the
 whole race. A sampler compares, in one read of Slurm's jobs, the devices of the pods bound
 throughout it with the devices of the running jobs: a device in both is shared, in either
@@ -223,8 +224,10 @@ def refusals(pods: Pods, names: set[str]) -> dict[str, set[int]]:
 
 
 @pytest.fixture(params=[
-    pytest.param(True, id="taints"),
-    pytest.param(False, id="untainted", marks=pytest.mark.xfail(
+    pytest.param((True, False), id="taints"),
+    # The chart's default scheduler configuration: placeholder pods, the extender binds.
+    pytest.param((True, True), id="taints-placeholders"),
+    pytest.param((False, False), id="untainted", marks=pytest.mark.xfail(
         strict=True, raises=WaitedForJobDevice,
         reason="without taints pods are given the jobs' devices (the broken variant)")),
 ])  # fmt: skip
@@ -235,14 +238,15 @@ def racing(
     sqlite_url: str,
     tmp_path: Path,
 ) -> Iterator[tuple[GpuService, bool]]:
-    taints: bool = request.param
+    taints, placeholders = request.param
     skip_without_device_taints(dra_node)
     kube = dra_node.kube
     kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
     setting = {"NODELEDGER_KUBE_GPU_DEVICE_TAINTS": str(taints).lower()}
     try:
         with gpu_service(GpuService, dra_node, slurm, sqlite_url, tmp_path,
-                         name="gpu-race-e2e", scheduler=True, **setting) as found:  # fmt: skip
+                         name="gpu-race-e2e", scheduler=True, placeholders=placeholders,
+                         **setting) as found:  # fmt: skip
             yield found, taints
     finally:
         slurm.run("scancel", "-n", JOB_NAME, check=False)

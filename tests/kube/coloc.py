@@ -108,11 +108,25 @@ class Coloc:
         return self.slurm.k8s_counts(slurm_node)
 
 
+MANAGED_AFFINITY = '- {key: nodeledger.io/managed, operator: In, values: ["true"]}'
+
+
 def scheduler_config(
-    path: Path, kube: KubeCluster, url: str, source: Path = SCHEDULER_CONFIG
+    path: Path,
+    kube: KubeCluster,
+    url: str,
+    source: Path = SCHEDULER_CONFIG,
+    managed: tuple[str, str] | None = None,
 ) -> Path:
-    """The documented configuration, pointed at this control plane and service."""
+    """The documented configuration, pointed at this control plane and service;
+    ``managed``: the label (key, value) of the managed Nodes, where the placeholder
+    configuration's node affinity names the chart's default."""
     text = source.read_text()
+    if managed is not None:
+        key, value = managed
+        text = text.replace(
+            MANAGED_AFFINITY, f'- {{key: {key}, operator: In, values: ["{value}"]}}'
+        )
     text = text.replace("/etc/kubernetes/scheduler.conf", str(kube.scheduler_kubeconfig))
     text = text.replace("http://nodeledger.nodeledger.svc:8080", url)
     text = text.replace("leaderElect: true", "leaderElect: false")
