@@ -146,9 +146,9 @@ class Placeholders:
                     self._dirty.add([node])  # looked at again on the next pass
                     raise
 
-    def desired(self, node: str) -> Resources:
+    def desired(self, node: str, ref: tuple[Resources, str] | None) -> Resources:
+        """The node's placeholder size, its Node being ``ref`` (None: no such Node)."""
         view = self.snapshot.views().get(node)
-        ref = self.node_ref(node)
         if view is None or ref is None:
             return Resources.ZERO
         return placeholder.size(view, ref[0], self.caps)
@@ -158,7 +158,8 @@ class Placeholders:
         (an unchanged node costs no token)."""
         with self._lock:
             have = self._have.get(node)
-        want = self.desired(node)
+        ref = self.node_ref(node)
+        want = self.desired(node, ref)
         name = placeholder.pod_name(node)
         if have is not None and (have.terminal or want.is_zero()):
             # A failed one no longer counts for the scheduler: gone, and a new one made
@@ -173,7 +174,6 @@ class Placeholders:
         if want.is_zero() or node in self._failed:
             return False
         if have is None:
-            ref = self.node_ref(node)
             uid = ref[1] if ref is not None else ""
             body = placeholder.pod(node, uid, want, namespace=self.namespace, image=self.image,
                                    priority_class=self.priority_class)  # fmt: skip
