@@ -28,7 +28,8 @@
 #                        keep running, the Node turns NotReady)
 #   cluster.sh start-kubelet nI    start it again; waits until the Node is Ready
 #   cluster.sh restart-apiserver   stop kube-apiserver and start it again (etcd keeps the
-#                        data): every client's watch breaks and must resume
+#                        data): every client's watch breaks and must resume (the default
+#                        kube-scheduler is started again too, fresh for the next test)
 #
 # Runtime state in $NODELEDGER_RUNDIR/kube (default /tmp/nodeledger/kube): pki/, etcd/,
 # admin.kubeconfig (O=system:masters), scheduler.kubeconfig (system:kube-scheduler),
@@ -586,6 +587,13 @@ case "${1:-}" in
   start-kubelet) [[ ${2:-} =~ ^n([0-9])$ ]] || die "usage: start-kubelet nI"; restart_kubelet "${2#n}" ;;
   restart-apiserver)
     pid=$(pid_of kube-apiserver) && stop "$pid"
-    start_apiserver ;;
+    start_apiserver
+    # The default scheduler's informers back off while the API server is away (client-go:
+    # up to 30 s, up to twice that with jitter), so the next test's pod could go unseen
+    # for a minute; started again, it lists everything before it schedules.
+    if pid=$(pid_of kube-scheduler); then
+      stop "$pid"
+      start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
+    fi ;;
   *) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;   # the comment at the top
 esac
