@@ -28,8 +28,10 @@ from app.core.records import (
     NodeView,
 )
 from app.core.resources import Resources
+from app.kube.client import KubeError
 from app.kube.controllers import leader
-from app.kube.controllers.mirror import StatusMirror, TokenBucket, _Status
+from app.kube.controllers.dirty import TokenBucket
+from app.kube.controllers.mirror import StatusMirror, _Status
 from app.kube.controllers.watch import ListWatch
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
@@ -305,6 +307,26 @@ def test_a_resync_takes_transition_times_from_what_kubernetes_has(ledger: Ledger
     conditions = {c["type"]: c for c in client.objects["a"]["conditions"]}
     assert conditions["Ready"]["lastTransitionTime"] == "2026-01-03T00:00:00Z"
     assert conditions["SlurmSynced"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_a_status_write_that_fails_is_tried_again_on_the_next_pass(ledger: Ledger) -> None:
+    ledger.upsert_node("a", NodeSpec(capacity=Resources(16000, 32 * GIB)))
+    client, now = FakeStatusClient("a"), [T0]
+    mirror = mirror_of(ledger, client, now)
+    resync_writes(mirror, client)
+    write = client.patch_status
+
+    def unavailable(path: str, status: dict[str, Any]) -> None:
+        raise KubeError(f"PATCH {path}: 503 the API server is restarting", 503)
+
+    client.patch_status = unavailable  # type: ignore[method-assign]
+    ledger.admit("a", Holder(HolderKind.POD, "p1"), Resources(1000, GIB))
+    mirror.mark(["a"])  # as the snapshot's refresh does for the running mirror
+    with pytest.raises(KubeError):
+        mirror.flush(threading.Event())
+    client.patch_status = write  # type: ignore[method-assign]
+    mirror.flush(threading.Event())  # no change and no resync in between: a is still marked
+    assert client.objects["a"]["allocatedResources"][0]["allocated"]["cpu"] == "1"
 
 
 def test_the_running_mirror_writes_the_nodes_the_snapshot_says_changed(ledger: Ledger) -> None:

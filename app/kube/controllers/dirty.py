@@ -1,14 +1,16 @@
-"""The nodes a reconciler must look at again (the status mirror, maintenance).
+"""The nodes a reconciler must look at again, and the rate at which it writes them (the
+status mirror, the placeholder pods, maintenance).
 
-Added to by the snapshot's refreshes, on whichever thread makes them, and taken by the
-reconciler's own thread: the lock guards the set and is never held while the snapshot is
-read (a refresh may call back into ``add``).
+Names are added by the snapshot's refreshes, on whichever thread makes them, and taken by
+the reconciler's own thread: the lock guards the set and is never held while the snapshot
+is read (a refresh may call back into ``add``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 
 
 class DirtyNames:
@@ -33,3 +35,47 @@ class DirtyNames:
         with self._lock:
             names, self._names = self._names, set()
         return names
+
+
+class TokenBucket:
+    def __init__(
+        self, rate: float, burst: int, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = float(burst)
+        self.monotonic = monotonic
+        self.last = monotonic()
+
+    def wait_time(self) -> float:
+        """0 when a token was taken, else how long until one is available."""
+        now = self.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+def write_at_rate(
+    dirty: DirtyNames,
+    bucket: TokenBucket,
+    write: Callable[[str], bool],
+    stop: threading.Event,
+) -> None:
+    """Write every marked name, one token per write that made an API call (``write``
+    returns whether it did: a node already right costs none). A write that raises leaves
+    its name marked, so the next pass tries it again, and the error goes to the caller."""
+    while dirty and not stop.is_set():
+        pause = bucket.wait_time()
+        if pause:
+            stop.wait(pause)
+            continue
+        while (name := dirty.pop()) is not None:
+            try:
+                if write(name):
+                    break  # one token spent
+            except BaseException:
+                dirty.add([name])
+                raise

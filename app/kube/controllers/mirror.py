@@ -30,7 +30,7 @@ from app.core.components import Health
 from app.core.genericnode import MANAGED_BY, fingerprint, status_of
 from app.core.records import NodeView
 from app.kube.client import GENERICNODES, KubeClient, KubeError
-from app.kube.controllers.dirty import DirtyNames
+from app.kube.controllers.dirty import DirtyNames, TokenBucket, write_at_rate
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics
@@ -58,27 +58,6 @@ class _StatusShape(TypedDict, total=False):
 
     metadata: _Meta
     status: _Status
-
-
-class TokenBucket:
-    def __init__(
-        self, rate: float, burst: int, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = float(burst)
-        self.monotonic = monotonic
-        self.last = monotonic()
-
-    def wait_time(self) -> float:
-        """0 when a token was taken, else how long until one is available."""
-        now = self.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
-        self.last = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        return (1 - self.tokens) / self.rate
 
 
 class StatusMirror:
@@ -123,7 +102,7 @@ class StatusMirror:
                         self.resync()
                         resynced = time.monotonic()
                     self.flush(stop)
-                except Exception as exc:  # keep mirroring; the next pass retries
+                except Exception as exc:  # keep mirroring; the node stays marked
                     log_failure(log, "GenericNode status mirror", exc)
                 stop.wait(POLL)
         finally:
@@ -168,13 +147,7 @@ class StatusMirror:
             self._mark(list(views))
 
     def flush(self, stop: threading.Event) -> None:
-        while self._dirty and not stop.is_set():
-            pause = self.bucket.wait_time()
-            if pause:
-                stop.wait(pause)
-                continue
-            while (name := self._dirty.pop()) is not None and not self.write(name):
-                pass  # an unchanged node costs no token
+        write_at_rate(self._dirty, self.bucket, self.write, stop)
 
     def write(self, name: str) -> bool:
         """Write the node's status if it differs from its GenericNode's; whether it did."""

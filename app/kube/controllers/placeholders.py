@@ -24,8 +24,7 @@ from app.core.caps import KubeCaps
 from app.core.pods import TERMINAL_PHASES, PodShape, pod_info
 from app.core.resources import Resources
 from app.kube.client import KubeClient, KubeError
-from app.kube.controllers.dirty import DirtyNames
-from app.kube.controllers.mirror import TokenBucket
+from app.kube.controllers.dirty import DirtyNames, TokenBucket, write_at_rate
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import log_failure
@@ -133,18 +132,7 @@ class Placeholders:
         self.mark(due)
 
     def flush(self, stop: threading.Event) -> None:
-        while self._dirty and not stop.is_set():
-            pause = self.bucket.wait_time()
-            if pause:
-                stop.wait(pause)
-                continue
-            while (node := self._dirty.pop()) is not None:
-                try:
-                    if self.write(node):
-                        break  # one token spent
-                except BaseException:
-                    self._dirty.add([node])  # looked at again on the next pass
-                    raise
+        write_at_rate(self._dirty, self.bucket, self.write, stop)
 
     def desired(self, node: str, ref: tuple[Resources, str] | None) -> Resources:
         """The node's placeholder size, its Node being ``ref`` (None: no such Node)."""
