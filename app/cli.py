@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from app import __version__
 from app.db import migrate
@@ -31,6 +33,11 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     configure_logging(settings.log_level, settings.log_format, settings.log_library_level)
     app = create_app(settings)
+    # uvicorn stops gracefully on SIGTERM, then raises it again to end as a TERM would:
+    # with the default action, that skips atexit, where the kubernetes client removes the
+    # files it wrote a kubeconfig's inline credentials to (a private key), so every
+    # restart left them in /tmp. Raised again, it now ends the interpreter: status 0.
+    signal.signal(signal.SIGTERM, _exit_gracefully)
     uvicorn.run(
         app,
         host=settings.host,
@@ -44,6 +51,10 @@ def _serve(args: argparse.Namespace) -> int:
         **uvicorn_options(settings.auth, head_timeout=settings.request_timeout_seconds),
     )
     return 0
+
+
+def _exit_gracefully(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def _db(args: argparse.Namespace) -> int:

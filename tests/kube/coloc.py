@@ -41,6 +41,11 @@ class Coloc:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def tmp_dir(self) -> Path:
+        """The service processes' TMPDIR."""
+        return Path(self.env["TMPDIR"])
+
     def service(
         self, name: str = "nodeledger"
     ) -> contextlib.AbstractContextManager[ServiceProcess]:
@@ -154,6 +159,8 @@ def coloc_env(
             labels={SELECTOR: "true", "nodeledger.io/slurm-node": alias},
             extended={"nvidia.com/gpu": 4} if alias == "n3" else {},
         )
+    tmp_dir = tmp / "service-tmp"
+    tmp_dir.mkdir()
     env = {
         "NODELEDGER_LOG_LEVEL": "info",
         "NODELEDGER_KUBE_ENABLED": "true",
@@ -162,6 +169,7 @@ def coloc_env(
         "NODELEDGER_KUBE_CLUSTER_NAME": "lab",
         "NODELEDGER_KUBE_BINDING_GRACE": "5",
         "NODELEDGER_KUBE_PLACEHOLDERS": str(placeholders).lower(),
+        "TMPDIR": str(tmp_dir),
         **slurm.service_env,
     }
     coloc = Coloc(kube, slurm, database_url, env, free_port(), tmp)

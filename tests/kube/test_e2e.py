@@ -134,7 +134,10 @@ def test_service_restart_loses_nothing_and_counts_nothing_twice(
     coloc, service = env
     kept, _ = bind_and_count_two_pods(coloc)
     service.process.terminate()
-    service.process.wait(15)
+    assert service.process.wait(15) == 0  # stopped gracefully
+    # The kubernetes client wrote the kubeconfig's inline credentials (a private key) to
+    # files for its TLS; a stopped service leaves none behind.
+    assert list(coloc.tmp_dir.iterdir()) == []
     # While the service is down: a pod goes, another is bound by another scheduler.
     coloc.kube.delete_pod("gone")
     new = coloc.pod("new", "1", "1Gi", scheduler="default-scheduler", node="kn1")
