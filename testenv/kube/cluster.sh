@@ -385,6 +385,10 @@ start_scheduler() {   # start_scheduler NAME PORT [ARGS...]
 
 scheduler_ok() { alive "$1" || return 1; healthz_ok "$2"; }   # scheduler_ok NAME PORT
 
+start_default_scheduler() {
+  start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
+}
+
 start_apiserver() {
   local shape=()
   if [ "$NODE_COUNT" -gt 0 ]; then
@@ -507,7 +511,7 @@ up() {
   start_apiserver
 
   if [ "$WITH_SCHEDULER" = true ]; then
-    start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
+    start_default_scheduler
   fi
   if [ "$NODE_COUNT" -gt 0 ]; then
     start_controller_manager
@@ -593,7 +597,7 @@ case "${1:-}" in
     # for a minute; started again, it lists everything before it schedules.
     if pid=$(pid_of kube-scheduler); then
       stop "$pid"
-      start_scheduler kube-scheduler "$SCHED_PORT" --kubeconfig="$RUN/scheduler.kubeconfig"
+      start_default_scheduler
     fi ;;
   *) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;   # the comment at the top
 esac
