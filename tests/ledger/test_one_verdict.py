@@ -72,6 +72,20 @@ class Case:
     open: bool  # the gate lets the admission use the headroom
 
 
+def disjoint_devices(
+    held: list[tuple[HolderKind, Resources, list[int]]],
+) -> tuple[tuple[HolderKind, Resources, tuple[int, ...]], ...]:
+    """The holdings, each device with one holder at most: the ledger never gives a device
+    to two holdings, and which of two it names in a refusal would be the database's order."""
+    taken: set[int] = set()
+    out = []
+    for kind, amount, devices in held:
+        mine = tuple(d for d in devices if d not in taken)
+        taken.update(mine)
+        out.append((kind, amount, mine))
+    return tuple(out)
+
+
 cases = st.builds(
     Case,
     # Mostly room for the request: the interesting cases are about caps and the headroom.
@@ -84,7 +98,7 @@ cases = st.builds(
             st.one_of(st.just(()), st.lists(st.integers(0, 3), max_size=2, unique=True)),
         ),
         max_size=3,
-    ).map(lambda held: tuple((kind, amount, tuple(devices)) for kind, amount, devices in held)),
+    ).map(disjoint_devices),
     # Mostly admissible.
     cordon=st.sampled_from([*[None] * 7, "maintenance"]),
     health=st.sampled_from([*[None] * 7, "Slurm node n is DOWN"]),
