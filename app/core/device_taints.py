@@ -22,7 +22,7 @@ from typing import Any
 
 from app.core.claims import current_devices, device_attribute
 from app.core.genericnode import MANAGED_BY
-from app.core.slurm_models import SlurmJob
+from app.core.slurm_models import LedgerHolds, SlurmJob
 
 TAINT_KEY = "nodeledger.io/slurm-job"
 EFFECT = "NoSchedule"
@@ -97,15 +97,17 @@ def wanted_rules(
     jobs: Iterable[SlurmJob],
     nodes: Mapping[str, str],
     identities: Mapping[str, Mapping[int, DeviceId]],
+    holds: LedgerHolds,
 ) -> tuple[dict[str, WantedRule], list[str]]:
     """The rules the listing's ``jobs`` want, by name, and what was skipped (a device the
     node's slices do not publish). ``nodes``: Slurm node -> Kubernetes node, the co-managed
-    GPU nodes; ``identities``: each one's devices by index. Of two jobs listed on one device
+    GPU nodes; ``identities``: each one's devices by index; ``holds``: the ledger's hold
+    jobs, pods' devices (every other job's devices are tainted). Of two jobs listed on one device
     (a COMPLETING one beside its successor) the later id names the rule."""
     wanted: dict[str, WantedRule] = {}
     skipped: list[str] = []
     for job in sorted(jobs, key=_job_order):
-        if job.is_nodeledger_hold or not job.holds_resources:
+        if holds.owns(job) or not job.holds_resources:
             continue
         for allocation in job.allocations:
             node = nodes.get(allocation.node)

@@ -37,13 +37,14 @@ from app.core.device_taints import (
     wanted_rules,
 )
 from app.core.genericnode import MANAGED_BY
-from app.core.slurm_models import SlurmJob
+from app.core.slurm_models import LedgerHolds, SlurmJob
 from app.kube.client import KubeClient, KubeError
 from app.loops import Loop, Stop
 
 log = logging.getLogger(__name__)
 POLL = 0.5  # seconds between looks for a new Slurm listing
 SlurmJobs = Callable[[], Mapping[str, Mapping[str, SlurmJob]] | None]
+HoldsOf = Callable[[], LedgerHolds]  # the ledger's hold jobs, as its read model has them
 _SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 
 
@@ -53,6 +54,7 @@ class DeviceTaints:
         client: KubeClient,
         nodes: Callable[[], Mapping[str, str]],
         jobs: SlurmJobs,
+        holds: HoldsOf,
         *,
         drivers: Collection[str],
         attribute: str,
@@ -60,8 +62,10 @@ class DeviceTaints:
         resync_period: float,
     ) -> None:
         """``nodes``: Slurm node -> Kubernetes node, the ledger's; ``jobs``: the sync's jobs
-        by Slurm node as last listed, None while its last read failed or before the first."""
+        by Slurm node as last listed, None while its last read failed or before the first;
+        ``holds``: which of them are the ledger's hold jobs (pods' devices: no taint)."""
         self.client = client
+        self.holds = holds
         self.nodes = nodes
         self.jobs = jobs
         self.drivers = frozenset(drivers)
@@ -128,7 +132,7 @@ class DeviceTaints:
         nodes = self.nodes()
         held = {nodes[a.node] for j in jobs for a in j.allocations if a.devices and a.node in nodes}
         identities = {node: self._identity(node) for node in sorted(held)}
-        wanted, skipped = wanted_rules(jobs, nodes, identities)
+        wanted, skipped = wanted_rules(jobs, nodes, identities, self.holds())
         if skipped and skipped != self.skipped:  # said once, not at every listing
             log.warning("GPU device taints: skipped %s", "; ".join(skipped[:5]))
         self.skipped = skipped
