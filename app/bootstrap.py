@@ -32,7 +32,7 @@ from app.core.slurm_models import LedgerHolds, SlurmJob
 from app.db import migrate
 from app.db.engine import Database, Liveness
 from app.kube.client import KubeClient
-from app.kube.controllers.device_taints import POLL, HoldsOf, SlurmJobs
+from app.kube.controllers.device_taints import HoldsOf, SlurmJobs
 from app.kube.controllers.discovery import SlurmSizes
 from app.kube.extender.service import Extender
 from app.kube.reviews import KubeReviews
@@ -192,7 +192,8 @@ def _slurm_for_kube(
 
     def holds() -> LedgerHolds:
         user = sync.client.user_name if sync is not None else ""
-        held = (h for v in views.views(max_age=POLL).values() for h in v.holdings)
+        # The read model as last refreshed: asked at every look for a new listing.
+        held = (h for v in views.latest().values() for h in v.holdings)
         return LedgerHolds.of(user, held)
 
     return sizes, health, jobs, holds

@@ -6,7 +6,7 @@ here from the Slurm listing's jobs and the nodes' ResourceSlices.
 Invariants:
 - one rule per device, its name fixed by node and device index (``rule_name``): a device
   that passes to another job keeps its rule, only the taint's value changes;
-- nodeledger's own hold jobs taint nothing: their devices are the pods' (a pod's hold);
+- nodeledger's own hold jobs (``LedgerHolds``) taint nothing: their devices are the pods';
 - a job's device that the node's slices do not publish is skipped and reported, never
   guessed; a node without slices of the co-managed drivers is not co-managed here;
 - every rule carries ``MANAGED_BY``: cleanup lists and deletes only those.
@@ -102,8 +102,8 @@ def wanted_rules(
     """The rules the listing's ``jobs`` want, by name, and what was skipped (a device the
     node's slices do not publish). ``nodes``: Slurm node -> Kubernetes node, the co-managed
     GPU nodes; ``identities``: each one's devices by index; ``holds``: the ledger's hold
-    jobs, pods' devices (every other job's devices are tainted). Of two jobs listed on one device
-    (a COMPLETING one beside its successor) the later id names the rule."""
+    jobs, whose devices are pods' (every other job's are tainted). Of two jobs listed on
+    one device (a COMPLETING one beside its successor) the later id names the rule."""
     wanted: dict[str, WantedRule] = {}
     skipped: list[str] = []
     for job in sorted(jobs, key=_job_order):

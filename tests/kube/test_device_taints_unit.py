@@ -198,13 +198,21 @@ class FakeApi:
 Listing = Mapping[str, Mapping[str, SlurmJob]]
 
 
-def taints(api: FakeApi, listing: list[Listing | None], *, enabled: bool = True) -> DeviceTaints:
-    """A reconciler reading ``listing[0]`` as the sync's jobs (swap it to change them)."""
+def taints(
+    api: FakeApi,
+    listing: list[Listing | None],
+    *,
+    enabled: bool = True,
+    holds: list[LedgerHolds] | None = None,
+) -> DeviceTaints:
+    """A reconciler reading ``listing[0]`` as the sync's jobs (swap it to change them) and
+    ``holds[0]`` as the ledger's hold jobs (default HOLDS)."""
+    recorded = holds or [HOLDS]
     return DeviceTaints(
         cast(KubeClient, api),
         lambda: NODES,
         lambda: listing[0],
-        lambda: HOLDS,
+        lambda: recorded[0],
         drivers={DRIVER},
         attribute="index",
         enabled=enabled,
@@ -242,6 +250,20 @@ def test_the_reconciler_creates_updates_and_deletes() -> None:
     assert values(api) == {"nodeledger-gpu-1-g1": "8"}
     assert ("PATCH", f"{RULES_PATH}/nodeledger-gpu-1-g1") in api.calls
     assert reconciler.error is None
+
+
+def test_a_hold_listed_before_its_admission_recorded_it_loses_its_taint_once_recorded() -> None:
+    """Until the ledger records a hold job's id it is a Slurm job's (LedgerHolds); its
+    recording changes no Slurm listing, yet takes the taint off the pod's device."""
+    api = FakeApi()
+    listing: list[Listing | None] = [by_node(hold("10", 2))]
+    holds = [HOLDS]  # 10 not recorded yet
+    reconciler = taints(api, listing, holds=holds)
+    reconciler.step()
+    assert values(api) == {"nodeledger-gpu-1-g2": "10"}
+    holds[0] = LedgerHolds("slurm", HOLDS.recorded | {"10"})
+    reconciler.step()  # the same listing
+    assert api.rules == {}
 
 
 def test_a_failed_slurm_read_deletes_nothing() -> None:
