@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -119,11 +120,10 @@ def forged_hold(slurm: SlurmCluster, holder: str) -> str:
     return job
 
 
-def manual(api: TestClient, holder: str, cpu: str) -> int:
+def manual(api: TestClient, holder: str, cpu: str) -> httpx.Response:
     body = {"node": "n1", "holder": {"kind": "manual", "id": holder},
             "requests": {"cpu": cpu, "memory": "100Mi"}}  # fmt: skip
-    answer = api.post("/v1/admissions", json=body)
-    return answer.status_code
+    return api.post("/v1/admissions", json=body)
 
 
 @pytest.mark.parametrize("holder", ["anchor", "no-holding"])
@@ -134,7 +134,7 @@ def test_a_users_job_named_as_a_hold_is_confirmed_against_and_never_ended(
     k8scpu at 0, which Slurm then hides from gres_used, so the job listing tells what jobs
     use. ``holder``: the comment names a holder with a holding that names no hold job (the
     sweep kept such a job), or none (the sweep ended it)."""
-    assert manual(quiet_api, "anchor", "1") == 201
+    assert manual(quiet_api, "anchor", "1").status_code == 201
     job = forged_hold(slurm, holder)
     client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
     sweep = HoldSweep(HoldJobs(client), quiet_api.app.state.services.ledger)  # type: ignore[attr-defined]
@@ -142,7 +142,9 @@ def test_a_users_job_named_as_a_hold_is_confirmed_against_and_never_ended(
         assert sweep.sweep(listing(sweep)) == []
     client.close()
     assert slurm.job_state(job) == "RUNNING"
-    assert manual(quiet_api, "fill", "15") == 409
+    refused = manual(quiet_api, "fill", "15")
+    assert refused.status_code == 409, refused.text
+    assert "cpu: Slurm uses 8 of 16 CPUs" in refused.json()["detail"]
     assert slurm.job_state(job) == "RUNNING"
 
 
@@ -151,10 +153,11 @@ def test_a_users_job_named_as_a_hold_is_held_by_slurm_in_the_ledger(
 ) -> None:
     """The sync's path: the job becomes a Slurm job's holding, and the admission that would
     not fit beside it is refused by the ledger."""
-    assert manual(slurm_api, "anchor", "1") == 201
+    assert manual(slurm_api, "anchor", "1").status_code == 201
     job = forged_hold(slurm, "anchor")
     wait_until(lambda: job in slurm_holdings(slurm_api, "n1"), 60, what=f"job {job} in the ledger")
     node = slurm_api.get("/v1/nodes/n1").json()
     assert node["held_by_slurm"]["cpu_millis"] == 8000, node
-    assert manual(slurm_api, "fill", "15") == 409
+    refused = manual(slurm_api, "fill", "15")
+    assert refused.status_code == 409, refused.text
     assert slurm.job_state(job) == "RUNNING"
