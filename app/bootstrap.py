@@ -28,11 +28,11 @@ from app.core.caps import KubeCaps
 from app.core.components import Component, Health
 from app.core.headroom import NO_POLICY
 from app.core.resources import Resources
-from app.core.slurm_models import SlurmJob
+from app.core.slurm_models import LedgerHolds, SlurmJob
 from app.db import migrate
 from app.db.engine import Database, Liveness
 from app.kube.client import KubeClient
-from app.kube.controllers.device_taints import SlurmJobs
+from app.kube.controllers.device_taints import HoldsOf, SlurmJobs
 from app.kube.controllers.discovery import SlurmSizes
 from app.kube.extender.service import Extender
 from app.kube.reviews import KubeReviews
@@ -142,7 +142,7 @@ def build_services(
             admissions,
             snapshot,
             caps,
-            *_slurm_for_kube(slurm.sync if slurm is not None else None),
+            *_slurm_for_kube(slurm.sync if slurm is not None else None, snapshot),
             metrics,
             dependencies["kubernetes"],
             clock,
@@ -171,12 +171,13 @@ def build_services(
 
 
 def _slurm_for_kube(
-    sync: SlurmSync | None,
-) -> tuple[SlurmSizes, Callable[[], Health | None], SlurmJobs]:
+    sync: SlurmSync | None, views: NodeSnapshot
+) -> tuple[SlurmSizes, Callable[[], Health | None], SlurmJobs, HoldsOf]:
     """What the Kubernetes controllers read of the Slurm sync, a node's size, the sync's
-    health (None without it) and its jobs by node as last listed (None while its last read
-    failed: the device taints keep what they have): built here, so that app.kube knows
-    nothing of app.slurm."""
+    health (None without it), its jobs by node as last listed (None while its last read
+    failed: the device taints keep what they have) and which of them are the ledger's hold
+    jobs (recorded in ``views``, the service's Slurm user's): built here, so that app.kube
+    knows nothing of app.slurm."""
 
     def sizes(name: str) -> Resources | None:
         return sync.state.snapshot().node_size(name) if sync is not None else None
@@ -189,7 +190,13 @@ def _slurm_for_kube(
             return None
         return sync.state.snapshot().jobs_by_node
 
-    return sizes, health, jobs
+    def holds() -> LedgerHolds:
+        user = sync.client.user_name if sync is not None else ""
+        # The read model as last refreshed: asked at every look for a new listing.
+        held = (h for v in views.latest().values() for h in v.holdings)
+        return LedgerHolds.of(user, held)
+
+    return sizes, health, jobs, holds
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from app.core.gres import gres_count, parse_gres, with_counts
 from app.core.headroom import held
 from app.core.records import NodeView
 from app.core.resources import Resources
-from app.core.slurm_models import SlurmJob, SlurmNode
+from app.core.slurm_models import LedgerHolds, SlurmJob, SlurmNode
 
 MIB = 1024 * 1024
 EXTRA_TOKEN = "nodeledger="
@@ -218,17 +218,18 @@ def hides_usage(node: SlurmNode) -> bool:
     return counts.k8scpu == 0 or counts.k8smemory == 0 or counts.k8sgpu == 0
 
 
-def slurm_usage(node: SlurmNode, jobs: Iterable[SlurmJob]) -> SlurmUnits:
+def slurm_usage(node: SlurmNode, jobs: Iterable[SlurmJob], holds: LedgerHolds) -> SlurmUnits:
     """What Slurm's jobs use on ``node``: its GRES accounting, and where a count of 0 hides
     that (hides_usage), at least what ``jobs`` (listed after ``node`` was read) hold there.
-    Hold jobs of the service's are pods, withheld by the counts already."""
+    The ledger's hold jobs (``holds``) are pods, withheld by the counts already; any other
+    job counts, whatever its name."""
     used = gres_usage(node)
     if not hides_usage(node):
         return used
     held = [
         h
         for job in jobs
-        if job.holds_resources and not job.is_nodeledger_hold
+        if job.holds_resources and not holds.owns(job)
         if (h := job_on(job, node.name)) is not None
     ]
     return used.at_least(SlurmUnits.of(Resources.total(held)))

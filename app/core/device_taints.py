@@ -6,7 +6,7 @@ here from the Slurm listing's jobs and the nodes' ResourceSlices.
 Invariants:
 - one rule per device, its name fixed by node and device index (``rule_name``): a device
   that passes to another job keeps its rule, only the taint's value changes;
-- nodeledger's own hold jobs taint nothing: their devices are the pods' (a pod's hold);
+- nodeledger's own hold jobs (``LedgerHolds``) taint nothing: their devices are the pods';
 - a job's device that the node's slices do not publish is skipped and reported, never
   guessed; a node without slices of the co-managed drivers is not co-managed here;
 - every rule carries ``MANAGED_BY``: cleanup lists and deletes only those.
@@ -22,7 +22,7 @@ from typing import Any
 
 from app.core.claims import current_devices, device_attribute
 from app.core.genericnode import MANAGED_BY
-from app.core.slurm_models import SlurmJob
+from app.core.slurm_models import LedgerHolds, SlurmJob
 
 TAINT_KEY = "nodeledger.io/slurm-job"
 EFFECT = "NoSchedule"
@@ -97,15 +97,17 @@ def wanted_rules(
     jobs: Iterable[SlurmJob],
     nodes: Mapping[str, str],
     identities: Mapping[str, Mapping[int, DeviceId]],
+    holds: LedgerHolds,
 ) -> tuple[dict[str, WantedRule], list[str]]:
     """The rules the listing's ``jobs`` want, by name, and what was skipped (a device the
     node's slices do not publish). ``nodes``: Slurm node -> Kubernetes node, the co-managed
-    GPU nodes; ``identities``: each one's devices by index. Of two jobs listed on one device
-    (a COMPLETING one beside its successor) the later id names the rule."""
+    GPU nodes; ``identities``: each one's devices by index; ``holds``: the ledger's hold
+    jobs, whose devices are pods' (every other job's are tainted). Of two jobs listed on
+    one device (a COMPLETING one beside its successor) the later id names the rule."""
     wanted: dict[str, WantedRule] = {}
     skipped: list[str] = []
     for job in sorted(jobs, key=_job_order):
-        if job.is_nodeledger_hold or not job.holds_resources:
+        if holds.owns(job) or not job.holds_resources:
             continue
         for allocation in job.allocations:
             node = nodes.get(allocation.node)

@@ -10,8 +10,9 @@ Invariants:
 - a node Slurm does not list only gets a health reason (nothing to hold or push);
 - Slurm-job holdings are replaced only when they differ from what Slurm holds: the jobs'
   per-node allocations, plus whatever the node reports allocated beyond them held under
-  ``node:<name>``, so the ledger never undercounts Slurm; hold jobs (a GPU pod's devices
-  held in Slurm) are the pod's holding already and are no Slurm job's;
+  ``node:<name>``, so the ledger never undercounts Slurm; the node's hold jobs (a GPU pod's
+  devices held in Slurm, ``LedgerHolds``: recorded by the ledger, the service's user's)
+  are the pod's holding already and are no Slurm job's;
 - counts are pushed only when Slurm's differ from what the ledger withholds (slurmctld
   restart, reconfigure, slurmd re-registration).
 """
@@ -27,7 +28,7 @@ from app.core.counts import MIB, current_counts, desired_counts, in_place, job_o
 from app.core.gres import gres_count
 from app.core.records import HolderKind, Holding, NodeView, SnapshotEntry
 from app.core.resources import Resources
-from app.core.slurm_models import SlurmJob, SlurmNode
+from app.core.slurm_models import LedgerHolds, SlurmJob, SlurmNode
 
 UNHEALTHY_STATES = frozenset({"DOWN", "DRAIN", "INVALID_REG", "INVALID", "NOT_RESPONDING", "FAIL"})
 UNLISTED = "Slurm has no node "  # how the health reason of a node Slurm does not list begins
@@ -76,11 +77,14 @@ def plan_node(
     unlisted: Resources = Resources.ZERO,
     listed_at: datetime | None = None,
     *,
+    hold_user: str,
     marked: bool = False,
 ) -> NodePlan:
     """Reconcile ``view`` with Slurm's ``node`` (None: Slurm does not list it), the ``jobs``
     holding resources on it, and ``unlisted``: what the node reported allocated beyond
-    those jobs at the last full listing, which began at ``listed_at``. A push is due when
+    those jobs at the last full listing, which began at ``listed_at``. ``hold_user``: the
+    service's Slurm user; of its jobs, those whose ids ``view``'s holdings recorded are
+    their hold jobs (``LedgerHolds``). A push is due when
     the counts differ from what the ledger withholds, or, ``marked`` (jobs queue behind
     pods), ``extra`` does (app.core.counts.in_place).
 
@@ -95,7 +99,7 @@ def plan_node(
     health = None if reason == view.health_reason else HealthChange(reason)
     if node is None:
         return NodePlan(health, None, None)
-    holdings = slurm_snapshot(node, jobs, unlisted)
+    holdings = slurm_snapshot(node, jobs, LedgerHolds.of(hold_user, view.holdings), unlisted)
     held = withheld(view)
     # Marked, ``extra`` too: a node without the marker is one no job queues behind pods on.
     settled = in_place(node, held, marked=True) if marked else (
@@ -193,19 +197,22 @@ def holds_gone(view: NodeView, jobs: Iterable[SlurmJob], listed_at: datetime | N
 
 
 def slurm_snapshot(
-    node: SlurmNode, jobs: Iterable[SlurmJob], unlisted: Resources | None = None
+    node: SlurmNode,
+    jobs: Iterable[SlurmJob],
+    holds: LedgerHolds,
+    unlisted: Resources | None = None,
 ) -> dict[str, SnapshotEntry]:
     """What Slurm holds on ``node``, per job, plus any allocation no job accounts for
-    (``unlisted``; default: what the node reports allocated beyond ``jobs``). A hold job
-    (issue 23) is a pod the ledger already holds: it accounts for its allocation but is no
-    Slurm job's holding."""
+    (``unlisted``; default: what the node reports allocated beyond ``jobs``). A hold job of
+    the ledger's (``holds``) is a pod the ledger already holds: it accounts for its
+    allocation but is no Slurm job's holding."""
     snapshot: dict[str, SnapshotEntry] = {}
     accounted: list[Resources] = []
     for job in jobs:
         if (held := job_on(job, node.name)) is None:
             continue
         accounted.append(held)
-        if not job.is_nodeledger_hold:
+        if not holds.owns(job):
             snapshot[job.job_id] = SnapshotEntry(
                 f"{job.name} ({job.user})" if job.user else job.name, held
             )

@@ -2,15 +2,19 @@
 
 Hold jobs (issue 23): a GPU pod's devices are held in Slurm by a job of the service's own,
 named ``HOLD_JOB_NAME`` with comment ``HOLD_COMMENT_PREFIX + holder id`` (app.slurm.holds).
-Such a job is the pod, already a holding of the ledger's: the sync must not count it a
-second time as a Slurm job's holding (``SlurmJob.is_nodeledger_hold``).
+Such a job is the pod, already a holding of the ledger's: it is not counted a second time
+as a Slurm job's. Which jobs those are is ``LedgerHolds``'s one answer: a name and a comment
+anyone can give a job, so they never make one a hold.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
+
+from app.core.records import Holding
 
 T = TypeVar("T")
 
@@ -94,30 +98,55 @@ class SlurmJob:
         node's current total) stays listed as FAILED, Reason=BadConstraints, for
         MinJobAge (24.11.5 and 26.05.3): the only trace of a user Slurm turned away. A job
         waiting for its begin time, a dependency or a hold waits for no node. A hold job of
-        the service's is a pod."""
+        the service's asks no k8s GRES (the job_submit plugin gives it none)."""
         pending = "PENDING" in self.states and self.state_reason in _WAITING_FOR_RESOURCES
-        return (
-            (pending or self.refused_at_submit)
-            and _K8S_GRES.search(self.tres_per_node) is not None
-            and not self.is_nodeledger_hold
-        )
+        asks_k8s = _K8S_GRES.search(self.tres_per_node) is not None
+        return (pending or self.refused_at_submit) and asks_k8s
 
     @property
     def refused_at_submit(self) -> bool:
         """slurmctld's record of a job it refused at submit (FAILED, BadConstraints)."""
         return "FAILED" in self.states and self.state_reason == "BadConstraints"
 
-    @property
-    def is_nodeledger_hold(self) -> bool:
-        """A hold job of the service's (name and comment as app.slurm.holds sets them).
-        A user's job can copy both: the ledger then leaves it out of its view, but Slurm's
-        own accounting (and the gate's check of it) still counts it."""
-        return self.name == HOLD_JOB_NAME and self.comment.startswith(HOLD_COMMENT_PREFIX)
 
-    @property
-    def hold_holder_id(self) -> str | None:
-        """The holder a hold job holds for; None for any other job."""
-        return self.comment.removeprefix(HOLD_COMMENT_PREFIX) if self.is_nodeledger_hold else None
+@dataclass(frozen=True, slots=True)
+class LedgerHolds:
+    """Which Slurm jobs are the ledger's hold jobs: the one rule every reader of Slurm's
+    jobs applies (the plan, the counts, the gate's check of a count at 0, the device
+    taints, the sweep). A hold job is one whose id the ledger recorded for a holding
+    (``Holding.slurm_hold``) and that the service's Slurm user submitted (the slurmrestd
+    user: SlurmUser or root, the only users whose ``nodeledger-hold`` jobs the job_submit
+    plugin gives no k8s GRES). Every other job is Slurm's, whatever its name or comment.
+
+    A hold the service has allocated but not recorded yet (mid-admission) is Slurm's too:
+    it does hold a core, a MB and a device until then, so counting it is never an
+    undercount; the admission that made it names it to its own push (app.slurm.gate)."""
+
+    user: str  # the service's Slurm user (its hold jobs' user_name)
+    recorded: frozenset[str] = frozenset()  # the hold job ids the ledger recorded
+
+    @classmethod
+    def of(cls, user: str, holdings: Iterable[Holding]) -> LedgerHolds:
+        """The holds ``holdings`` recorded, submitted by ``user``."""
+        return cls(user, frozenset(h.slurm_hold for h in holdings if h.slurm_hold is not None))
+
+    def also(self, job_id: str | None) -> LedgerHolds:
+        """These, and ``job_id`` (a hold made and not recorded yet); unchanged for None."""
+        return self if job_id is None else replace(self, recorded=self.recorded | {job_id})
+
+    def owns(self, job: SlurmJob) -> bool:
+        """Whether ``job`` is a hold job of the ledger's (a pod's already: not Slurm's)."""
+        return job.job_id in self.recorded and job.user == self.user
+
+    def holder_of(self, job: SlurmJob) -> str | None:
+        """The holder a hold job the service submitted holds for (its comment), recorded or
+        not: what the sweep compares with the ledger to end the ones no holding names. None
+        for any other job: another user's job is never taken for one of the service's."""
+        if job.user != self.user or job.name != HOLD_JOB_NAME:
+            return None
+        if not job.comment.startswith(HOLD_COMMENT_PREFIX):
+            return None
+        return job.comment.removeprefix(HOLD_COMMENT_PREFIX)
 
 
 def hold_comment(holder_id: str) -> str:

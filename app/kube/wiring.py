@@ -11,7 +11,7 @@ from app.core.components import Health
 from app.kube.claims import PodDevices
 from app.kube.client import KubeClient
 from app.kube.controllers import KubeControllers
-from app.kube.controllers.device_taints import SlurmJobs
+from app.kube.controllers.device_taints import HoldsOf, SlurmJobs
 from app.kube.controllers.discovery import SlurmSizes
 from app.kube.controllers.maintenance import DrainPort
 from app.kube.extender.service import Extender
@@ -36,6 +36,7 @@ def build_kube(
     slurm_sizes: SlurmSizes,
     slurm_health: Callable[[], Health | None],
     slurm_jobs: SlurmJobs,
+    slurm_holds: HoldsOf,
     metrics: Metrics,
     availability: Dependency,
     clock: Clock,
@@ -44,7 +45,8 @@ def build_kube(
     """The controllers (discovery, pod accounting, GenericNodes, status mirror) and the
     scheduler extender. ``slurm_sizes``, ``slurm_health``: a Slurm node's size and the Slurm
     sync's health, None without the Slurm integration (app.bootstrap reads them from it);
-    ``slurm_jobs``: the Slurm sync's jobs by node (None while not read: app.bootstrap);
+    ``slurm_jobs``: the Slurm sync's jobs by node (None while not read: app.bootstrap),
+    ``slurm_holds`` which of them are the ledger's hold jobs;
     ``drains``: the Slurm side of a cordon, None without it."""
     client = KubeClient(
         settings.kubeconfig,
@@ -67,6 +69,7 @@ def build_kube(
         clock,
         views,
         slurm_jobs=slurm_jobs,
+        slurm_holds=slurm_holds,
         metrics=metrics,
         devices=devices,
         drains=drains,

@@ -142,13 +142,15 @@ class SlurmGate:
             raise AdmissionRejected(f"Slurm cannot confirm the admission: {exc.message}") from exc
         return None
 
-    def _push_checked(self, holding: Holding) -> None:
+    def _push_checked(self, holding: Holding, hold: str | None = None) -> None:
         """Push the node's counts (the holding included) and reject if Slurm's jobs already
-        use what they withhold; SlurmError when Slurm cannot answer."""
+        use what they withhold; SlurmError when Slurm cannot answer. ``hold``: the holding's
+        hold job, just made: the ledger records it only once this returns, and until then
+        it is any Slurm job to every other reader, but not to this check."""
         reason = f"admitting {holding.holder.display_name}"
         # The cap is checked on the ledger's node as the push reads it (the hold included),
         # before any count is sent.
-        result = self.pusher.push(holding.node, reason=reason, check=self._within_cap)
+        result = self.pusher.push(holding.node, reason=reason, check=self._within_cap, hold=hold)
         if problems := slurm_overlap(result.node, result.used, result.held):
             raise AdmissionRejected(
                 f"Slurm already holds it on node {result.node.name}: {'; '.join(problems)}"
@@ -167,7 +169,7 @@ class SlurmGate:
         except SlurmError as exc:
             raise AdmissionRejected(f"Slurm cannot hold {what}: {exc.message}") from exc
         try:
-            self._push_checked(holding)
+            self._push_checked(holding, job)
         except (SlurmError, AdmissionRejected) as exc:
             # Fails closed even with fail_open; the hold goes with the admission (if this
             # cancel fails, the sync's sweep ends the hold no holding names).

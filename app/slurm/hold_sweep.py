@@ -5,7 +5,9 @@ allocation and the ledger's commit, when an allocation's answer was lost, or whe
 release's cancel failed. Until it ends it keeps a device, CPUs and memory from Slurm's jobs
 for a pod that is gone: never unsafe, but a loss to Slurm. So each time the sync reads a new
 listing, the leader compares the hold jobs in it with the ledger's holdings and ends every
-hold whose holder has no holding that names it.
+hold whose holder has no holding that names it. Only the service's own jobs are hold jobs
+here (its Slurm user's, marked as app.slurm.holds marks them): another user's job is never
+ended, whatever its name or comment.
 
 A holder whose holding is still PENDING with no hold recorded is mid-admission (between the
 hold and the commit) and keeps its hold; if that admission was abandoned, its holding is
@@ -30,7 +32,7 @@ from app.core.errors import NodeledgerError
 from app.core.ledger_errors import AdmissionRejected, HoldingNotFound
 from app.core.plan import hold_gone
 from app.core.records import EventKind, HolderKind, Holding
-from app.core.slurm_models import SlurmJob
+from app.core.slurm_models import LedgerHolds, SlurmJob
 from app.ledger.service import Ledger
 from app.slurm.errors import SlurmError
 from app.slurm.holds import HoldJob, HoldJobs, hold_for, holds_in
@@ -64,10 +66,11 @@ def lost(holdings: Iterable[Holding], holds: Iterable[HoldJob], before: datetime
     return [h for h in holdings if hold_gone(h, running, before)]
 
 
-def ending(jobs: Iterable[SlurmJob]) -> set[str]:
-    """The hold jobs among ``jobs`` that are ending already (COMPLETING: cancelled, their
-    epilog under way on 24.11): nobody need cancel them again."""
-    return {j.job_id for j in jobs if j.hold_holder_id is not None and "COMPLETING" in j.states}
+def ending(jobs: Iterable[SlurmJob], user: str) -> set[str]:
+    """The hold jobs of ``user`` (the service's) among ``jobs`` that are ending already
+    (COMPLETING: cancelled, their epilog under way on 24.11): nobody need cancel them again."""
+    ours = LedgerHolds(user)
+    return {j.job_id for j in jobs if ours.holder_of(j) is not None and "COMPLETING" in j.states}
 
 
 class HoldSweep:
@@ -82,8 +85,9 @@ class HoldSweep:
     def sweep(self, jobs: Iterable[SlurmJob]) -> list[str]:
         """End the orphaned holds among ``jobs`` (the sync's listing); failures, by job."""
         jobs = list(jobs)
-        done = ending(jobs)
-        running = {k: h for k, h in holds_in(jobs).items() if k not in done}
+        user = self.holds.user
+        done = ending(jobs, user)
+        running = {k: h for k, h in holds_in(jobs, user).items() if k not in done}
         if not running:
             self._suspects = set()
             return []
@@ -114,7 +118,8 @@ class HoldSweep:
         """Hold again the devices of holdings whose hold job is gone (``jobs``: a listing
         read from ``listed_at`` on); failures and conflicts, by holder."""
         failures = []
-        for holding in lost(self.ledger.held_in_slurm(), holds_in(jobs).values(), listed_at):
+        running = holds_in(jobs, self.holds.user).values()
+        for holding in lost(self.ledger.held_in_slurm(), running, listed_at):
             try:
                 self._hold_again(holding)
             except NodeledgerError as exc:

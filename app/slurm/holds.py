@@ -8,8 +8,10 @@ the answer synchronous (a few ms): a device that is taken is refused at once ("R
 nodes are busy"), never waited for. Top priority, because ``immediate`` is refused while
 any job of higher priority pends ("insufficient priority").
 
-A hold is marked for the sync (app.core.slurm_models: name ``nodeledger-hold``, the holder
-in its comment): it is the pod, already one of the ledger's holdings, not a Slurm job's.
+A hold is marked (name ``nodeledger-hold``, the holder in its comment) so that the sweep
+can tell the service's holds from its user's other jobs; the ledger records its id with the
+holding, and only then is it the pod's, not a Slurm job's (app.core.slurm_models.LedgerHolds:
+a name and a comment any user can give a job).
 API v0.0.43 and later (Slurm >= 25.05) get the EXTERNAL_JOB flag: nothing is started on the
 node and a cancel frees the devices without an epilog round trip. Before that (24.11,
 v0.0.42) the hold is a plain allocation without a step: slurmrestd allocates it without a
@@ -28,7 +30,7 @@ from typing import Any
 
 from app.core.ledger_errors import AdmissionRejected
 from app.core.records import Holding
-from app.core.slurm_models import HOLD_JOB_NAME, SlurmJob, hold_comment
+from app.core.slurm_models import HOLD_JOB_NAME, LedgerHolds, SlurmJob, hold_comment
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmRequestError
 
@@ -69,18 +71,20 @@ class HoldJob:
     devices: tuple[int, ...]
 
     @classmethod
-    def of(cls, job: SlurmJob) -> HoldJob | None:
-        """The hold ``job`` is; None for any other job, or one that holds nothing now."""
-        holder = job.hold_holder_id
+    def of(cls, job: SlurmJob, user: str) -> HoldJob | None:
+        """The hold ``job`` is, submitted by the service's Slurm ``user``; None for any other
+        job (another user's, whatever its name), or one that holds nothing now."""
+        holder = LedgerHolds(user).holder_of(job)
         if holder is None or not job.holds_resources or not job.allocations:
             return None
         allocation = job.allocations[0]  # a hold is on one node
         return cls(job.job_id, holder, allocation.node, allocation.devices)
 
 
-def holds_in(jobs: Iterable[SlurmJob]) -> dict[str, HoldJob]:
-    """The hold jobs among ``jobs`` (a listing the sync already has), by job id."""
-    return {h.job_id: h for j in jobs if (h := HoldJob.of(j)) is not None}
+def holds_in(jobs: Iterable[SlurmJob], user: str) -> dict[str, HoldJob]:
+    """The hold jobs ``user`` (the service's) has among ``jobs`` (a listing the sync already
+    has), by job id."""
+    return {h.job_id: h for j in jobs if (h := HoldJob.of(j, user)) is not None}
 
 
 def hold_for(holds: HoldJobs, slurm_node: str, holding: Holding) -> str:
@@ -102,6 +106,11 @@ class HoldJobs:
 
     def __init__(self, client: SlurmClient) -> None:
         self.client = client
+
+    @property
+    def user(self) -> str:
+        """The Slurm user the hold jobs are submitted as (slurmrestd's X-SLURM-USER-NAME)."""
+        return self.client.user_name
 
     def hold(
         self, slurm_node: str, holder_id: str, *, devices: Sequence[int], cpus: int, memory_mb: int
@@ -158,7 +167,7 @@ class HoldJobs:
     def running(self) -> dict[str, HoldJob]:
         """The hold jobs Slurm has, holding now, by job id (one full listing of jobs)."""
         listing = self.client.get_jobs()
-        return holds_in(listing.items if listing is not None else ())
+        return holds_in(listing.items if listing is not None else (), self.user)
 
     def _job(
         self, node: str, holder_id: str, devices: Sequence[int], cpus: int, memory_mb: int

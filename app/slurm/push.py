@@ -60,7 +60,7 @@ from app.core.counts import (
 from app.core.records import NodeView
 from app.core.resources import Resources
 from app.core.slurm_comment import node_comment, ours
-from app.core.slurm_models import SlurmJob, SlurmNode
+from app.core.slurm_models import LedgerHolds, SlurmJob, SlurmNode
 from app.ledger import events
 from app.ledger.service import Ledger
 from app.metrics.registry import NO_METRICS, Metrics
@@ -144,19 +144,23 @@ class Pusher:
         check: Check | None = None,
         observed: SlurmNode | None = None,
         observed_jobs: Collection[SlurmJob] = (),
+        hold: str | None = None,
     ) -> PushResult:
         """``check`` sees the ledger's node as the push computes from it, before anything is
         sent to Slurm (when another caller's push covers this call: as that push read it);
         what it raises ends the push (the gate's cap: no over-cap counts pushed first).
         ``observed``: the node as a listing found it, when Slurm may have lost the counts
         (the headroom's grant is lowered to what that leaves before anything else), and
-        ``observed_jobs`` the jobs that listing found on it."""
+        ``observed_jobs`` the jobs that listing found on it. ``hold``: the hold job the
+        caller made for a holding of the node and has not recorded yet (the gate's): the
+        pod's, not a Slurm job's, in ``used``; such a push is never covered by another's,
+        which counted it as Slurm's."""
         with self._counter_lock:
             slot = self._slots.setdefault(node, _Slot())
             slot.requested += 1
             ticket = slot.requested
         with slot.lock:
-            if slot.covered >= ticket and slot.last is not None:
+            if slot.covered >= ticket and slot.last is not None and hold is None:
                 self.metrics.slurm_push_coalesced()
                 if check is not None:
                     check(slot.last.view)
@@ -164,7 +168,7 @@ class Pusher:
             with self._counter_lock:
                 start = slot.requested  # this push reads the ledger after all these requests
             try:
-                result = self._push_now(node, reason, slot, check, (observed, observed_jobs))
+                result = self._push_now(node, reason, slot, check, (observed, observed_jobs), hold)
             except SlurmError as exc:
                 with self._counter_lock:
                     self._owed.add(node)
@@ -187,6 +191,7 @@ class Pusher:
         slot: _Slot,
         check: Check | None,
         observed: tuple[SlurmNode | None, Collection[SlurmJob]],
+        hold: str | None,
     ) -> PushResult:
         pushed: list[str] = []
         drifted = False
@@ -194,7 +199,9 @@ class Pusher:
         with self.ledger.exclusive(name) as exclusive:
             # The grant first: no admission may skip Slurm beyond what this push withholds,
             # nor beyond what a listing found Slurm withholding (app.core.headroom).
-            view = exclusive.view(grant_at_most=lambda v: _grant_limit(v, *observed))
+            view = exclusive.view(
+                grant_at_most=lambda v: _grant_limit(v, *observed, self._holds(v))
+            )
             if check is not None:
                 check(view)
             self.metrics.slurm_pushed(reason)  # a push that runs (the check let it)
@@ -226,7 +233,7 @@ class Pusher:
                     f"Slurm node {view.slurm_name} did not keep the counts pushed to it "
                     f"({', '.join(pushed)}) after {MAX_ROUNDS} tries"
                 )
-            used = self._used(node)
+            used = self._used(node, self._holds(view).also(hold))
             granted = read_back_grant(view, node, used)
             if self.witness is not None and self.witness.generation != generation:
                 # Slurm may have changed the counts since this read (app.slurm.witness):
@@ -243,14 +250,18 @@ class Pusher:
             view, node, held, held_units(view), used, updated=bool(pushed), drifted=drifted
         )
 
-    def _used(self, node: SlurmNode) -> SlurmUnits:
+    def _holds(self, view: NodeView) -> LedgerHolds:
+        """The hold jobs the ledger recorded on the node ``view`` shows (its Slurm user's)."""
+        return LedgerHolds.of(self.client.user_name, view.holdings)
+
+    def _used(self, node: SlurmNode, holds: LedgerHolds) -> SlurmUnits:
         """What Slurm's jobs use on ``node`` as just read back; where a count of 0 hides it
         (app.core.counts.hides_usage), from a job listing read after that: every job that
-        started before the counts landed is in it."""
+        started before the counts landed is in it, but the ledger's ``holds``."""
         if not hides_usage(node):
             return gres_usage(node)
         listing = self.client.get_jobs()
-        return slurm_usage(node, listing.items if listing is not None else ())
+        return slurm_usage(node, listing.items if listing is not None else (), holds)
 
     def void_grant(self, name: str) -> None:
         """Lower the node's grant to zero, committed, under the node's lock against every
@@ -261,14 +272,14 @@ class Pusher:
 
 
 def _grant_limit(
-    view: NodeView, observed: SlurmNode | None, jobs: Collection[SlurmJob]
+    view: NodeView, observed: SlurmNode | None, jobs: Collection[SlurmJob], holds: LedgerHolds
 ) -> Resources:
     """What a push leaves the node's grant at most: what it will withhold and, after a
     listing that may show lost counts, what that listing found Slurm leaving to pods."""
     limit = withheld(view).as_resources()
     if observed is None:
         return limit
-    return limit.at_most(slurm_grant(observed, slurm_usage(observed, jobs)))
+    return limit.at_most(slurm_grant(observed, slurm_usage(observed, jobs, holds)))
 
 
 def _comment_update(node: SlurmNode, view: NodeView, held: SlurmUnits) -> str | None:

@@ -85,11 +85,11 @@ class NodeReconciler:
             self._in_place[view.name] = last
             return False
         listed_at = self.listed_at()
-        plan = _plan(view, observed, listed_at, marked=self.pusher.marked)
+        plan = self._plan(view, observed, listed_at)
         settled = plan.settled
         if plan.health is not None:
             view = self.ledger.set_health(view.name, plan.health.reason)
-            plan = _plan(view, observed, listed_at, marked=self.pusher.marked)  # as written
+            plan = self._plan(view, observed, listed_at)  # as written
         if plan.holdings is not None:
             self.ledger.replace_holdings(
                 view.name,
@@ -114,11 +114,13 @@ class NodeReconciler:
             now, gres = self.ledger.clock(), result.node.gres
             self.ledger.append_event(events.slurm_drift(now, view.name, push.slurm_name, gres))
 
-
-def _plan(
-    view: NodeView, observed: Observed, listed_at: datetime | None, *, marked: bool
-) -> NodePlan:
-    jobs = observed.jobs.values()
-    return plan_node(
-        view, observed.node, jobs, observed.unlisted, listed_at=listed_at, marked=marked
-    )
+    def _plan(self, view: NodeView, observed: Observed, listed_at: datetime | None) -> NodePlan:
+        return plan_node(
+            view,
+            observed.node,
+            observed.jobs.values(),
+            observed.unlisted,
+            listed_at=listed_at,
+            hold_user=self.client.user_name,
+            marked=self.pusher.marked,
+        )

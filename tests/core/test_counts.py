@@ -18,7 +18,7 @@ from app.core.counts import (
     slurm_usage,
 )
 from app.core.resources import Resources
-from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
+from app.core.slurm_models import JobAllocation, LedgerHolds, SlurmJob, SlurmNode
 
 GIB = 1024**3
 
@@ -146,7 +146,7 @@ def _job(
     return SlurmJob(
         job_id,
         "nodeledger-hold" if hold else "wrap",
-        "alice",
+        "slurm" if hold else "alice",
         frozenset({state}),
         (JobAllocation(node, cpus, 500, 1), JobAllocation("n9", 8, 8000, 0)),
         comment="nodeledger-hold:uid" if hold else "",
@@ -158,7 +158,8 @@ def test_a_count_of_zero_hides_its_use_and_the_jobs_tell_it() -> None:
     after the read say what they use; hold jobs (pods) and ended jobs do not count."""
     shown = node("k8scpu:2,k8smemory:1000", gres_used="k8scpu:2,k8smemory:500")
     assert not hides_usage(shown)
-    assert slurm_usage(shown, [_job("1", "n1", 8)]) == SlurmUnits(2, 500, 0)
+    holds = LedgerHolds("slurm", frozenset({"2"}))  # job 2, the ledger's hold job
+    assert slurm_usage(shown, [_job("1", "n1", 8)], holds) == SlurmUnits(2, 500, 0)
     hidden = node("k8smemory:1000", gres_used="k8smemory:500")
     assert hides_usage(hidden)
     jobs = [
@@ -167,7 +168,7 @@ def test_a_count_of_zero_hides_its_use_and_the_jobs_tell_it() -> None:
         _job("3", "n1", 4, state="COMPLETED"),
         _job("4", "n2", 5),
     ]
-    assert slurm_usage(hidden, jobs) == SlurmUnits(2, 500, 1)
-    assert slurm_usage(hidden, []) == SlurmUnits(0, 500, 0)
+    assert slurm_usage(hidden, jobs, holds) == SlurmUnits(2, 500, 1)
+    assert slurm_usage(hidden, [], holds) == SlurmUnits(0, 500, 0)
     gpus_hidden = node("k8scpu:16,k8smemory:1000,gpu:4", gres_used="k8scpu:0,k8smemory:0,gpu:1")
     assert hides_usage(gpus_hidden)  # k8sgpu 0 on a node with GPUs

@@ -29,7 +29,7 @@ from app.core.records import (
     SnapshotEntry,
 )
 from app.core.resources import Resources
-from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
+from app.core.slurm_models import JobAllocation, LedgerHolds, SlurmJob, SlurmNode
 
 MIB = 2**20
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -201,7 +201,7 @@ def test_plan(
     unlisted: Resources,
     expected: NodePlan,
 ) -> None:
-    plan = plan_node(ledger, slurm, jobs, unlisted)
+    plan = plan_node(ledger, slurm, jobs, unlisted, hold_user="slurm")
     assert plan == expected
     assert plan.settled == (expected == NodePlan(None, None, None))
 
@@ -209,8 +209,9 @@ def test_plan(
 def test_an_aliased_node_is_planned_by_its_slurm_name() -> None:
     aliased = view(POD, alias="c1")
     slurm = node(name="c1")
-    assert plan_node(aliased, None, []).health == HealthChange("Slurm has no node 'c1'")
-    plan = plan_node(aliased, slurm, [job(on="c1")])
+    unlisted = plan_node(aliased, None, [], hold_user="slurm")
+    assert unlisted.health == HealthChange("Slurm has no node 'c1'")
+    plan = plan_node(aliased, slurm, [job(on="c1")], hold_user="slurm")
     assert plan.holdings == HOLD_7
     assert plan.push == Push("c1")
 
@@ -220,7 +221,7 @@ def test_a_node_with_gpus_plans_k8sgpu() -> None:
         "n1", Holder(HolderKind.POD, "g"), Resources(0, 0, 1), HoldingState.HELD, T0, T0
     )
     gpu_node = node(gres=f"gpu:4,{FULL},k8sgpu:4")
-    assert plan_node(view(gpu_pod), gpu_node, []).push == Push("n1")
+    assert plan_node(view(gpu_pod), gpu_node, [], hold_user="slurm").push == Push("n1")
     # What the pusher pushes then (it computes the counts under the node's lock).
     assert desired_counts(gpu_node, withheld(view(gpu_pod))) == K8sCounts(16, 32000, 3)
 
@@ -248,7 +249,7 @@ def test_health_reason(states: set[str], reason: str, expected: str | None) -> N
 
 def test_unlisted_defaults_to_what_the_node_reports_beyond_its_jobs() -> None:
     busy = node(alloc_cpus=3, alloc_memory_mb=500, gres="gpu:2", gres_used="gpu:1")
-    assert slurm_snapshot(busy, [job()]) == {
+    assert slurm_snapshot(busy, [job()], LedgerHolds("slurm")) == {
         **HOLD_7,
         "node:n1": SnapshotEntry("allocated, no job listed yet", Resources(1000, 0, 1)),
     }
@@ -256,29 +257,6 @@ def test_unlisted_defaults_to_what_the_node_reports_beyond_its_jobs() -> None:
 
 def test_floored_minus_never_goes_below_zero() -> None:
     assert floored_minus(Resources(1000, 5, 1), Resources(2000, 3, 1)) == Resources(0, 2, 0)
-
-
-@pytest.mark.parametrize(
-    ("name", "comment", "recorded"),
-    [
-        pytest.param("nodeledger-hold", "nodeledger-hold:pod-a", False, id="hold-job"),
-        pytest.param("nodeledger-hold", "", True, id="name-only"),
-        pytest.param("train", "nodeledger-hold:pod-a", True, id="comment-only"),
-    ],
-)
-def test_a_hold_job_accounts_for_its_allocation_but_is_no_slurm_holding(
-    name: str, comment: str, recorded: bool
-) -> None:
-    # Issue 23: a GPU pod's hold job is the pod, already a holding of the ledger's.
-    hold = SlurmJob(
-        "8", name, "slurm", frozenset({"RUNNING"}),
-        (JobAllocation("n1", 2, 100, 1, (1,)),), comment,
-    )  # fmt: skip
-    busy = node(alloc_cpus=4, alloc_memory_mb=1100, gres="gpu:g0:1,gpu:g1:1", gres_used="gpu:g1:1")
-    snapshot = slurm_snapshot(busy, [job(), hold])
-    assert ("8" in snapshot) is recorded
-    assert "node:n1" not in snapshot  # its allocation is not taken for an unlisted one
-    assert hold.is_nodeledger_hold is not recorded
 
 
 LATER = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
@@ -303,7 +281,9 @@ def test_jobs_of_a_listing_older_than_the_pod_they_would_overcommit_wait(
     refused every admission on the node until the next listing."""
     pod = replace(holding(HolderKind.POD, "u1", 8, 1024), updated_at=pod_confirmed)
     ledger = view(pod)
-    plan = plan_node(ledger, node(), [job(cpus=job_cpus)], Resources.ZERO, listed_at=listed_at)
+    plan = plan_node(
+        ledger, node(), [job(cpus=job_cpus)], Resources.ZERO, listed_at=listed_at, hold_user="slurm"
+    )
     assert plan.deferred is deferred
     assert (plan.holdings is None) is deferred
     assert not plan.settled
@@ -355,7 +335,7 @@ COMPLETING_HOLD = replace(hold_job(), states=frozenset({"COMPLETING"}))
 def test_a_gpu_pod_whose_hold_job_is_gone_makes_the_node_not_admissible(
     pod: Holding, jobs: list[SlurmJob], listed_at: datetime | None, gone: bool
 ) -> None:
-    plan = plan_node(gpu_view(pod), node(gres=GPUS), jobs, listed_at=listed_at)
+    plan = plan_node(gpu_view(pod), node(gres=GPUS), jobs, listed_at=listed_at, hold_user="slurm")
     if not gone:
         assert plan.health is None
         return
@@ -380,5 +360,5 @@ def test_every_gpu_is_withheld_while_a_node_with_device_pods_is_not_admissible(
     """Slurm ends or may end the hold jobs there; on a node that comes back it starts a
     queued job at once on the lowest free device (issue 30)."""
     ledger, slurm = gpu_view(holding, health=health), node(gres=GPUS)
-    assert plan_node(ledger, slurm, [hold_job()]).push == Push("n1")
+    assert plan_node(ledger, slurm, [hold_job()], hold_user="slurm").push == Push("n1")
     assert desired_counts(slurm, withheld(ledger)).k8sgpu == k8sgpu  # what the pusher sends

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.core.slurm_models import SlurmJob
+from app.core.slurm_models import LedgerHolds, SlurmJob
 from app.ledger.service import Ledger
 from app.slurm.client import SlurmClient
 from app.slurm.tokens import FileToken
@@ -73,7 +73,7 @@ class Sampler:
         return [
             j
             for j in listing.items
-            if j.holds_resources and j.hold_holder_id is None
+            if j.holds_resources and LedgerHolds(self.client.user_name).holder_of(j) is None
             for a in j.allocations
             if a.node == SLURM_NODE
         ]

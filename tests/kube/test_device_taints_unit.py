@@ -25,12 +25,19 @@ from app.core.device_taints import (
 from app.core.genericnode import MANAGED_BY, gpus_of
 from app.core.records import HeldDevice, Holder, HolderKind, Holding, HoldingState
 from app.core.resources import Resources
-from app.core.slurm_models import HOLD_JOB_NAME, JobAllocation, SlurmJob, hold_comment
+from app.core.slurm_models import (
+    HOLD_JOB_NAME,
+    JobAllocation,
+    LedgerHolds,
+    SlurmJob,
+    hold_comment,
+)
 from app.kube.client import KubeClient, KubeError
 from app.kube.controllers.device_taints import RULES_PATH, DeviceTaints
 
 DRIVER = "gpu.example.com"
 NODES = {"n3": "gpu-1", "n4": "gpu-2"}  # Slurm -> Kubernetes
+HOLDS = LedgerHolds("slurm", frozenset({"9"}))  # the hold jobs the ledger recorded
 IDS = {
     node: {i: DeviceId(DRIVER, node, f"gpu{i}") for i in range(4)} for node in ("gpu-1", "gpu-2")
 }
@@ -77,7 +84,7 @@ def rule(node: str, index: int, job_id: str) -> WantedRule:
 def test_the_wanted_rules_follow_the_listing(
     jobs: list[SlurmJob], expected: list[WantedRule], skipped: int
 ) -> None:
-    wanted, skips = wanted_rules(jobs, NODES, IDS)
+    wanted, skips = wanted_rules(jobs, NODES, IDS, HOLDS)
     assert wanted == {r.name: r for r in expected}
     assert len(skips) == skipped
     if skipped:
@@ -85,9 +92,9 @@ def test_the_wanted_rules_follow_the_listing(
 
 
 def test_a_job_that_ends_takes_its_rule_and_a_device_that_moves_updates_it() -> None:
-    before, _ = wanted_rules([job("7", "n3", 0, 1)], NODES, IDS)
+    before, _ = wanted_rules([job("7", "n3", 0, 1)], NODES, IDS, HOLDS)
     carried = {name: w.carried for name, w in before.items()}
-    after, _ = wanted_rules([job("8", "n3", 1)], NODES, IDS)  # 7 ended, 8 got device 1
+    after, _ = wanted_rules([job("8", "n3", 1)], NODES, IDS, HOLDS)  # 7 ended, 8 got device 1
     todo = plan(after, carried)
     assert todo.create == ()
     assert todo.update == (rule("gpu-1", 1, "8"),)
@@ -96,7 +103,7 @@ def test_a_job_that_ends_takes_its_rule_and_a_device_that_moves_updates_it() -> 
 
 
 def test_a_rule_not_in_our_shape_is_rewritten() -> None:
-    wanted, _ = wanted_rules([job("7", "n3", 0)], NODES, IDS)
+    wanted, _ = wanted_rules([job("7", "n3", 0)], NODES, IDS, HOLDS)
     assert plan(wanted, {rule_name("gpu-1", 0): None}).update == (rule("gpu-1", 0, "7"),)
 
 
@@ -191,12 +198,21 @@ class FakeApi:
 Listing = Mapping[str, Mapping[str, SlurmJob]]
 
 
-def taints(api: FakeApi, listing: list[Listing | None], *, enabled: bool = True) -> DeviceTaints:
-    """A reconciler reading ``listing[0]`` as the sync's jobs (swap it to change them)."""
+def taints(
+    api: FakeApi,
+    listing: list[Listing | None],
+    *,
+    enabled: bool = True,
+    holds: list[LedgerHolds] | None = None,
+) -> DeviceTaints:
+    """A reconciler reading ``listing[0]`` as the sync's jobs (swap it to change them) and
+    ``holds[0]`` as the ledger's hold jobs (default HOLDS)."""
+    recorded = holds or [HOLDS]
     return DeviceTaints(
         cast(KubeClient, api),
         lambda: NODES,
         lambda: listing[0],
+        lambda: recorded[0],
         drivers={DRIVER},
         attribute="index",
         enabled=enabled,
@@ -234,6 +250,20 @@ def test_the_reconciler_creates_updates_and_deletes() -> None:
     assert values(api) == {"nodeledger-gpu-1-g1": "8"}
     assert ("PATCH", f"{RULES_PATH}/nodeledger-gpu-1-g1") in api.calls
     assert reconciler.error is None
+
+
+def test_a_hold_listed_before_its_admission_recorded_it_loses_its_taint_once_recorded() -> None:
+    """Until the ledger records a hold job's id it is a Slurm job's (LedgerHolds); its
+    recording changes no Slurm listing, yet takes the taint off the pod's device."""
+    api = FakeApi()
+    listing: list[Listing | None] = [by_node(hold("10", 2))]
+    holds = [HOLDS]  # 10 not recorded yet
+    reconciler = taints(api, listing, holds=holds)
+    reconciler.step()
+    assert values(api) == {"nodeledger-gpu-1-g2": "10"}
+    holds[0] = LedgerHolds("slurm", HOLDS.recorded | {"10"})
+    reconciler.step()  # the same listing
+    assert api.rules == {}
 
 
 def test_a_failed_slurm_read_deletes_nothing() -> None:
@@ -308,6 +338,7 @@ def test_without_gpu_drivers_it_reads_nothing() -> None:
         cast(KubeClient, api),
         lambda: NODES,
         lambda: by_node(job("7", "n3", 0)),
+        lambda: HOLDS,
         drivers=set(),
         attribute="index",
         enabled=True,

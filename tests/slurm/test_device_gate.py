@@ -30,6 +30,8 @@ POD = Holder(HolderKind.POD, "uid-1", "ns/p1")
 class FakeHolds:
     """HoldJobs as slurmctld answers it: a device held twice is refused."""
 
+    user = "slurm"
+
     def __init__(self) -> None:
         self.held: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
         self.cancelled: list[str] = []

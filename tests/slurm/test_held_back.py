@@ -128,8 +128,9 @@ def test_held_back_is_read_from_the_job(
         ("PENDING", "Priority", "gres/k8scpu:2", "", False),  # behind one naming the partition
         ("PENDING", "Dependency", "gres/k8scpu:2", "", False),
         ("PENDING", "Resources", "gres/gpu:1", "", False),  # asks for no k8s GRES
-        ("PENDING", "Resources", "gres/k8scpu:2", "nodeledger-hold:pod-uid", False),  # a pod
-        ("FAILED", "BadConstraints", "", "nodeledger-hold:pod-uid", False),  # 2016: busy
+        # Named as a hold and asking k8s GRES: a user's job (a hold job is given none).
+        ("PENDING", "Resources", "gres/k8scpu:2", "nodeledger-hold:pod-uid", True),
+        ("FAILED", "BadConstraints", "gres/gpu:g0:1", "nodeledger-hold:pod-uid", False),  # 2016
     ],
 )
 def test_a_job_waits_for_resources_when_it_pends_for_them_or_was_refused_asking_k8s_gres(

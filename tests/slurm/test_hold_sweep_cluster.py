@@ -1,23 +1,26 @@
 """The sync leader's sweep of hold jobs (app.slurm.hold_sweep) on the real clusters: a hold
 no holding names is ended, and a holding whose hold job an operator cancelled is held
 again, on exactly its devices, before a job can keep the device; a device a job took
-meanwhile is a conflict the sweep reports, never ignores."""
+meanwhile is a conflict the sweep reports, never ignores. An ordinary user's job named and
+commented as a hold job is Slurm's: counted by the sync and the gate, never ended."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from app.core.records import EventKind
+from app.core.slurm_models import HOLD_JOB_NAME, hold_comment
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.slurm.client import SlurmClient
 from app.slurm.hold_sweep import HoldSweep
 from app.slurm.holds import HoldJobs
 from app.slurm.tokens import FileToken
-from tests.slurm.helpers import admit, events
+from tests.slurm.helpers import admit, events, slurm_holdings
 from tests.slurm.test_holds_cluster import devices, gpu_job
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
@@ -98,3 +101,63 @@ def test_a_device_a_job_took_meanwhile_is_reported(
     drift = events(quiet_api, NODE, EventKind.SLURM_DRIFT.value)
     assert any("cannot be held again" in e["message"] for e in drift), drift
     client.close()
+
+
+ORDINARY = "nobody"  # a user of the test clusters that is neither SlurmUser nor root
+
+
+def forged_hold(slurm: SlurmCluster, holder: str) -> str:
+    """An ordinary user's job on 8 of n1's 16 CPUs, named and commented as the service's hold
+    job of ``holder``; running, with the k8s GRES the job_submit plugin gives any user's."""
+    as_user = ("setpriv", f"--reuid={ORDINARY}", "--regid=nogroup", "--clear-groups")
+    job = slurm.run(
+        *as_user, "sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", "-w", "n1",
+        "-J", HOLD_JOB_NAME, f"--comment={hold_comment(holder)}", "-c", "8", "--mem=8000",
+        "--wrap", "sleep 600",
+    ).strip().split(";")[0]  # fmt: skip
+    wait_until(lambda: running(slurm, job), 30, what=f"{ORDINARY}'s job {job} running")
+    assert "gres/k8scpu:8" in str(slurm.job(job).get("tres_per_node")), slurm.job(job)
+    return job
+
+
+def manual(api: TestClient, holder: str, cpu: str) -> httpx.Response:
+    body = {"node": "n1", "holder": {"kind": "manual", "id": holder},
+            "requests": {"cpu": cpu, "memory": "100Mi"}}  # fmt: skip
+    return api.post("/v1/admissions", json=body)
+
+
+@pytest.mark.parametrize("holder", ["anchor", "no-holding"])
+def test_a_users_job_named_as_a_hold_is_confirmed_against_and_never_ended(
+    slurm: SlurmCluster, quiet_api: TestClient, holder: str
+) -> None:
+    """The gate's path (the sync lists once, before the job): a 15-CPU admission leaves
+    k8scpu at 0, which Slurm then hides from gres_used, so the job listing tells what jobs
+    use. ``holder``: the comment names a holder with a holding that names no hold job (the
+    sweep kept such a job), or none (the sweep ended it)."""
+    assert manual(quiet_api, "anchor", "1").status_code == 201
+    job = forged_hold(slurm, holder)
+    client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
+    sweep = HoldSweep(HoldJobs(client), quiet_api.app.state.services.ledger)  # type: ignore[attr-defined]
+    for _ in range(3):  # an orphan is ended at its second listing
+        assert sweep.sweep(listing(sweep)) == []
+    client.close()
+    assert slurm.job_state(job) == "RUNNING"
+    refused = manual(quiet_api, "fill", "15")
+    assert refused.status_code == 409, refused.text
+    assert "cpu: Slurm uses 8 of 16 CPUs" in refused.json()["detail"]
+    assert slurm.job_state(job) == "RUNNING"
+
+
+def test_a_users_job_named_as_a_hold_is_held_by_slurm_in_the_ledger(
+    slurm: SlurmCluster, slurm_api: TestClient
+) -> None:
+    """The sync's path: the job becomes a Slurm job's holding, and the admission that would
+    not fit beside it is refused by the ledger."""
+    assert manual(slurm_api, "anchor", "1").status_code == 201
+    job = forged_hold(slurm, "anchor")
+    wait_until(lambda: job in slurm_holdings(slurm_api, "n1"), 60, what=f"job {job} in the ledger")
+    node = slurm_api.get("/v1/nodes/n1").json()
+    assert node["held_by_slurm"]["cpu_millis"] == 8000, node
+    refused = manual(slurm_api, "fill", "15")
+    assert refused.status_code == 409, refused.text
+    assert slurm.job_state(job) == "RUNNING"

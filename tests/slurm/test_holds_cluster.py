@@ -16,7 +16,7 @@ from app.core.ledger_errors import AdmissionRejected
 from app.slurm.client import SlurmClient
 from app.slurm.holds import HoldJob, HoldJobs
 from app.slurm.tokens import FileToken
-from tests.slurm.helpers import slurm_holdings
+from tests.slurm.helpers import admit, slurm_holdings
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -96,10 +96,10 @@ def test_a_hold_of_several_devices_takes_them_all_or_none(
     wait_until(lambda: holds.running() == {}, 60, what="no hold jobs")
 
 
-def test_the_sync_leaves_hold_jobs_out_of_slurm_holdings(
-    slurm_api: TestClient, slurm: SlurmCluster, holds: HoldJobs
+def test_the_sync_leaves_the_ledgers_hold_jobs_out_of_slurm_holdings(
+    slurm_api: TestClient, slurm: SlurmCluster
 ) -> None:
-    hold = holds.hold(NODE, "pod-a", devices=[0], cpus=1, memory_mb=100)
+    hold = admit(slurm_api, "gpu-1", "pod-a", "1", "1Gi", gpu=1, devices=[0]).json()["slurm_hold"]
     plain = gpu_job(slurm, "gpu:1")
     wait_until(lambda: slurm.job_state(plain) == "RUNNING", 30, what="the plain GPU job running")
 
@@ -112,3 +112,16 @@ def test_the_sync_leaves_hold_jobs_out_of_slurm_holdings(
     assert held[plain]["requests"]["gpu"] == 1
     time.sleep(1.5)  # a later pass does not change its mind
     assert set(slurm_holdings(slurm_api, "gpu-1")) == {plain}
+
+
+def test_an_admission_is_not_refused_by_its_own_hold_job(
+    slurm_api: TestClient, slurm: SlurmCluster
+) -> None:
+    """A pod given every GPU of gpu-1 leaves k8sgpu at 0, which Slurm hides from gres_used:
+    the gate's push reads the jobs instead, among them the pod's hold job, which the ledger
+    records only once the gate has confirmed. It is the pod's own, not a Slurm job's."""
+    answer = admit(slurm_api, "gpu-1", "all-gpus", "1", "1Gi", gpu=4, devices=[0, 1, 2, 3])
+    assert answer.status_code == 201, answer.text
+    hold = answer.json()["slurm_hold"]
+    assert slurm.job_state(hold) == "RUNNING"
+    assert devices(slurm, hold) == (0, 1, 2, 3)

@@ -18,7 +18,7 @@ from app.core.ledger_errors import AdmissionRejected
 from app.core.plan import health_reason, slurm_snapshot
 from app.core.records import Holder, HolderKind, NodeSpec, SnapshotEntry
 from app.core.resources import Resources
-from app.core.slurm_models import JobAllocation, Listing, SlurmJob, SlurmNode
+from app.core.slurm_models import JobAllocation, LedgerHolds, Listing, SlurmJob, SlurmNode
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
 from app.slurm.holds import HoldJobs
@@ -39,6 +39,8 @@ class FakeSlurm:
     """Just enough of SlurmClient: one node whose update takes a while. Its jobs are what
     the node's ``gres_used`` says (every job asks k8s GRES equal to its allocation); the
     job listing shows them as one job."""
+
+    user_name = "slurm"  # slurmrestd's X-SLURM-USER-NAME: the hold jobs' user
 
     def __init__(self, node: SlurmNode, latency: float = 0.01) -> None:
         self.node = node
@@ -174,10 +176,11 @@ def test_snapshot_attributes_jobs_and_keeps_the_unattributed_rest() -> None:
     job = SlurmJob(
         "7", "train", "alice", frozenset({"RUNNING"}), (JobAllocation("n1", 4, 2000, 1),)
     )
-    snapshot = slurm_snapshot(node, [job])
+    snapshot = slurm_snapshot(node, [job], LedgerHolds("slurm"))
     assert snapshot["7"] == SnapshotEntry("train (alice)", Resources(4000, 2000 * 2**20, 1))
     assert snapshot["node:n1"].resources == Resources(2000, 1000 * 2**20, 0)
-    assert "node:n1" not in slurm_snapshot(replace(node, alloc_cpus=4, alloc_memory_mb=2000), [job])
+    fits = replace(node, alloc_cpus=4, alloc_memory_mb=2000)
+    assert "node:n1" not in slurm_snapshot(fits, [job], LedgerHolds("slurm"))
 
 
 def test_health_reason_names_the_state() -> None:

@@ -16,11 +16,12 @@ from app.core import placeholder
 from app.core.caps import KubeCaps
 from app.core.components import Health
 from app.core.genericnode import MANAGED_BY
+from app.core.slurm_models import LedgerHolds
 from app.kube.claims import PodDevices
 from app.kube.client import GENERICNODES, KubeClient, KubeError
 from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
 from app.kube.controllers.admission_requests import AdmissionRequests
-from app.kube.controllers.device_taints import DeviceTaints, SlurmJobs
+from app.kube.controllers.device_taints import DeviceTaints, HoldsOf, SlurmJobs
 from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
 from app.kube.controllers.extended_resources import ExtendedResourceMapping
 from app.kube.controllers.leader import LeaderElector
@@ -57,13 +58,15 @@ class KubeControllers:
         devices: PodDevices | None = None,
         drains: DrainPort | None = None,
         slurm_jobs: SlurmJobs | None = None,
+        slurm_holds: HoldsOf | None = None,
         caps: KubeCaps | None = None,
     ) -> None:
         """``caps``: the Kubernetes cap (None: Slurm is off, no cap), which placeholder pods
         include. ``devices``: reads a pod's co-managed GPU devices from its claims (none: the
         feature is off); ``drains``: drains and resumes Slurm nodes for cordons (none:
         Slurm is off); ``slurm_jobs``: the Slurm sync's jobs by node, for the GPU device
-        taints (none: Slurm is off, nothing to taint)."""
+        taints (none: Slurm is off, nothing to taint), ``slurm_holds`` which of them are the
+        ledger's hold jobs."""
         ledger = admissions.ledger
         self.metrics = metrics
         metrics.leader("kube-controllers", False)
@@ -96,6 +99,7 @@ class KubeControllers:
             client,
             lambda: {v.slurm_name: v.name for v in snapshot.views(max_age=POLL).values()},
             slurm_jobs or _no_jobs,
+            slurm_holds or _no_holds,
             drivers=settings.gpu_driver_names,
             attribute=settings.gpu_index_attribute,
             enabled=settings.gpu_device_taints and slurm_jobs is not None,
@@ -282,6 +286,10 @@ class KubeControllers:
         self.accounting.sweep()
         if self._rounds % REFRESH_EVERY == 0:
             self.discovery.refresh()
+
+
+def _no_holds() -> LedgerHolds:
+    return LedgerHolds("")
 
 
 def _no_jobs() -> None:

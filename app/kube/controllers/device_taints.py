@@ -37,13 +37,14 @@ from app.core.device_taints import (
     wanted_rules,
 )
 from app.core.genericnode import MANAGED_BY
-from app.core.slurm_models import SlurmJob
+from app.core.slurm_models import LedgerHolds, SlurmJob
 from app.kube.client import KubeClient, KubeError
 from app.loops import Loop, Stop
 
 log = logging.getLogger(__name__)
 POLL = 0.5  # seconds between looks for a new Slurm listing
 SlurmJobs = Callable[[], Mapping[str, Mapping[str, SlurmJob]] | None]
+HoldsOf = Callable[[], LedgerHolds]  # the ledger's hold jobs, as its read model has them
 _SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 
 
@@ -53,6 +54,7 @@ class DeviceTaints:
         client: KubeClient,
         nodes: Callable[[], Mapping[str, str]],
         jobs: SlurmJobs,
+        holds: HoldsOf,
         *,
         drivers: Collection[str],
         attribute: str,
@@ -60,8 +62,10 @@ class DeviceTaints:
         resync_period: float,
     ) -> None:
         """``nodes``: Slurm node -> Kubernetes node, the ledger's; ``jobs``: the sync's jobs
-        by Slurm node as last listed, None while its last read failed or before the first."""
+        by Slurm node as last listed, None while its last read failed or before the first;
+        ``holds``: which of them are the ledger's hold jobs (pods' devices: no taint)."""
         self.client = client
+        self.holds = holds
         self.nodes = nodes
         self.jobs = jobs
         self.drivers = frozenset(drivers)
@@ -74,6 +78,7 @@ class DeviceTaints:
         self.skipped: list[str] = []
         self._identities: dict[str, dict[int, DeviceId]] = {}
         self._seen: object = None  # the jobs map last reconciled
+        self._seen_holds: LedgerHolds | None = None  # and the ledger's holds then
         self._resynced: float | None = None
         self._cleaned = False
         # Per Kubernetes node, the devices our rules taint as last written (index -> job
@@ -111,24 +116,27 @@ class DeviceTaints:
         jobs = self.jobs()
         if jobs is None:
             return  # Slurm not read (yet, or its read failed): keep every taint
+        # A hold listed before its admission recorded it was a Slurm job's: news too.
+        holds = self.holds()
         now = time.monotonic()
         resync = self._resynced is None or now - self._resynced > self.resync_period
-        if jobs is self._seen and not resync:
+        if jobs is self._seen and holds == self._seen_holds and not resync:
             return
         if resync:
             self._identities = {}
-        self.reconcile(jobs)
+        self.reconcile(jobs, holds)
         self._seen = jobs if self.error is None else None  # a failed write: try again
+        self._seen_holds = holds
         if resync:
             self._resynced = now
 
-    def reconcile(self, by_node: Mapping[str, Mapping[str, SlurmJob]]) -> None:
-        """Bring our rules to what the listing ``by_node`` wants."""
+    def reconcile(self, by_node: Mapping[str, Mapping[str, SlurmJob]], holds: LedgerHolds) -> None:
+        """Bring our rules to what the listing ``by_node`` wants, ``holds`` its pods' holds."""
         jobs = list({j.job_id: j for m in by_node.values() for j in m.values()}.values())
         nodes = self.nodes()
         held = {nodes[a.node] for j in jobs for a in j.allocations if a.devices and a.node in nodes}
         identities = {node: self._identity(node) for node in sorted(held)}
-        wanted, skipped = wanted_rules(jobs, nodes, identities)
+        wanted, skipped = wanted_rules(jobs, nodes, identities, holds)
         if skipped and skipped != self.skipped:  # said once, not at every listing
             log.warning("GPU device taints: skipped %s", "; ".join(skipped[:5]))
         self.skipped = skipped
