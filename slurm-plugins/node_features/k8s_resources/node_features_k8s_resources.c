@@ -61,6 +61,12 @@
 #include "k8s_slurm_compat.h"
 #include "k8s_watch.h"
 
+/*
+ * slurmctld's own, absent from slurmd, which loads this plugin too: weak, so
+ * that the plugin loads there (only the watcher reads it, in slurmctld).
+ */
+#pragma weak slurmctld_config
+
 const char plugin_name[] = "Kubernetes resources node_features plugin";
 const char plugin_type[] = "node_features/k8s_resources";
 const uint32_t plugin_version = SLURM_VERSION_NUMBER;
@@ -234,6 +240,11 @@ static char *_find_hook(char **paths, uint32_t count)
 	return NULL;
 }
 
+static bool _shutting_down(void)
+{
+	return &slurmctld_config && slurmctld_config.shutdown_time;
+}
+
 /*
  * How many nodes' watched state changed since the last pass, their names in
  * *names (the first MAX_HINTED); -1 once slurmctld shuts down. A node seen
@@ -251,10 +262,10 @@ static int _changed_nodes(char **names)
 	node_record_t *node_ptr;
 	int changed = 0;
 
-	if (slurmctld_config.shutdown_time)
+	if (_shutting_down())
 		return -1;
 	lock_slurmctld(node_read);
-	if (slurmctld_config.shutdown_time) {
+	if (_shutting_down()) {
 		unlock_slurmctld(node_read);
 		return -1;
 	}
