@@ -5,7 +5,6 @@ hint asks for every node (the hung one's names are lost)."""
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import socket
@@ -101,20 +100,22 @@ def hook_for(slurm: SlurmCluster, node: str, *, besides: int | None = None) -> i
     return None
 
 
-def drain(slurm: SlurmCluster, node: str) -> None:
-    slurm.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=watcher test")
+def drain(slurm: SlurmCluster, node: str, reason: str = "watcher test") -> None:
+    slurm.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}")
 
 
 def drained_and_hinted(slurm: SlurmCluster, node: str) -> int:
     """Drain ``node`` until a hook posts it; its pid. A slurmctld that just started has its
     watcher only remember the nodes it sees first, which may already be drained: each new
-    drain (a new reason time, seconds later) is a change it hints."""
-    drained = [-math.inf]
+    reason (a new reason time, seconds later; the same one again changes nothing) is a
+    change it hints."""
+    drains: list[float] = []
 
     def hinted() -> int | None:
-        if (pid := hook_for(slurm, node)) is None and time.monotonic() - drained[0] > 2:
-            drain(slurm, node)
-            drained[0] = time.monotonic()
+        due = not drains or time.monotonic() - drains[-1] > 2
+        if (pid := hook_for(slurm, node)) is None and due:
+            drain(slurm, node, f"watcher test {len(drains)}")
+            drains.append(time.monotonic())
         return pid
 
     pid = wait_until(hinted, 30, interval=0.05, what=f"{node}'s hint")
