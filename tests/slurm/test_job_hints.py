@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -106,17 +107,22 @@ def hints(database: Database) -> HintQueue:
 def sync(ledger: Ledger, slurm: Cluster, hints: HintQueue) -> Iterator[SlurmSync]:
     for name in ("n1", "n2"):
         ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32000 * MIB)))
-    sync = SlurmSync(
+    sync = slurm_sync(ledger, slurm, hints, full_sync_interval=300)
+    full_listing(sync)
+    yield sync
+    sync.stop()
+
+
+def slurm_sync(ledger: Ledger, slurm: Cluster, hints: HintQueue, **options: Any) -> SlurmSync:
+    """A sync of ``slurm`` taking ``hints``; ``options``: SlurmSync's keywords."""
+    return SlurmSync(
         slurm,  # type: ignore[arg-type]
         ledger,
         Pusher(slurm, ledger),  # type: ignore[arg-type]
         holds=HoldJobs(slurm),  # type: ignore[arg-type]
-        full_sync_interval=300,
         hints=hints,
+        **options,
     )
-    full_listing(sync)
-    yield sync
-    sync.stop()
 
 
 def full_listing(sync: SlurmSync) -> None:
@@ -154,15 +160,7 @@ def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: Hi
     """Steps 10 minutes apart: only the hint's wake-up can explain a holding within 30 s
     (generous, for a busy machine; it takes milliseconds)."""
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
-    sync = SlurmSync(
-        slurm,  # type: ignore[arg-type]
-        ledger,
-        Pusher(slurm, ledger),  # type: ignore[arg-type]
-        holds=HoldJobs(slurm),  # type: ignore[arg-type]
-        interval=600,
-        full_sync_interval=3000,
-        hints=hints,
-    )
+    sync = slurm_sync(ledger, slurm, hints, interval=600, full_sync_interval=3000)
     sync.start()
     try:
         wait_until(lambda: sync.health().status == "ok", 30, what="the first step")
@@ -368,15 +366,8 @@ def test_node_hints_gone_quiet_show_in_health_and_metrics(
     clock = [1000.0]
     metrics = Metrics(CollectorRegistry(), monotonic=lambda: clock[0])
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
-    sync = SlurmSync(
-        slurm,  # type: ignore[arg-type]
-        ledger,
-        Pusher(slurm, ledger),  # type: ignore[arg-type]
-        holds=HoldJobs(slurm),  # type: ignore[arg-type]
-        full_sync_interval=300,
-        hints=hints,
-        monotonic=lambda: clock[0],
-        metrics=metrics,
+    sync = slurm_sync(
+        ledger, slurm, hints, full_sync_interval=300, monotonic=lambda: clock[0], metrics=metrics
     )
 
     def age() -> float | None:
