@@ -343,7 +343,7 @@ static pid_t _spawn(char *names)
 static bool _reap(pid_t pid)
 {
 	struct timespec start, now, tick;
-	bool late = false;
+	bool late = false, stop = false;
 	int status = 0;
 	pid_t done;
 
@@ -352,7 +352,8 @@ static bool _reap(pid_t pid)
 	while (!(done = waitpid(pid, &status, WNOHANG)) ||
 	       ((done < 0) && (errno == EINTR))) {
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (stopping || (k8s_ts_ms_between(start, now) >= HOOK_MS)) {
+		stop = stopping;
+		if (stop || (k8s_ts_ms_between(start, now) >= HOOK_MS)) {
 			late = true;
 			break;
 		}
@@ -361,8 +362,12 @@ static bool _reap(pid_t pid)
 	}
 	slurm_mutex_unlock(&watch_lock);
 	if (late) {
-		error("%s: %s ran longer than %d ms: killed", plugin_type,
-		      hook_path, HOOK_MS);
+		if (stop)
+			info("%s: slurmctld stops: %s killed", plugin_type,
+			     hook_path);
+		else
+			error("%s: %s ran longer than %d ms: killed",
+			      plugin_type, hook_path, HOOK_MS);
 		killpg(pid, SIGKILL);
 		while ((waitpid(pid, &status, 0) < 0) && (errno == EINTR))
 			;
