@@ -73,10 +73,10 @@ class NodeHintsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nodes: list[Annotated[str, Field(pattern=NODE_NAME)]] = Field(
-        min_length=1,
         max_length=MAX_PER_REQUEST,
         description='Slurm nodes whose state changed (drained, resumed, DOWN, FAIL, ...); "*": '
-        "every node may have (more changed at once than a request names)",
+        "every node may have (more changed at once than a request names); none: the "
+        "plugin's heartbeat (its watcher runs, nothing changed)",
     )
 
 

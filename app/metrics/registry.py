@@ -131,6 +131,7 @@ class _SlurmFreshness:
         self.since: float | None = None  # the sync was built
         self.read_at: float | None = None  # the last successful read of Slurm
         self.up = False
+        self.node_hint_at: float | None = None  # this replica last took a node hint
 
     def describe(self) -> Iterable[Metric]:
         return self._families(None)
@@ -146,11 +147,19 @@ class _SlurmFreshness:
         up = GaugeMetricFamily(
             "nodeledger_slurm_up", "1 when the last Slurm sync step reached slurmrestd"
         )
+        node_hint = GaugeMetricFamily(
+            "nodeledger_slurm_node_hint_age_seconds",
+            "Seconds since this replica, leading the Slurm sync, last took a node hint or "
+            "heartbeat of slurmctld's node watcher (absent until it takes one)",
+        )
         if since is None:
             return []
         staleness.add_metric([], self.monotonic() - (self.read_at or since))
         up.add_metric([], 1.0 if self.up else 0.0)
-        return [staleness, up]
+        if self.node_hint_at is None:
+            return [staleness, up]
+        node_hint.add_metric([], self.monotonic() - self.node_hint_at)
+        return [staleness, up, node_hint]
 
 
 class Metrics:
@@ -390,6 +399,11 @@ class Metrics:
             self._freshness.up = ok
             if ok:
                 self._freshness.read_at = self._freshness.monotonic()
+
+    def slurm_node_hint_heard(self) -> None:
+        """The Slurm sync leader took a node hint (or the watcher's heartbeat)."""
+        with self._lock:
+            self._freshness.node_hint_at = self._freshness.monotonic()
 
     @contextmanager
     def slurm_sync_step(self) -> Iterator[None]:

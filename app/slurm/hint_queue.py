@@ -17,6 +17,10 @@ flood, which collapses into "do a full pass" (the table is emptied), as does a n
 "*" (more nodes changed at once than the plugin names). A hint is only ever a reason to
 read Slurm again, never data: a lost or repeated one costs freshness, not correctness,
 and the sync's full listing repairs whatever a lost one left.
+
+The plugin also posts a node hint naming no node about once a minute when nothing changed
+(its heartbeat, stored as ``WATCHER_ALIVE``): the leader can then tell a watcher that
+stopped, or hints that fail, from a quiet cluster (app.slurm.hint_sync).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from app.ledger.tables import SlurmJobHintRow, SlurmNodeHintRow
 
 MAX_TAKEN = 10_000  # job ids (or node names) taken at once; beyond: a full pass instead
 EVERY_NODE = "*"
+WATCHER_ALIVE = ""  # the heartbeat's row: no Slurm node has an empty name
 Row = SlurmJobHintRow
 NodeRow = SlurmNodeHintRow
 
@@ -51,9 +56,11 @@ class HintQueue:
         self._wake()
 
     def post_nodes(self, names: Collection[str]) -> None:
-        """Node names (``EVERY_NODE``: every node) whose state slurmctld saw change."""
+        """Node names (``EVERY_NODE``: every node) whose state slurmctld saw change; none:
+        the plugin's heartbeat."""
+        rows = [{"node": n} for n in set(names)] or [{"node": WATCHER_ALIVE}]
         with self.db.write_statements() as connection:
-            connection.execute(insert(NodeRow), [{"node": n} for n in set(names)])
+            connection.execute(insert(NodeRow), rows)
         self._wake()
 
     def take(self) -> set[str] | None:
@@ -63,8 +70,8 @@ class HintQueue:
         return None if taken is None else {str(j) for j in taken}
 
     def take_nodes(self) -> set[str] | None:
-        """The Slurm nodes hinted since the last take; None for a flood or ``EVERY_NODE``:
-        a full listing instead."""
+        """The Slurm nodes hinted since the last take (``WATCHER_ALIVE`` among them after a
+        heartbeat); None for a flood or ``EVERY_NODE``: a full listing instead."""
         taken = self._take(NodeRow, NodeRow.node)
         return None if taken is None or EVERY_NODE in taken else {str(n) for n in taken}
 

@@ -8,6 +8,10 @@ slurmctld's PrologSlurmctld/EpilogSlurmctld name a job that started, ended or wa
 hold their nodes and are read again every time until they let go, so an Epilog hint that
 arrives while the job is COMPLETING still releases it. A job whose read failed is read
 again next time; beyond MAX_REREADS of them, or a flood of hints, a full listing instead.
+
+Node hints also say that slurmctld's node watcher runs: it posts at least every minute (a
+heartbeat naming no node), so ``quiet_for`` growing past STALE_NODE_HINTS means it stopped
+or its posts fail (the sync's health and ``nodeledger_slurm_node_hint_age_seconds``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Callable
 from app.core.errors import NodeledgerError
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError
-from app.slurm.hint_queue import HintQueue
+from app.slurm.hint_queue import WATCHER_ALIVE, HintQueue
 from app.slurm.reconcile import NodeReconciler
 from app.slurm.state import SlurmState
 
@@ -27,6 +31,9 @@ log = logging.getLogger("app.slurm.sync")  # the sync's lines, under the name th
 
 SLOW_HINTS = 0.5  # seconds: applying hints slower than this is logged as a warning
 MAX_REREADS = 10_000  # hinted jobs whose read failed, kept to read again; beyond: full pass
+# Seconds without a node hint after which node hints are called stale: three of the
+# plugin's heartbeats (HEARTBEAT_MS in slurm-plugins/node_features/k8s_resources).
+STALE_NODE_HINTS = 180.0
 
 
 class HintSync:
@@ -39,8 +46,10 @@ class HintSync:
         *,
         full_listing: Callable[[], None],
         monotonic: Callable[[], float] = time.monotonic,
+        heard: Callable[[], None] = lambda: None,
     ) -> None:
-        """``full_listing``: make the next listing a full one (app.slurm.listings)."""
+        """``full_listing``: make the next listing a full one (app.slurm.listings);
+        ``heard``: called when a node hint (the watcher's heartbeat too) arrives."""
         self.client = client
         self.hints = hints
         self.state = state
@@ -48,6 +57,13 @@ class HintSync:
         self.full_listing = full_listing
         self.monotonic = monotonic
         self._rereads: set[str] = set()  # hinted jobs whose read failed
+        self._node_hint_at: float | None = None  # monotonic; None: none taken yet
+        self.heard = heard
+
+    def quiet_for(self) -> float | None:
+        """Seconds since this replica last took a node hint; None if it never took one (a
+        site without the node_features plugin, or a leader that has not yet heard it)."""
+        return None if self._node_hint_at is None else self.monotonic() - self._node_hint_at
 
     def apply(self) -> list[str]:
         """Read each hinted job, each job seen COMPLETING and each whose read failed before,
@@ -59,10 +75,14 @@ class HintSync:
             self.full_listing()
             taken = set()
         nodes = self.hints.take_nodes()
+        if nodes is None or nodes:
+            self._node_hint_at = self.monotonic()
+            self.heard()
         if nodes is None:
             log.info("Slurm hinted every node: a full listing instead")
             self.full_listing()
             nodes = set()
+        nodes.discard(WATCHER_ALIVE)
         failures: list[str] = []
         touched: set[str] = set()
         due = sorted(taken | self.state.completing() | self._rereads, key=lambda i: (len(i), i))

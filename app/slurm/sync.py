@@ -26,6 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 
 from app.core.components import Health
 from app.core.errors import NodeledgerError
@@ -41,7 +42,7 @@ from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmUnavailable
 from app.slurm.held_back import HeldBackJobs
 from app.slurm.hint_queue import HintQueue
-from app.slurm.hint_sync import HintSync
+from app.slurm.hint_sync import STALE_NODE_HINTS, HintSync
 from app.slurm.hold_sweep import HoldSweep
 from app.slurm.holds import HoldJobs
 from app.slurm.listings import ListingReader
@@ -124,6 +125,7 @@ class SlurmSync:
                 self.reconciler,
                 full_listing=self.listings.force_full,
                 monotonic=monotonic,
+                heard=metrics.slurm_node_hint_heard,
             )
         self._standby = False
         # Whether the last read of Slurm's listings succeeded (a failed read is not "no
@@ -168,7 +170,22 @@ class SlurmSync:
         ago = f"{self.monotonic() - self._last_ok:.1f}s ago"
         if self._standby:
             return Health("ok", f"standby (another replica syncs); read Slurm {ago}")
+        if (stale := self._node_hints_stale()) is not None:
+            return Health("degraded", f"synced {ago}; {stale}")
         return Health("ok", f"synced {ago}")
+
+    def _node_hints_stale(self) -> str | None:
+        """What /readyz says when slurmctld's node watcher has gone quiet; still ready:
+        hints only speed things up, each full listing still brings every node's state."""
+        quiet = self.hinted.quiet_for() if self.hinted is not None else None
+        if quiet is None or quiet <= STALE_NODE_HINTS:
+            return None
+        since = (self.ledger.clock() - timedelta(seconds=quiet)).isoformat(timespec="seconds")
+        return (
+            f"node hints stale since {since} (none for {quiet:.0f}s): slurmctld's "
+            "node_features/k8s_resources watcher stopped or its hook fails; drains and DOWN "
+            "nodes reach the ledger at the next full listing"
+        )
 
     def _round(self) -> float:
         """The loop's step: a step every ``interval``; between steps, hints as they come

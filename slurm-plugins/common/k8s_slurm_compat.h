@@ -31,4 +31,19 @@
 #define K8S_NF_HAS_START_HOOK (!K8S_SLURM_AT_LEAST(25, 11))
 #define K8S_NF_HAS_NEED_REBOOT K8S_SLURM_AT_LEAST(26, 5)
 
+/*
+ * Slurm's joinable-thread helper: 26.05 moved it to the thread pool
+ * (src/common/threadpool.h) and added the thread's name as first argument.
+ * Both fatal() when no thread can be made, as every slurmctld thread does.
+ */
+#if K8S_SLURM_AT_LEAST(26, 5)
+#include "src/common/threadpool.h"
+#define K8S_THREAD_CREATE(name, id, func, arg) \
+	slurm_thread_create(name, id, func, arg)
+#else
+#include "src/common/macros.h"
+#define K8S_THREAD_CREATE(name, id, func, arg) \
+	slurm_thread_create(id, func, arg)
+#endif
+
 #endif /* _K8S_SLURM_COMPAT_H */

@@ -44,6 +44,7 @@ CONTRACT = HISTOGRAMS | {
     "nodeledger_slurm_staleness_seconds",
     "nodeledger_slurm_up",
     "nodeledger_slurm_drifted_nodes",
+    "nodeledger_slurm_node_hint_age_seconds",
     "nodeledger_node_capacity",
     "nodeledger_node_held",
     "nodeledger_node_free",
@@ -306,6 +307,7 @@ ALERTS = {
     "NodeledgerNodeOvercommitted",
     "NodeledgerAdmissionsFailingClosed",
     "NodeledgerMaintenanceDisagreement",
+    "NodeledgerSlurmNodeHintsStale",
 }
 
 

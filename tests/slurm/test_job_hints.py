@@ -10,9 +10,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
 
 from app.bootstrap import build_services
 from app.core.records import HolderKind, NodeSpec, NodeView
@@ -21,10 +23,11 @@ from app.core.slurm_models import JobAllocation, Listing, SlurmJob, SlurmNode
 from app.db.engine import Database
 from app.ledger.service import Ledger
 from app.main import create_app
+from app.metrics.registry import Metrics
 from app.settings import Settings
 from app.slurm import hint_queue as hint_queue_module
 from app.slurm import sync as sync_module
-from app.slurm.hint_queue import HintQueue
+from app.slurm.hint_queue import WATCHER_ALIVE, HintQueue
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
@@ -104,17 +107,22 @@ def hints(database: Database) -> HintQueue:
 def sync(ledger: Ledger, slurm: Cluster, hints: HintQueue) -> Iterator[SlurmSync]:
     for name in ("n1", "n2"):
         ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32000 * MIB)))
-    sync = SlurmSync(
+    sync = slurm_sync(ledger, slurm, hints, full_sync_interval=300)
+    full_listing(sync)
+    yield sync
+    sync.stop()
+
+
+def slurm_sync(ledger: Ledger, slurm: Cluster, hints: HintQueue, **options: Any) -> SlurmSync:
+    """A sync of ``slurm`` taking ``hints``; ``options``: SlurmSync's keywords."""
+    return SlurmSync(
         slurm,  # type: ignore[arg-type]
         ledger,
         Pusher(slurm, ledger),  # type: ignore[arg-type]
         holds=HoldJobs(slurm),  # type: ignore[arg-type]
-        full_sync_interval=300,
         hints=hints,
+        **options,
     )
-    full_listing(sync)
-    yield sync
-    sync.stop()
 
 
 def full_listing(sync: SlurmSync) -> None:
@@ -152,15 +160,7 @@ def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: Hi
     """Steps 10 minutes apart: only the hint's wake-up can explain a holding within 30 s
     (generous, for a busy machine; it takes milliseconds)."""
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
-    sync = SlurmSync(
-        slurm,  # type: ignore[arg-type]
-        ledger,
-        Pusher(slurm, ledger),  # type: ignore[arg-type]
-        holds=HoldJobs(slurm),  # type: ignore[arg-type]
-        interval=600,
-        full_sync_interval=3000,
-        hints=hints,
-    )
+    sync = slurm_sync(ledger, slurm, hints, interval=600, full_sync_interval=3000)
     sync.start()
     try:
         wait_until(lambda: sync.health().status == "ok", 30, what="the first step")
@@ -344,6 +344,53 @@ def test_a_node_hint_for_a_node_the_ledger_lacks_is_dropped(
     assert hints.take_nodes() == set()
 
 
+def test_the_watchers_heartbeat_reads_nothing(
+    sync: SlurmSync, slurm: Cluster, hints: HintQueue
+) -> None:
+    hints.post_nodes([])  # the plugin's heartbeat: no node changed
+    reads, listings = slurm.node_reads, slurm.listings
+    assert sync.apply_hints() == []
+    assert (slurm.node_reads, slurm.listings) == (reads, listings)
+    assert sync.hinted is not None
+    quiet = sync.hinted.quiet_for()
+    assert quiet is not None
+    assert quiet < 5  # heard: the watcher runs
+
+
+def test_node_hints_gone_quiet_show_in_health_and_metrics(
+    ledger: Ledger, slurm: Cluster, hints: HintQueue
+) -> None:
+    """The plugin posts at least every minute: three minutes of silence mean its watcher
+    stopped or its hook fails. Ready still (the full listing brings node states), but
+    /readyz says since when, and the age is a metric for the alert."""
+    clock = [1000.0]
+    metrics = Metrics(CollectorRegistry(), monotonic=lambda: clock[0])
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
+    sync = slurm_sync(
+        ledger, slurm, hints, full_sync_interval=300, monotonic=lambda: clock[0], metrics=metrics
+    )
+
+    def age() -> float | None:
+        return metrics.registry.get_sample_value("nodeledger_slurm_node_hint_age_seconds")  # type: ignore[union-attr]
+
+    full_listing(sync)
+    clock[0] += 3600  # no node hint ever (no plugin): nothing to say
+    assert (sync.health().status, age()) == ("ok", None)
+    hints.post_nodes([])
+    sync.apply_hints()
+    clock[0] += 180
+    assert (sync.health().status, age()) == ("ok", 180)
+    clock[0] += 1
+    health = sync.health()
+    assert (health.status, age()) == ("degraded", 181)
+    assert "node hints stale since " in health.message
+    assert "(none for 181s)" in health.message
+    hints.post_nodes(["n1"])  # any node hint says the watcher runs
+    sync.apply_hints()
+    assert (sync.health().status, age()) == ("ok", 0)
+    sync.stop()
+
+
 # ---------------------------------------------------------------------------- the endpoint
 
 
@@ -373,13 +420,15 @@ def test_node_hints_are_accepted_at_once(hints_api: tuple[TestClient, HintQueue]
     answer = api.post("/v1/slurm/node-hints", json={"nodes": ["*"]})
     assert answer.status_code == 202
     assert hints.take_nodes() is None  # every node: a full listing
+    answer = api.post("/v1/slurm/node-hints", json={"nodes": []})  # the heartbeat
+    assert (answer.status_code, answer.json()) == (202, {"accepted": 0})
+    assert hints.take_nodes() == {WATCHER_ALIVE}
 
 
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
         pytest.param({}, ["body", "nodes"], id="missing"),
-        pytest.param({"nodes": []}, ["body", "nodes"], id="empty"),
         pytest.param({"nodes": [7]}, ["body", "nodes", 0], id="number"),
         pytest.param({"nodes": ["n1", "n[1-4]"]}, ["body", "nodes", 1], id="hostlist"),
         pytest.param({"nodes": ["n 1"]}, ["body", "nodes", 0], id="space"),

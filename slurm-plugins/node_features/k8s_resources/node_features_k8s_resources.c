@@ -20,18 +20,27 @@
  *  instead of at its next listing of every node (seconds at 15,000 nodes).
  *  slurmctld offers no node-state callback on every release, so a thread
  *  compares each node's state with the last seen, under the node read lock,
- *  every WATCH_MS (15,000 nodes: tens of microseconds a pass).
+ *  every WATCH_MS (15,000 nodes: tens of microseconds a pass). The hook runs
+ *  with none of slurmctld's descriptors, for at most HOOK_MS; with nothing
+ *  to report it still runs every HEARTBEAT_MS, so that the service notices
+ *  when hints stop.
  *
  *  Everything else a node_features plugin may do is neutral here: no
  *  changeable features, no reboots, constraints untouched.
 \*****************************************************************************/
 
+/* posix_spawn_file_actions_addclosefrom_np() (glibc 2.34) */
+#define _GNU_SOURCE
+
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
@@ -46,9 +55,17 @@
 #include "src/interfaces/gres.h"
 #include "src/interfaces/node_features.h"
 #include "src/slurmctld/locks.h"
+#include "src/slurmctld/slurmctld.h"
 
 #include "k8s_calc.h"
 #include "k8s_slurm_compat.h"
+#include "k8s_watch.h"
+
+/*
+ * slurmctld's own, absent from slurmd, which loads this plugin too: weak, so
+ * that the plugin loads there (only the watcher reads it, in slurmctld).
+ */
+#pragma weak slurmctld_config
 
 const char plugin_name[] = "Kubernetes resources node_features plugin";
 const char plugin_type[] = "node_features/k8s_resources";
@@ -162,6 +179,20 @@ static void _size_node(node_record_t *node_ptr)
 #define WATCH_MS 200
 /* More changed nodes than this in one pass: ask for a full listing ("*"). */
 #define MAX_HINTED 1000
+/*
+ * With nothing changed, the watcher still runs the hook this often with no
+ * node ("alive"), so that the service can tell a watcher that stopped (or
+ * hints that fail) from a quiet cluster.
+ */
+#define HEARTBEAT_MS 60000
+/*
+ * The longest one run of the hook may take (its two attempts at the default
+ * timeout=2 fit): then its process group is killed, so that a service that
+ * never answers delays the next hint by at most this.
+ */
+#define HOOK_MS 10000
+/* How often the wait for the hook looks whether it has exited. */
+#define REAP_MS 10
 
 extern char **environ;
 
@@ -172,13 +203,15 @@ typedef struct {
 } watched_t;
 
 static char *hook_path = NULL;
-static pthread_t watcher;
-static bool watching = false;
+static pthread_t watcher = 0;
 static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t watch_cond = PTHREAD_COND_INITIALIZER;
-static bool stopping = false;
+static pthread_cond_t watch_cond;	/* on CLOCK_MONOTONIC, from init() */
+static bool stopping = false;		/* fini(): under watch_lock */
+/* The watcher thread's own. */
 static watched_t *seen = NULL;
 static int seen_count = 0;
+static bool lost = false;		/* a post failed since the last success */
+static struct timespec last_try;	/* CLOCK_MONOTONIC */
 
 static watched_t _watched(node_record_t *node_ptr)
 {
@@ -207,19 +240,35 @@ static char *_find_hook(char **paths, uint32_t count)
 	return NULL;
 }
 
+static bool _shutting_down(void)
+{
+	return &slurmctld_config && slurmctld_config.shutdown_time;
+}
+
 /*
- * The names of the nodes whose watched state changed since the last pass
- * ("*" beyond MAX_HINTED), or NULL. A node seen for the first time is only
- * remembered: nodeledger lists every node when slurmctld starts.
+ * How many nodes' watched state changed since the last pass, their names in
+ * *names (the first MAX_HINTED); -1 once slurmctld shuts down. A node seen
+ * for the first time is only remembered: nodeledger lists every node when
+ * slurmctld starts.
+ * Shutdown: slurmctld frees the node tables before it unloads plugins (and a
+ * production build never unloads them), so no fini() comes early enough to
+ * stop this thread; instead it never reads them once shutdown_time is set,
+ * which happens before they are freed. Looked at before locking too: a lock
+ * held while slurmctld checks that none is left makes it skip saving state.
  */
-static char *_changed_nodes(void)
+static int _changed_nodes(char **names)
 {
 	slurmctld_lock_t node_read = { .node = READ_LOCK };
 	node_record_t *node_ptr;
-	char *names = NULL;
 	int changed = 0;
 
+	if (_shutting_down())
+		return -1;
 	lock_slurmctld(node_read);
+	if (_shutting_down()) {
+		unlock_slurmctld(node_read);
+		return -1;
+	}
 	if (node_record_count > seen_count) {
 		xrecalloc(seen, node_record_count, sizeof(watched_t));
 		for (int i = seen_count; i < node_record_count; i++)
@@ -233,62 +282,187 @@ static char *_changed_nodes(void)
 		    (seen[i].reason_time == now.reason_time))
 			continue;
 		if ((seen[i].state != NO_VAL) && (++changed <= MAX_HINTED))
-			xstrfmtcat(names, "%s%s", names ? "," : "",
+			xstrfmtcat(*names, "%s%s", *names ? "," : "",
 				   node_ptr->name);
 		seen[i] = now;
 	}
 	unlock_slurmctld(node_read);
-	if (changed > MAX_HINTED) {
-		xfree(names);
-		names = xstrdup("*");
-	}
-	return names;
+	return changed;
 }
 
-/* Run the hook and wait for it: it posts (at most two short attempts) and exits. */
-static void _post(char *names)
+/*
+ * Start the hook in its own process group, with stdin/stdout/stderr on
+ * /dev/null and no other descriptor of slurmctld's (its listening sockets
+ * lose CLOEXEC at reconfigure: a hook outliving slurmctld would keep its
+ * port), default signal handling and nothing blocked. -1 if it cannot run.
+ */
+static pid_t _spawn(char *names)
 {
 	char *argv[] = { hook_path, "--post-nodes", names, NULL };
-	int status = 0, rc;
-	pid_t pid;
+	int reset[] = { SIGPIPE, SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGCHLD,
+			SIGALRM, SIGUSR1, SIGUSR2, SIGTSTP, SIGXCPU };
+	posix_spawn_file_actions_t files;
+	posix_spawnattr_t attr;
+	sigset_t none, dfl;
+	pid_t pid = -1;
+	int rc;
 
-	if ((rc = posix_spawn(&pid, hook_path, NULL, NULL, argv, environ))) {
+	sigemptyset(&none);
+	sigemptyset(&dfl);
+	for (size_t i = 0; i < sizeof(reset) / sizeof(reset[0]); i++)
+		sigaddset(&dfl, reset[i]);
+	posix_spawn_file_actions_init(&files);
+	posix_spawn_file_actions_addopen(&files, STDIN_FILENO, "/dev/null",
+					 O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, "/dev/null",
+					 O_WRONLY, 0);
+	posix_spawn_file_actions_adddup2(&files, STDOUT_FILENO, STDERR_FILENO);
+	posix_spawn_file_actions_addclosefrom_np(&files, STDERR_FILENO + 1);
+	posix_spawnattr_init(&attr);
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &dfl);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
+				 POSIX_SPAWN_SETSIGMASK |
+				 POSIX_SPAWN_SETSIGDEF);
+	if ((rc = posix_spawn(&pid, hook_path, &files, &attr, argv, environ))) {
 		error("%s: cannot run %s: %s", plugin_type, hook_path,
 		      strerror(rc));
-		return;
+		pid = -1;
 	}
-	while ((waitpid(pid, &status, 0) < 0) && (errno == EINTR))
-		;
-	debug("%s: %s: nodes %s hinted", plugin_type, __func__, names);
+	posix_spawnattr_destroy(&attr);
+	posix_spawn_file_actions_destroy(&files);
+	return pid;
+}
+
+/*
+ * Wait for the hook at most HOOK_MS (less once fini() stops the watcher),
+ * then kill its process group, its curl included. True when it exited 0:
+ * the hint was posted (or the hook is not configured to post).
+ */
+static bool _reap(pid_t pid)
+{
+	struct timespec start, now, tick;
+	bool late = false, stop = false;
+	int status = 0;
+	pid_t done;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	slurm_mutex_lock(&watch_lock);
+	while (!(done = waitpid(pid, &status, WNOHANG)) ||
+	       ((done < 0) && (errno == EINTR))) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		stop = stopping;
+		if (stop || (k8s_ts_ms_between(start, now) >= HOOK_MS)) {
+			late = true;
+			break;
+		}
+		tick = k8s_ts_add_ms(now, REAP_MS);
+		pthread_cond_timedwait(&watch_cond, &watch_lock, &tick);
+	}
+	slurm_mutex_unlock(&watch_lock);
+	if (late) {
+		if (stop)
+			info("%s: slurmctld stops: %s killed", plugin_type,
+			     hook_path);
+		else
+			error("%s: %s ran longer than %d ms: killed",
+			      plugin_type, hook_path, HOOK_MS);
+		killpg(pid, SIGKILL);
+		while ((waitpid(pid, &status, 0) < 0) && (errno == EINTR))
+			;
+		return false;
+	}
+	if (done < 0) {
+		error("%s: waitpid(%d): %m", plugin_type, (int) pid);
+		return false;
+	}
+	return WIFEXITED(status) && !WEXITSTATUS(status);
+}
+
+/*
+ * Post what this pass calls for (k8s_hint_kind()): the changed nodes, "*"
+ * (many changed, or a post failed before: names the service never got are
+ * gone), or no node at all at the heartbeat.
+ */
+static void _hint(int changed, char *names)
+{
+	char *what = NULL;
+	struct timespec now;
+	pid_t pid;
+	bool posted;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	switch (k8s_hint_kind(changed, MAX_HINTED, lost,
+			      k8s_ts_ms_between(last_try, now), HEARTBEAT_MS)) {
+	case K8S_HINT_NONE:
+		return;
+	case K8S_HINT_NODES:
+		what = names;
+		break;
+	case K8S_HINT_ALL:
+		what = "*";
+		break;
+	case K8S_HINT_ALIVE:
+		what = "";
+		break;
+	}
+	last_try = now;
+	posted = ((pid = _spawn(what)) > 0) && _reap(pid);
+	if (!posted && !lost)
+		error("%s: node hint \"%s\" not posted: the next one will ask for every node",
+		      plugin_type, what);
+	else if (posted && lost)
+		info("%s: node hints posted again (\"%s\")", plugin_type, what);
+	else if (posted)
+		debug("%s: %s: nodes \"%s\" hinted", plugin_type, __func__,
+		      what);
+	lost = !posted;
+}
+
+static bool _stopping(void)
+{
+	bool stop;
+
+	slurm_mutex_lock(&watch_lock);
+	stop = stopping;
+	slurm_mutex_unlock(&watch_lock);
+	return stop;
+}
+
+/* Sleep WATCH_MS, or until fini() says stop. */
+static void _pause(void)
+{
+	struct timespec until;
+
+	slurm_mutex_lock(&watch_lock);
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until = k8s_ts_add_ms(until, WATCH_MS);
+	if (!stopping)
+		pthread_cond_timedwait(&watch_cond, &watch_lock, &until);
+	slurm_mutex_unlock(&watch_lock);
 }
 
 static void *_watch(void *arg)
 {
-	struct timespec until;
-	char *names;
+	char *names = NULL;
+	int changed;
 
-	slurm_mutex_lock(&watch_lock);
-	while (!stopping) {
-		slurm_mutex_unlock(&watch_lock);
-		if ((names = _changed_nodes())) {
-			_post(names);
-			xfree(names);
-		}
-		slurm_mutex_lock(&watch_lock);
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += WATCH_MS * 1000000L;
-		until.tv_sec += until.tv_nsec / 1000000000L;
-		until.tv_nsec %= 1000000000L;
-		if (!stopping)
-			pthread_cond_timedwait(&watch_cond, &watch_lock, &until);
+	clock_gettime(CLOCK_MONOTONIC, &last_try);
+	while (!_stopping()) {
+		if ((changed = _changed_nodes(&names)) < 0)
+			break;	/* slurmctld shuts down */
+		_hint(changed, names);
+		xfree(names);
+		_pause();
 	}
-	slurm_mutex_unlock(&watch_lock);
+	debug("%s: node watcher stopped", plugin_type);
 	return NULL;
 }
 
 extern int init(void)
 {
-	int rc;
+	pthread_condattr_t attr;
 
 	if (!running_in_slurmctld())
 		return SLURM_SUCCESS;
@@ -302,27 +476,33 @@ extern int init(void)
 		      plugin_type, HINT_HOOK);
 		return SLURM_SUCCESS;
 	}
-	if ((rc = pthread_create(&watcher, NULL, _watch, NULL))) {
-		error("%s: no node hints: thread: %s", plugin_type,
-		      strerror(rc));
-		xfree(hook_path);
-		return SLURM_SUCCESS;
-	}
-	watching = true;
+	/* Waits measured on the monotonic clock: a step of the wall clock
+	 * neither stops hints nor cuts a hook's time short. */
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&watch_cond, &attr);
+	pthread_condattr_destroy(&attr);
+	stopping = false;
+	K8S_THREAD_CREATE("k8s_hints", &watcher, _watch, NULL);
 	info("%s: node state changes hinted through %s", plugin_type,
 	     hook_path);
 	return SLURM_SUCCESS;
 }
 
+/*
+ * Only MEMORY_LEAK_DEBUG builds of slurmctld call this, after the node
+ * tables are freed: by then the watcher has stopped reading them (see
+ * _changed_nodes()); stop it, kill a hook it waits for, and join it.
+ */
 extern int fini(void)
 {
-	if (watching) {
+	if (watcher) {
 		slurm_mutex_lock(&watch_lock);
 		stopping = true;
-		slurm_cond_signal(&watch_cond);
+		slurm_cond_broadcast(&watch_cond);
 		slurm_mutex_unlock(&watch_lock);
-		pthread_join(watcher, NULL);
-		watching = false;
+		slurm_thread_join(watcher);
+		pthread_cond_destroy(&watch_cond);
 	}
 	xfree(hook_path);
 	xfree(seen);
