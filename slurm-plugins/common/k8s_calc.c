@@ -269,7 +269,7 @@ extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 	return false;
 }
 
-/* Where the held GPU count's digits are in "extra" (either form); false if absent. */
+/* Where the held GPU count is in "extra" (either form); false if absent. */
 static bool _extra_gpus_at(const char *extra, size_t *start, size_t *len)
 {
 	const char *at = NULL, *tok = extra;

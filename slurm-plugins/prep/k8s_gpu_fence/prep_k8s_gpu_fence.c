@@ -98,6 +98,11 @@ static void _fence(node_record_t *node_ptr, job_record_t *job_ptr)
 	k8s_set_total(node_ptr, "k8sgpu", 0);
 	len = (node_ptr->extra ? strlen(node_ptr->extra) : 0) + 32;
 	extra = xmalloc(len);
+	/*
+	 * Only a number changes: extra_data, the parse slurmctld matches jobs'
+	 * extra constraints against, is left as it is (they name the
+	 * "nodeledger" key alone; an update or a restart parses it again).
+	 */
 	if (!k8s_extra_set_gpus(node_ptr->extra, gpus, extra, len)) {
 		xfree(node_ptr->extra);
 		node_ptr->extra = extra;
