@@ -67,12 +67,15 @@ def test_a_hold_keeps_jobs_off_its_device_until_cancelled(
     assert slurm.job_state(waiting) == "PENDING"
     holds.cancel(hold, slurm_node=NODE)
     # The hold's end withheld every GPU of the node (prep/k8s_gpu_fence) until the counts
-    # are pushed again, as the service's release does right after the cancel.
+    # are pushed again, as the service's release does right after the cancel; the job,
+    # held back meanwhile (BadConstraints), is released as the service's sync releases
+    # such jobs (app.slurm.held_back).
     assert slurm.k8s_counts(NODE)["k8sgpu"] == 0
     time.sleep(1)
     assert slurm.job_state(waiting) == "PENDING"
     started = time.perf_counter()
     slurm.set_gres(NODE, SlurmCluster.full_gres(NODE))
+    holds.client.update_job(waiting, {})
     wait_until(lambda: slurm.job_state(waiting) == "RUNNING", 60, interval=0.05, what="device 0")
     freed_s = time.perf_counter() - started
     assert devices(slurm, waiting) == (0,)
