@@ -167,6 +167,25 @@ def withheld(view: NodeView) -> SlurmUnits:
     return units
 
 
+def fence_kept(
+    view: NodeView, held: SlurmUnits, node: SlurmNode, listed: SlurmNode | None
+) -> SlurmUnits:
+    """``held`` (withheld), or every GPU of the node while Slurm withholds them all
+    (``k8sgpu`` 0 as ``node`` was just read) beside a pod's GPU devices: the
+    prep/k8s_gpu_fence plugin sets that the moment a hold job ends, and the ledger learns
+    of the end only at its next listing. So a push never gives those GPUs back unless that
+    listing already found them withheld (``listed``: the node as it read it, its jobs
+    read after), whose plan then knows whether every hold is there (app.core.plan)."""
+    gpus = view.spec.capacity.gpus
+    if held.gpus >= gpus or not any(h.devices for h in view.holdings):
+        return held
+    if current_counts(node).k8sgpu != 0:
+        return held
+    if listed is not None and current_counts(listed).k8sgpu == 0:
+        return held
+    return replace(held, gpus=gpus)
+
+
 def held_units(view: NodeView) -> SlurmUnits:
     """What pods and manual reservations hold, in Slurm's units (no headroom)."""
     return SlurmUnits.of(held(view))

@@ -194,6 +194,10 @@ class SlurmGate:
         except NodeNotFound:
             slurm_name = None  # the hold's node is read from Slurm instead
         self.holds.cancel(holding.slurm_hold, slurm_node=slurm_name)
+        if slurm_name is not None:
+            # The hold's end made Slurm withhold every GPU of the node (the prep/k8s_gpu_fence
+            # plugin) until the ledger's counts are pushed again: the pod is gone, so now.
+            self.pusher.push(holding.node, reason="hold job ended")
 
     def _within_cap(self, node: NodeView) -> None:
         # The admission decision on the hold, which is among the node's holdings: its cap.

@@ -47,6 +47,7 @@ from app.core.counts import (
     current_counts,
     desired_counts,
     extra_with_holdings,
+    fence_kept,
     gres_update,
     gres_usage,
     held_units,
@@ -224,6 +225,7 @@ class Pusher:
                     pushed.append(gres)
                 # Read after the update: what the gate's safety check needs (app.slurm.gate).
                 node = self.client.get_node(view.slurm_name)
+                held = fence_kept(view, held, node, observed[0])
                 if not pushed and known is not None:
                     drifted = drifted or current_counts(node) != current_counts(known)
                 if in_place(node, held, marked=self.marked):

@@ -6,6 +6,7 @@
 \*****************************************************************************/
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +267,56 @@ extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 		tok += tok_len;
 	}
 	return false;
+}
+
+/* Where the held GPU count is in "extra" (either form); false if absent. */
+static bool _extra_gpus_at(const char *extra, size_t *start, size_t *len)
+{
+	const char *at = NULL, *tok = extra;
+	size_t tok_len;
+
+	if (!extra)
+		return false;
+	if (extra[strspn(extra, " \t")] == '{') {
+		if ((at = strstr(extra, "\"nodeledger_k8sgpu\""))) {
+			at += strlen("\"nodeledger_k8sgpu\"");
+			at += strspn(at, " \t");
+			at = (*at == ':') ? at + 1 + strspn(at + 1, " \t") : NULL;
+		}
+	} else {
+		while (*tok && !at) {
+			tok += strspn(tok, " \t");
+			tok_len = strcspn(tok, " \t");
+			if ((tok_len > 11) && !strncmp(tok, "nodeledger=", 11)) {
+				for (const char *c = tok + 10; c && (c < tok + tok_len);
+				     c = strpbrk(c + 1, ",= \t")) {
+					if (!strncmp(c + 1, "k8sgpu:", 7)) {
+						at = c + 8;
+						break;
+					}
+				}
+			}
+			tok += tok_len;
+		}
+	}
+	if (!at || !isdigit((unsigned char) *at))
+		return false;
+	*start = (size_t) (at - extra);
+	*len = strspn(at, "0123456789");
+	return true;
+}
+
+extern int k8s_extra_set_gpus(const char *extra, uint64_t gpus, char *out,
+			      size_t out_len)
+{
+	size_t start, len;
+	int n;
+
+	if (!_extra_gpus_at(extra, &start, &len))
+		return -1;
+	n = snprintf(out, out_len, "%.*s%" PRIu64 "%s", (int) start, extra,
+		     gpus, extra + start + len);
+	return ((n < 0) || ((size_t) n >= out_len)) ? -1 : 0;
 }
 
 /* Tasks this node may run: the per-node maximum Slurm will respect. */

@@ -94,4 +94,12 @@ extern uint64_t k8s_gres_count(const char *gres, const char *name);
 extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 			   uint64_t *memory_mb, uint64_t *gpus);
 
+/*
+ * "extra" with the GPUs Kubernetes holds there set to "gpus" (the number in
+ * either form k8s_extra_held() reads), into out[]. Returns 0, or -1 when
+ * "extra" names no held GPUs or out[] is too small.
+ */
+extern int k8s_extra_set_gpus(const char *extra, uint64_t gpus, char *out,
+			      size_t out_len);
+
 #endif

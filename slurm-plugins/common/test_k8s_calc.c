@@ -277,6 +277,16 @@ int main(void)
 	check_extra("{\"nodeledger_k8scpu\":\"x\"}", false, 0, 0, 0);
 	check_extra("{\"site\":\"nodeledger=k8scpu:4\"}", false, 0, 0, 0);
 
+	/* Every GPU withheld, written into either form */
+	check_u64("set gpus json", k8s_extra_set_gpus("{\"nodeledger\":1,\"nodeledger_k8sgpu\": 1,\"x\":2}", 4, buf, sizeof(buf)), 0);
+	check_str("set gpus json", buf, "{\"nodeledger\":1,\"nodeledger_k8sgpu\": 4,\"x\":2}");
+	check_u64("set gpus token", k8s_extra_set_gpus("site nodeledger=k8scpu:4,k8smemory:2000,k8sgpu:12 b", 16, buf, sizeof(buf)), 0);
+	check_str("set gpus token", buf, "site nodeledger=k8scpu:4,k8smemory:2000,k8sgpu:16 b");
+	check_u64("set gpus none", k8s_extra_set_gpus("{\"nodeledger\":1}", 4, buf, sizeof(buf)), (uint64_t) -1);
+	check_u64("set gpus other token", k8s_extra_set_gpus("k8sgpu:1 nodeledger=k8scpu:4", 4, buf, sizeof(buf)), (uint64_t) -1);
+	check_u64("set gpus null", k8s_extra_set_gpus(NULL, 4, buf, sizeof(buf)), (uint64_t) -1);
+	check_u64("set gpus small", k8s_extra_set_gpus("nodeledger=k8sgpu:1", 4, buf, 5), (uint64_t) -1);
+
 	printf("%s: %zu calculation cases, %d failures\n", failures ? "FAIL" : "ok",
 	       n_cases, failures);
 	return failures ? 1 : 0;

@@ -407,7 +407,8 @@ write_config() {
   mkdir -p "$etc"
   if [ "$PLUGINS" = on ]; then
     plugin_lines="JobSubmitPlugins=k8s_resource_completion
-NodeFeaturesPlugins=node_features/k8s_resources"
+NodeFeaturesPlugins=node_features/k8s_resources
+PrEpPlugins=prep/script,prep/k8s_gpu_fence"
   fi
   cat >"$etc/slurm.conf" <<EOF
 # Written by testenv/slurm/cluster.sh: a test cluster, not a template for production.
@@ -444,6 +445,10 @@ MessageTimeout=10
 InactiveLimit=0
 KillWait=2
 MinJobAge=30
+# Partition preemption, for tests that create partitions of a higher PriorityTier at runtime
+# (tests/gpu/test_hold_fence.py); the configured partitions preempt nothing (PreemptMode=OFF).
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 PrologSlurmctld=$HINT_HOOK
 EpilogSlurmctld=$HINT_HOOK
 $plugin_lines
@@ -453,7 +458,7 @@ EOF
     {
       echo "MaxJobCount=50000"
       echo "NodeName=s[1-$SCALE_NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT_BASE + 99)) CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000 State=UNKNOWN"
-      echo "PartitionName=scale Nodes=s[1-$SCALE_NODES] MaxTime=INFINITE State=UP"
+      echo "PartitionName=scale Nodes=s[1-$SCALE_NODES] MaxTime=INFINITE State=UP PreemptMode=OFF"
     } >>"$etc/slurm.conf"
   fi
   # n3's GPUs: one GRES type per device (gN is /dev/nvidiaN), so that a hold job can ask
@@ -470,7 +475,7 @@ EOF
     fi
     echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=${NODE_PORTS[$i]} CPUs=16 Sockets=2 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=32000${gres:+ Gres=$gres} State=UNKNOWN" >>"$etc/slurm.conf"
   done
-  echo "PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP" >>"$etc/slurm.conf"
+  echo "PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF" >>"$etc/slurm.conf"
   gres_k8s="Name=k8scpu Flags=CountOnly
 Name=k8smemory Flags=CountOnly
 Name=k8sgpu Flags=CountOnly"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.core.counts import K8sCounts, desired_counts, withheld
+from app.core.counts import K8sCounts, desired_counts, fence_kept, withheld
 from app.core.plan import (
     HealthChange,
     NodePlan,
@@ -362,3 +362,28 @@ def test_every_gpu_is_withheld_while_a_node_with_device_pods_is_not_admissible(
     ledger, slurm = gpu_view(holding, health=health), node(gres=GPUS)
     assert plan_node(ledger, slurm, [hold_job()], hold_user="slurm").push == Push("n1")
     assert desired_counts(slurm, withheld(ledger)).k8sgpu == k8sgpu  # what the pusher sends
+
+
+FENCED = GPUS.replace("k8sgpu:4", "k8sgpu:0")  # prep/k8s_gpu_fence: a hold job ended
+
+
+@pytest.mark.parametrize(
+    ("holding", "read", "listed", "k8sgpu"),
+    [
+        pytest.param(device_pod("8"), FENCED, None, 0, id="fenced-kept"),
+        pytest.param(device_pod("8"), FENCED, GPUS, 0, id="fenced-after-the-listing"),
+        pytest.param(device_pod("8"), FENCED, FENCED, 3, id="the-listing-saw-it"),
+        pytest.param(device_pod("8"), GPUS, None, 3, id="not-fenced"),
+        pytest.param(GPU_COUNT_POD, FENCED, None, 3, id="no-devices-held"),
+    ],
+)
+def test_a_push_keeps_every_gpu_withheld_until_a_listing_saw_the_fence(
+    holding: Holding, read: str, listed: str | None, k8sgpu: int
+) -> None:
+    """The plugin withholds every GPU when a hold job ends; a push computed from a ledger
+    that still has the hold must not give them back (a queued job would take the pod's
+    device): only a push after a listing that found the node so (its plan knows)."""
+    ledger = gpu_view(holding)
+    observed = node(gres=listed) if listed is not None else None
+    held = fence_kept(ledger, withheld(ledger), node(gres=read), observed)
+    assert desired_counts(node(gres=GPUS), held).k8sgpu == k8sgpu

@@ -16,6 +16,8 @@ import pytest
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
+from app.slurm.client import SlurmClient
+from app.slurm.tokens import FileToken
 from tests.gpu.test_gpu_identity import (
     DRIVER,
     GPUS,
@@ -64,6 +66,14 @@ def dra_gpu_node(kube: KubeCluster) -> Iterator[DraNode]:
 def dra_node(kube_cluster: KubeCluster) -> Iterator[DraNode]:
     with dra_gpu_node(kube_cluster) as node:
         yield node
+
+
+@pytest.fixture
+def client(slurm: SlurmCluster) -> Iterator[SlurmClient]:
+    """A client of the Slurm cluster's slurmrestd, as SlurmUser."""
+    client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
+    yield client
+    client.close()
 
 
 @dataclass

@@ -26,7 +26,7 @@ keeps running (sleep 600): a breach stays visible, whatever the sampling rate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
@@ -34,7 +34,6 @@ from fastapi.testclient import TestClient
 from app.core.slurm_models import LedgerHolds, SlurmJob
 from app.ledger.service import Ledger
 from app.slurm.client import SlurmClient
-from app.slurm.tokens import FileToken
 from tests.slurm.helpers import admit
 from tests.slurm.test_holds_cluster import devices
 from tests.support.slurm_cluster import SlurmCluster, wait_until
@@ -49,13 +48,6 @@ JOB_CPUS, JOB_MEMORY_MB = 4, 6000
 # that four still wait when the node is resumed (the three that ran are requeued, with
 # Slurm's delay before they may start again).
 QUEUED = 7
-
-
-@pytest.fixture
-def client(slurm: SlurmCluster) -> Iterator[SlurmClient]:
-    client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
-    yield client
-    client.close()
 
 
 class Sampler:

@@ -93,7 +93,11 @@ def test_a_device_a_job_took_meanwhile_is_reported(
     first = admit(quiet_api, NODE, "pod-b", "1", "1Gi", gpu=1, devices=[0]).json()["slurm_hold"]
     slurm.scancel(first)
     wait_until(lambda: not running(slurm, first), 30, what=f"hold {first} ended")
-    job = gpu_job(slurm, "gpu:g0:1")  # takes device 0 now that it is free
+    # The hold's end withheld every GPU of n3 (prep/k8s_gpu_fence); an operator gives them
+    # back by hand, and a job takes device 0 now that it is free.
+    assert slurm.k8s_counts(SLURM_NODE)["k8sgpu"] == 0
+    slurm.set_gres(SLURM_NODE, SlurmCluster.full_gres(SLURM_NODE))
+    job = gpu_job(slurm, "gpu:g0:1")
     wait_until(lambda: running(slurm, job), 30, what=f"job {job} running")
     listed_at = sweep.ledger.clock()
     [failure] = sweep.hold_lost(listing(sweep), listed_at)
