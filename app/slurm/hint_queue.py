@@ -17,43 +17,104 @@ flood, which collapses into "do a full pass" (the table is emptied), as does a n
 "*" (more nodes changed at once than the plugin names). A hint is only ever a reason to
 read Slurm again, never data: a lost or repeated one costs freshness, not correctness,
 and the sync's full listing repairs whatever a lost one left.
+
+Bounded for the caller too (anyone allowed ``create jobhints``): an "every node" hint while
+one is still pending writes nothing, since the full listing that one brings begins after it
+is taken, so after this post; and beyond ``rate`` posts a second (a burst of
+``BURST_SECONDS`` of them) on this replica a post is refused with ``HintsLimited`` (429)
+and covered the same way, by one pending "every node" hint. A flood of posts thus costs
+one full listing and at most one write per listing, and no hint it carried is lost.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import InstrumentedAttribute
 
+from app.core.errors import NodeledgerError
+from app.core.rate import TokenBucket
 from app.db.engine import Database
 from app.ledger.tables import SlurmJobHintRow, SlurmNodeHintRow
 
 MAX_TAKEN = 10_000  # job ids (or node names) taken at once; beyond: a full pass instead
 EVERY_NODE = "*"
+RATE = 200.0  # hint posts a second one replica stores as they are
+BURST_SECONDS = 5  # how many seconds of RATE may come at once (a job array starting)
 Row = SlurmJobHintRow
 NodeRow = SlurmNodeHintRow
 
 
+class HintsLimited(NodeledgerError):
+    """More hint posts than this replica stores one by one: this one is covered by a full
+    listing instead, retry no sooner than ``retry_after`` seconds."""
+
+    code = "too_many_hints"
+    http_status = 429
+    retryable = True
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class HintQueue:
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, *, rate: float = RATE, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.db = db
         self._wake: Callable[[], None] = lambda: None
+        self._bucket = TokenBucket(rate, max(1, math.ceil(rate * BURST_SECONDS)), monotonic)
+        self._bucket_lock = threading.Lock()  # posts arrive on the server's thread pool
 
     def on_hint(self, wake: Callable[[], None]) -> None:
         """Call ``wake`` after each hint this replica stores (the sync loop's wake-up)."""
         self._wake = wake
 
     def post(self, job_ids: Collection[int]) -> None:
+        """Job ids that started, ended or were requeued; HintsLimited beyond the rate."""
+        self._within_rate()
         with self.db.write_statements() as connection:
             connection.execute(insert(Row), [{"job_id": j} for j in set(job_ids)])
         self._wake()
 
     def post_nodes(self, names: Collection[str]) -> None:
-        """Node names (``EVERY_NODE``: every node) whose state slurmctld saw change."""
+        """Node names (``EVERY_NODE``: every node) whose state slurmctld saw change;
+        HintsLimited beyond the rate."""
+        self._within_rate()
+        if EVERY_NODE in names:
+            self._every_node()
+            return
         with self.db.write_statements() as connection:
             connection.execute(insert(NodeRow), [{"node": n} for n in set(names)])
+        self._wake()
+
+    def _within_rate(self) -> None:
+        """Pass within the rate; beyond it, cover the post by a full listing and refuse."""
+        with self._bucket_lock:
+            wait = self._bucket.wait_time()
+        if wait > 0:
+            self._every_node()
+            raise HintsLimited(
+                f"more than {self._bucket.rate:g} Slurm hints a second reached this replica: "
+                "a full listing covers this one",
+                max(1, math.ceil(wait)),
+            )
+
+    def _every_node(self) -> None:
+        """An ``EVERY_NODE`` hint, unless one is pending: the full listing it brings begins
+        once it is taken, after this call, so it covers this hint too."""
+        pending = select(NodeRow.id).where(NodeRow.node == EVERY_NODE).limit(1)
+        with self.db.read_statements() as connection:  # no write lock for that
+            missing = connection.execute(pending).first() is None
+        if missing:  # two posts may both write one: the take removes every row it read
+            with self.db.write_statements() as connection:
+                connection.execute(insert(NodeRow), [{"node": EVERY_NODE}])
         self._wake()
 
     def take(self) -> set[str] | None:
