@@ -4,15 +4,14 @@ the rate a post is 429 with Retry-After, and covered by that one full listing.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.bootstrap import build_services
+from app.bootstrap import Services, build_services
 from app.db.engine import Database
 from app.main import create_app
 from app.settings import Settings
@@ -41,26 +40,28 @@ def now() -> list[float]:
     return [0.0]  # the limiter's clock: time passes only when a test says so
 
 
+@dataclass
+class World:
+    settings: Settings
+    services: Services
+    counted: CountedWrites
+
+    def client(self, hints: HintQueue) -> TestClient:
+        """The service with ``hints`` as its queue (as the Slurm integration has it)."""
+        return TestClient(create_app(self.settings, replace(self.services, job_hints=hints)))
+
+
 @pytest.fixture
-def db(database_url: str) -> Iterator[tuple[Settings, Any, CountedWrites]]:
+def world(database_url: str) -> World:
     settings = Settings(database_url=database_url)
     services = build_services(settings)
-    yield settings, services, CountedWrites(services.db)
+    return World(settings, services, CountedWrites(services.db))
 
 
-def client(
-    db: tuple[Settings, Any, CountedWrites], hints: HintQueue
-) -> AbstractContextManager[TestClient]:
-    settings, services, _ = db
-    return TestClient(create_app(settings, replace(services, job_hints=hints)))
-
-
-def test_every_node_posts_coalesce_into_one_listing(
-    db: tuple[Settings, Any, CountedWrites],
-) -> None:
-    counted = db[2]
+def test_every_node_posts_coalesce_into_one_listing(world: World) -> None:
+    counted = world.counted
     hints = HintQueue(counted)  # type: ignore[arg-type]
-    with client(db, hints) as api:
+    with world.client(hints) as api:
         for _ in range(FLOOD):
             answer = api.post("/v1/slurm/node-hints", json={"nodes": ["n1", "*"]})
             assert answer.status_code == 202, answer.text
@@ -73,11 +74,11 @@ def test_every_node_posts_coalesce_into_one_listing(
 
 
 def test_beyond_the_rate_a_hint_is_429_and_covered_by_a_full_listing(
-    db: tuple[Settings, Any, CountedWrites], now: list[float]
+    world: World, now: list[float]
 ) -> None:
-    counted = db[2]
+    counted = world.counted
     hints = HintQueue(counted, rate=2, monotonic=lambda: now[0])  # type: ignore[arg-type]
-    with client(db, hints) as api:
+    with world.client(hints) as api:
         for job_id in range(1, 11):  # the burst: 5 seconds of the rate
             assert api.post("/v1/slurm/job-hints", json={"job_ids": [job_id]}).status_code == 202
         answers = [api.post("/v1/slurm/job-hints", json={"job_ids": [99]}) for _ in range(FLOOD)]
