@@ -15,7 +15,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-
 from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import marked, register_nodes, slurm_settings
