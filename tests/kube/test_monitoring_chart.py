@@ -227,7 +227,9 @@ def test_schema_rejects_bad_monitoring_values(helm: str, value: str) -> None:
 
 
 def service_monitor(helm: str, *sets: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    docs = render(helm, "monitoring.serviceMonitor.enabled=true", *sets)
+    """The ServiceMonitor and the Service; reads open (``auth.protectReads=false``) unless
+    ``sets`` say otherwise: a protected scrape needs a token (tested below)."""
+    docs = render(helm, "monitoring.serviceMonitor.enabled=true", "auth.protectReads=false", *sets)
     return find(docs, "ServiceMonitor", "nl-nodeledger"), find(docs, "Service", "nl-nodeledger")
 
 
@@ -285,7 +287,7 @@ def test_service_monitor_interval_and_timeout(helm: str) -> None:
 
 
 def test_protected_reads_need_a_bearer_token_for_the_scrape(helm: str) -> None:
-    stderr = fails(helm, "monitoring.serviceMonitor.enabled=true", "auth.protectReads=true")
+    stderr = fails(helm, "monitoring.serviceMonitor.enabled=true")  # protected by default
     assert "monitoring.serviceMonitor.bearerTokenSecret.name" in stderr
     monitor, _ = service_monitor(
         helm, "auth.protectReads=true", "monitoring.serviceMonitor.bearerTokenSecret.name=prom"
