@@ -348,26 +348,36 @@ def busybox_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-# A caller allowed every read (the chart's default auth.protectReads), as docs/security.md
-# grants one.
-READER = """
+def caller(name: str, *rules: str) -> str:
+    """A ServiceAccount ``name`` in namespace default with a ClusterRole of ``rules`` (one
+    YAML flow mapping each), as docs/security.md grants a caller."""
+    listed = "".join(f"\n  - {rule}" for rule in rules)
+    return f"""
 apiVersion: v1
 kind: ServiceAccount
-metadata: {name: nl-reader, namespace: default}
+metadata: {{name: {name}, namespace: default}}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
-metadata: {name: nl-reader}
-rules:
-  - {apiGroups: [nodeledger.io], resources: [nodes], verbs: [get, list]}
-  - {apiGroups: [nodeledger.io], resources: [holdings, events], verbs: [list]}
+metadata: {{name: {name}}}
+rules:{listed}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
-metadata: {name: nl-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nl-reader}
-subjects: [{kind: ServiceAccount, name: nl-reader, namespace: default}]
+metadata: {{name: {name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: default}}]
 """
+
+
+# Every read (the chart protects them by default).
+READER = caller(
+    "nl-reader",
+    "{apiGroups: [nodeledger.io], resources: [nodes], verbs: [get, list]}",
+    "{apiGroups: [nodeledger.io], resources: [holdings, events], verbs: [list]}",
+)
+
+
 BUSYBOX_IMAGE = "registry.nodeledger.test/busybox:1.35"
 PAUSE_IMAGE = "registry.nodeledger.test/pause:3.10"
 
@@ -392,6 +402,7 @@ __all__ = [
     "Release",
     "build_image",
     "busybox_pod",
+    "caller",
     "start_kube",
     "start_postgres",
     "start_slurm",
