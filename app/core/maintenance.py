@@ -95,8 +95,10 @@ class SlurmTaint:
 def slurm_taint(health_reason: str | None, *, evict: bool = False) -> SlurmTaint | None:
     """The taint a node with this ledger health reason should carry, or None."""
     states = slurm_states(health_reason)
-    if not states or health_reason is None or slurm_reason(health_reason).startswith(CORDONED):
+    if not states or health_reason is None:
         return None
+    if resume_refusal(states, slurm_reason(health_reason)) is None:
+        return None  # the service's own drain alone: its Node is cordoned already
     effect = "NoExecute" if evict and states & EVICTING_STATES else "NoSchedule"
     return SlurmTaint("-".join(sorted(states)), effect, health_reason)
 

@@ -168,6 +168,9 @@ def test_a_resume_undoes_only_the_services_drain(
 
 def test_the_services_own_drain_makes_no_taint() -> None:
     assert slurm_taint(OURS) is None  # the Node is cordoned already: no loop
+    # slurmd died under it: Slurm's DOWN, which the uncordon leaves, keeps the Node tainted.
+    gone = f"{OURS.replace('DRAIN+IDLE', 'DOWN+DRAIN+NOT_RESPONDING')}: Not responding"
+    assert slurm_taint(gone) == SlurmTaint("DOWN-DRAIN-NOT_RESPONDING", "NoSchedule", gone)
     reason = cordon_reason(datetime(2026, 11, 27, 1, 40, tzinfo=UTC))
     assert reason == "nodeledger: cordoned in Kubernetes at 2026-11-27T01:40:00Z"
     assert slurm_action(False, f"Slurm node n1 is DRAIN+IDLE: {reason}") is SlurmAction.RESUME
