@@ -412,7 +412,7 @@ def test_defaults_serve_https_and_check_callers_with_the_api_server(helm: Helm) 
     deployment = find(docs, "Deployment", "nl-nodeledger")
     env = env_of(deployment)
     assert env["NODELEDGER_AUTH_MODE"] == "kubernetes"
-    assert env["NODELEDGER_AUTH_PROTECT_READS"] == "false"
+    assert env["NODELEDGER_AUTH_PROTECT_READS"] == "true"  # names holders, Slurm users
     assert env["NODELEDGER_AUTH_CACHE_TTL"] == "5"
     assert env["NODELEDGER_AUTH_TLS_CERT_FILE"] == "/var/run/secrets/nodeledger/tls/tls.crt"
     assert env["NODELEDGER_AUTH_TLS_KEY_FILE"] == "/var/run/secrets/nodeledger/tls/tls.key"

@@ -178,9 +178,13 @@ def test_monitoring_is_off_by_default(helm: str) -> None:
     assert monitoring_objects(render(helm)) == set()
 
 
+# The scrape's token: reads, /metrics included, are protected by default.
+SCRAPE_TOKEN = "monitoring.serviceMonitor.bearerTokenSecret.name=prom"
+
+
 @pytest.mark.parametrize("switch", sorted(SWITCHES))
 def test_each_switch_renders_only_its_object(helm: str, switch: str) -> None:
-    docs = render(helm, f"monitoring.{switch}.enabled=true")
+    docs = render(helm, f"monitoring.{switch}.enabled=true", SCRAPE_TOKEN)
     assert monitoring_objects(docs) == {switch}
     kind, name = SWITCHES[switch]
     labels = find(docs, kind, name)["metadata"]["labels"]
@@ -189,7 +193,8 @@ def test_each_switch_renders_only_its_object(helm: str, switch: str) -> None:
 
 @pytest.mark.parametrize("switch", sorted(SWITCHES))
 def test_each_object_takes_extra_labels(helm: str, switch: str) -> None:
-    docs = render(helm, f"monitoring.{switch}.enabled=true", f"monitoring.{switch}.labels.team=hpc")
+    sets = (f"monitoring.{switch}.enabled=true", f"monitoring.{switch}.labels.team=hpc")
+    docs = render(helm, *sets, SCRAPE_TOKEN)
     kind, name = SWITCHES[switch]
     assert find(docs, kind, name)["metadata"]["labels"]["team"] == "hpc"
 
