@@ -15,7 +15,7 @@ from app.core.errors import NodeledgerError
 
 def error_response(exc: NodeledgerError, headers: Mapping[str, str] | None = None) -> JSONResponse:
     """``exc``'s status, with its message, code, retryable and shortfalls; a 401 carries the
-    Bearer challenge."""
+    Bearer challenge, an error with a ``retry_after`` a Retry-After."""
     body = ErrorOut(
         detail=exc.message,
         code=exc.code,
@@ -23,5 +23,7 @@ def error_response(exc: NodeledgerError, headers: Mapping[str, str] | None = Non
         shortfalls=[ShortfallOut.of(s) for s in getattr(exc, "shortfalls", ())],
     )
     challenge = CHALLENGE if isinstance(exc, Unauthenticated) else {}
-    answer = {**challenge, **(headers or {})} or None
+    retry = getattr(exc, "retry_after", None)  # seconds, for a 429 or a 503
+    later = {"Retry-After": str(retry)} if retry is not None else {}
+    answer = {**challenge, **later, **(headers or {})} or None
     return JSONResponse(body.model_dump(), status_code=exc.http_status, headers=answer)

@@ -32,6 +32,13 @@ class SlurmDisabled(NodeledgerError):
 SLURM_OFF: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorOut, "description": "The Slurm integration is off"}
 }
+HINTS = {
+    **SLURM_OFF,
+    429: {
+        "model": ErrorOut,
+        "description": "Too many hints a second: a full listing covers this one (Retry-After)",
+    },
+}
 
 
 def _queue(request: Request) -> HintQueue:
@@ -60,7 +67,7 @@ class JobHintsOut(BaseModel):
     "/job-hints",
     status_code=202,
     response_model=JobHintsOut,
-    responses=SLURM_OFF,
+    responses=HINTS,
     dependencies=[require("create", "jobhints")],
 )
 async def post_job_hints(body: JobHintsIn, request: Request) -> JobHintsOut:
@@ -88,7 +95,7 @@ class NodeHintsOut(BaseModel):
     "/node-hints",
     status_code=202,
     response_model=NodeHintsOut,
-    responses=SLURM_OFF,
+    responses=HINTS,
     dependencies=[require("create", "jobhints")],  # the same hook, the same token
 )
 async def post_node_hints(body: NodeHintsIn, request: Request) -> NodeHintsOut:

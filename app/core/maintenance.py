@@ -2,8 +2,9 @@
 
 Kubernetes to Slurm: a cordoned Node (``spec.unschedulable``, as ``kubectl cordon`` and
 ``kubectl drain`` set it) drains its Slurm node with a reason of the service's own
-(``CORDONED``); an uncordon resumes it only while that drain is still the service's, so an
-administrator's drain, or one with another reason, is never undone.
+(``CORDONED``); an uncordon resumes it only while that drain is still the service's alone
+(``resume_refusal``), so an administrator's drain, one with another reason, or a node Slurm
+itself set DOWN, NOT_RESPONDING or FAIL meanwhile is never undone.
 
 Slurm to Kubernetes: when Slurm drains, downs or fails a co-managed node, the ledger
 already admits nothing there, but other schedulers (DaemonSets, the default scheduler,
@@ -27,13 +28,14 @@ Slurm drain makes a taint, never a cordon.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from app.core.plan import slurm_reason, slurm_states
+from app.core.plan import UNHEALTHY_STATES, slurm_reason, slurm_states
 
 TAINT_KEY = "nodeledger.io/slurm-unavailable"
 REASON_ANNOTATION = "nodeledger.io/slurm-reason"
@@ -48,18 +50,36 @@ class SlurmAction(StrEnum):
 
 def slurm_action(cordoned: bool, health_reason: str | None) -> SlurmAction | None:
     """What the Slurm node needs for its Node's cordon: a drain when cordoned and not
-    drained (by anyone), a resume when uncordoned and drained by the service's reason."""
-    drained = "DRAIN" in slurm_states(health_reason)
-    if cordoned and not drained:
+    drained (by anyone), a resume when uncordoned and drained by the service alone."""
+    states = slurm_states(health_reason)
+    if cordoned and "DRAIN" not in states:
         return SlurmAction.DRAIN
-    if not cordoned and drained and slurm_reason(health_reason).startswith(CORDONED):
+    if not cordoned and resume_refusal(states, slurm_reason(health_reason)) is None:
         return SlurmAction.RESUME
     return None
 
 
 def cordon_reason(at: datetime) -> str:
-    """The reason of the service's drain (``CORDONED`` first: what a resume checks)."""
+    """The reason of the service's drain (what ``resume_refusal`` recognises)."""
     return f"{CORDONED} at {at:%Y-%m-%dT%H:%M:%SZ}"
+
+
+_CORDON_REASON = re.compile(re.escape(CORDONED) + r" at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def resume_refusal(states: Collection[str], reason: str) -> str | None:
+    """Why a RESUME of a Slurm node in ``states`` with ``reason`` would undo a state the
+    service did not set; None when the node is drained by the service's cordon alone.
+    RESUME clears DOWN, FAIL and the drain at once, and Slurm appends its own words to a
+    reason (": Not responding" when slurmd went away under the drain), so the reason must
+    be exactly ours and DRAIN the only state that keeps the node out."""
+    if "DRAIN" not in states:
+        return "it is not drained"
+    if others := sorted(set(states) & UNHEALTHY_STATES - {"DRAIN"}):
+        return f"Slurm set it {'+'.join(others)} too"
+    if _CORDON_REASON.fullmatch(reason) is None:
+        return f"the drain's reason is not the service's alone: {reason!r}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +95,10 @@ class SlurmTaint:
 def slurm_taint(health_reason: str | None, *, evict: bool = False) -> SlurmTaint | None:
     """The taint a node with this ledger health reason should carry, or None."""
     states = slurm_states(health_reason)
-    if not states or health_reason is None or slurm_reason(health_reason).startswith(CORDONED):
+    if not states or health_reason is None:
         return None
+    if resume_refusal(states, slurm_reason(health_reason)) is None:
+        return None  # the service's own drain alone: its Node is cordoned already
     effect = "NoExecute" if evict and states & EVICTING_STATES else "NoSchedule"
     return SlurmTaint("-".join(sorted(states)), effect, health_reason)
 

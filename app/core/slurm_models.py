@@ -26,6 +26,8 @@ _K8S_GRES = re.compile(r"gres[/:]k8s(?:cpu|memory|gpu)\b")
 # partition already.
 # "Constraints": queued by extra constraints (docs/slurm.md#jobs-wait-for-what-pods-hold).
 _WAITING_FOR_RESOURCES = frozenset({"Resources", "BadConstraints", "Constraints"})
+# The jobs queue's extra constraint (job_submit plugin), alone or in a user's expression.
+_QUEUE_CONSTRAINT = re.compile(r"(?<![\w.])nodeledger=1(?![\w.])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,7 @@ class SlurmJob:
     state_reason: str = ""  # why a PENDING job waits: "Resources", "BadConstraints", ...
     tres_per_node: str = ""  # what it asks per node: "gres/k8scpu:2,gres/k8smemory:200"
     partitions: frozenset[str] = frozenset()  # where it may run (one, or several asked)
+    extra: str = ""  # its extra constraints: "nodeledger=1" when it queues behind pods
 
     @property
     def holds_resources(self) -> bool:
@@ -88,6 +91,13 @@ class SlurmJob:
             and self.state_reason == "BadConstraints"
             and _K8S_GRES.search(self.tres_per_node) is not None
         )
+
+    @property
+    def needs_queue_marker(self) -> bool:
+        """Pending with an extra constraint that names the jobs queue's marker: it can start
+        only on a node whose Extra carries it (docs/slurm.md#jobs-wait-for-what-pods-hold),
+        whatever the service's setting is now."""
+        return "PENDING" in self.states and _QUEUE_CONSTRAINT.search(self.extra) is not None
 
     @property
     def waits_for_resources(self) -> bool:

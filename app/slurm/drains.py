@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from app.core.maintenance import CORDONED
+from app.core.maintenance import resume_refusal
 from app.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
@@ -31,9 +31,10 @@ class SlurmDrains:
         return True
 
     def resume(self, node: str) -> bool:
-        """Resume ``node`` if it is still drained with the service's reason; whether it did."""
+        """Resume ``node`` if it is still drained by the service alone; whether it did."""
         current = self.client.get_node(node)
-        if "DRAIN" not in current.states or not current.reason.startswith(CORDONED):
+        if (why := resume_refusal(current.states, current.reason)) is not None:
+            log.info("Slurm node %s left as it is at the uncordon: %s", node, why)
             return False
         self.client.update_node(node, state="RESUME")
         log.info("Slurm node %s resumed: its Kubernetes Node was uncordoned", node)

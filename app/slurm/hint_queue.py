@@ -21,46 +21,106 @@ and the sync's full listing repairs whatever a lost one left.
 The plugin also posts a node hint naming no node about once a minute when nothing changed
 (its heartbeat, stored as ``WATCHER_ALIVE``): the leader can then tell a watcher that
 stopped, or hints that fail, from a quiet cluster (app.slurm.hint_sync).
+
+Bounded for the caller too (anyone allowed ``create jobhints``): an "every node" hint while
+one is still pending writes nothing, since the full listing that one brings begins after it
+is taken, so after this post; and beyond ``rate`` posts a second (a burst of
+``BURST_SECONDS`` of them) on this replica a post is refused with ``HintsLimited`` (429)
+and covered the same way, by one pending "every node" hint. A flood of posts thus costs
+one full listing and at most one write per listing, and no hint it carried is lost.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import InstrumentedAttribute
 
+from app.core.errors import NodeledgerError
+from app.core.rate import TokenBucket
 from app.db.engine import Database
 from app.ledger.tables import SlurmJobHintRow, SlurmNodeHintRow
 
 MAX_TAKEN = 10_000  # job ids (or node names) taken at once; beyond: a full pass instead
 EVERY_NODE = "*"
 WATCHER_ALIVE = ""  # the heartbeat's row: no Slurm node has an empty name
+RATE = 200.0  # hint posts a second one replica stores as they are
+BURST_SECONDS = 5  # how many seconds of RATE may come at once (a job array starting)
 Row = SlurmJobHintRow
 NodeRow = SlurmNodeHintRow
 
 
+class HintsLimited(NodeledgerError):
+    """More hint posts than this replica stores one by one: this one is covered by a full
+    listing instead, retry no sooner than ``retry_after`` seconds."""
+
+    code = "too_many_hints"
+    http_status = 429
+    retryable = True
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class HintQueue:
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, *, rate: float = RATE, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.db = db
         self._wake: Callable[[], None] = lambda: None
+        self._bucket = TokenBucket(rate, max(1, math.ceil(rate * BURST_SECONDS)), monotonic)
+        self._bucket_lock = threading.Lock()  # posts arrive on the server's thread pool
 
     def on_hint(self, wake: Callable[[], None]) -> None:
         """Call ``wake`` after each hint this replica stores (the sync loop's wake-up)."""
         self._wake = wake
 
     def post(self, job_ids: Collection[int]) -> None:
+        """Job ids that started, ended or were requeued; HintsLimited beyond the rate."""
+        self._within_rate()
         with self.db.write_statements() as connection:
             connection.execute(insert(Row), [{"job_id": j} for j in set(job_ids)])
         self._wake()
 
     def post_nodes(self, names: Collection[str]) -> None:
         """Node names (``EVERY_NODE``: every node) whose state slurmctld saw change; none:
-        the plugin's heartbeat."""
+        the plugin's heartbeat. HintsLimited beyond the rate."""
+        self._within_rate()
+        if EVERY_NODE in names:
+            self._every_node()
+            return
         rows = [{"node": n} for n in set(names)] or [{"node": WATCHER_ALIVE}]
         with self.db.write_statements() as connection:
             connection.execute(insert(NodeRow), rows)
+        self._wake()
+
+    def _within_rate(self) -> None:
+        """Pass within the rate; beyond it, cover the post by a full listing and refuse."""
+        with self._bucket_lock:
+            wait = self._bucket.wait_time()
+        if wait > 0:
+            self._every_node()
+            raise HintsLimited(
+                f"more than {self._bucket.rate:g} Slurm hints a second reached this replica: "
+                "a full listing covers this one",
+                max(1, math.ceil(wait)),
+            )
+
+    def _every_node(self) -> None:
+        """An ``EVERY_NODE`` hint, unless one is pending: the full listing it brings begins
+        once it is taken, after this call, so it covers this hint too."""
+        pending = select(NodeRow.id).where(NodeRow.node == EVERY_NODE).limit(1)
+        with self.db.read_statements() as connection:  # no write lock for that
+            missing = connection.execute(pending).first() is None
+        if missing:  # two posts may both write one: the take removes every row it read
+            with self.db.write_statements() as connection:
+                connection.execute(insert(NodeRow), [{"node": EVERY_NODE}])
         self._wake()
 
     def take(self) -> set[str] | None:

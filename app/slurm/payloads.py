@@ -103,6 +103,7 @@ class _Job(TypedDict, total=False):
     state_reason: Any
     tres_per_node: Any
     partition: Any  # "p" or, when several were asked, "p1,p2"
+    extra: Any
 
 
 class _NodesListing(TypedDict, total=False):
@@ -150,6 +151,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         state_reason=str(raw.get("state_reason") or ""),
         tres_per_node=str(raw.get("tres_per_node") or ""),
         partitions=frozenset(p for p in str(raw.get("partition") or "").split(",") if p),
+        extra=str(raw.get("extra") or ""),
     )
 
 

@@ -121,6 +121,7 @@ class Pusher:
         that finds slurmrestd away raises doubt, and one whose read-back came before a
         doubt raises no grant. ``marked``: every node's ``extra`` carries the marker jobs'
         extra constraints name, so that jobs queue behind pods (app.core.counts)."""
+        self.jobs_queue = marked
         self.marked = marked
         self.client = client
         self.ledger = ledger
@@ -131,6 +132,20 @@ class Pusher:
         self._owed: set[str] = set()  # nodes whose last push failed
         # Per node: until when an update whose answer was lost may still land (monotonic).
         self._late_until: dict[str, float] = {}
+
+    def keep_marker(self, needed: bool) -> None:
+        """``needed``: a job pends on the marker (its extra constraint, given while the jobs
+        queue was on). Every node then keeps it, the setting off too: without it no node
+        meets the constraint and the job pends for ever. Jobs submitted meanwhile get the
+        constraint as well (the job_submit plugin sees every node marked), so the marker
+        goes once none is left pending; a restart reads it again from the next listing."""
+        marked = self.jobs_queue or needed
+        if marked != self.marked and not self.jobs_queue:
+            log.info(
+                "jobs queue off: the nodes' marker %s",
+                "kept, jobs pend on it" if marked else "goes, no job pends on it",
+            )
+        self.marked = marked
 
     def owed(self) -> list[str]:
         """Nodes whose last push failed: Slurm may not withhold what the ledger does."""

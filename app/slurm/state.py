@@ -68,6 +68,7 @@ class SlurmState:
         self._hinted_at: dict[str, float] = {}  # job id -> when a hint's read of it began
         self._node_read_at: dict[str, float] = {}  # node -> when a hint's read of it began
         self._held_back: tuple[str, ...] = ()  # pending jobs slurmctld marked non-runnable
+        self._on_marker = False  # a pending job's extra constraint names the queue's marker
         # The partitions of jobs waiting for resources (SlurmJob.waits_for_resources); a
         # waiting job that names none makes every node contended.
         self._waiting_in: frozenset[str] = frozenset()
@@ -109,6 +110,11 @@ class SlurmState:
     def held_back(self) -> tuple[str, ...]:
         """The jobs the last job listing showed held back (SlurmJob.held_back), by id."""
         return self._held_back
+
+    def jobs_on_marker(self) -> bool:
+        """Whether a job of the last job listing pends on the jobs queue's marker
+        (SlurmJob.needs_queue_marker)."""
+        return self._on_marker
 
     def contended(self) -> set[str]:
         """The nodes (Slurm names) in a partition where a job of the last job listing waits
@@ -160,6 +166,7 @@ class SlurmState:
             }
         if jobs is not None:
             self._held_back = tuple(j.job_id for j in jobs.items if j.held_back)
+            self._on_marker = any(j.needs_queue_marker for j in jobs.items)
             if self._old_refusals is None:
                 self._old_refusals = frozenset(j.job_id for j in jobs.items if j.refused_at_submit)
             waiting = [

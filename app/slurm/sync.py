@@ -227,6 +227,7 @@ class SlurmSync:
         finally:
             self.state.publish()
         self.listings_read = self.listings.jobs_listed_at is not None
+        self.pusher.keep_marker(self.state.jobs_on_marker())
         self.metrics.slurm_reached(True)
         leads = self.leadership is None or self.leadership.check()
         self.metrics.leader("slurm-sync", leads)

@@ -17,6 +17,7 @@ from app.core.maintenance import (
     carried,
     cordon_reason,
     node_patch,
+    resume_refusal,
     slurm_action,
     slurm_taint,
 )
@@ -128,6 +129,11 @@ OURS = "Slurm node n1 is DRAIN+IDLE: nodeledger: cordoned in Kubernetes at 2026-
         (False, DRAINED, None),  # an administrator's drain is never undone
         (False, "Slurm node n1 is DRAIN+IDLE: hw; nodeledger: cordoned in Kubernetes", None),
         (False, None, None),
+        # slurmd went away under our drain: Slurm's DOWN and its words are not ours to undo.
+        (False, OURS.replace("DRAIN+IDLE", "DOWN+DRAIN+NOT_RESPONDING"), None),
+        (False, f"{OURS}: Not responding", None),
+        (False, OURS.replace("DRAIN+IDLE", "DRAIN+FAIL+IDLE"), None),
+        (False, OURS.replace("DRAIN+IDLE", "ALLOCATED+DRAIN"), SlurmAction.RESUME),
     ],
 )
 def test_a_cordon_drains_slurm_and_an_uncordon_resumes_only_the_services_drain(
@@ -136,8 +142,35 @@ def test_a_cordon_drains_slurm_and_an_uncordon_resumes_only_the_services_drain(
     assert slurm_action(cordoned, reason) == expected
 
 
+CORDON = "nodeledger: cordoned in Kubernetes at 2026-11-27T01:40:00Z"
+
+
+@pytest.mark.parametrize(
+    ("states", "reason", "refusal"),
+    [
+        pytest.param("IDLE+DRAIN", CORDON, None, id="ours"),
+        pytest.param("MIXED+DRAIN", CORDON, None, id="ours-with-jobs"),
+        pytest.param("IDLE", CORDON, "it is not drained", id="resumed-already"),
+        pytest.param("DOWN+DRAIN+NOT_RESPONDING", f"{CORDON}: Not responding",
+                     "Slurm set it DOWN+NOT_RESPONDING too", id="slurmd-gone"),
+        pytest.param("IDLE+DRAIN", f"{CORDON}: Not responding",
+                     f"the drain's reason is not the service's alone: '{CORDON}: Not responding'",
+                     id="slurm-appended"),
+        pytest.param("IDLE+DRAIN", "hw", "the drain's reason is not the service's alone: 'hw'",
+                     id="an-administrators"),
+    ],
+)  # fmt: skip
+def test_a_resume_undoes_only_the_services_drain(
+    states: str, reason: str, refusal: str | None
+) -> None:
+    assert resume_refusal(frozenset(states.split("+")), reason) == refusal
+
+
 def test_the_services_own_drain_makes_no_taint() -> None:
     assert slurm_taint(OURS) is None  # the Node is cordoned already: no loop
+    # slurmd died under it: Slurm's DOWN, which the uncordon leaves, keeps the Node tainted.
+    gone = f"{OURS.replace('DRAIN+IDLE', 'DOWN+DRAIN+NOT_RESPONDING')}: Not responding"
+    assert slurm_taint(gone) == SlurmTaint("DOWN-DRAIN-NOT_RESPONDING", "NoSchedule", gone)
     reason = cordon_reason(datetime(2026, 11, 27, 1, 40, tzinfo=UTC))
     assert reason == "nodeledger: cordoned in Kubernetes at 2026-11-27T01:40:00Z"
     assert slurm_action(False, f"Slurm node n1 is DRAIN+IDLE: {reason}") is SlurmAction.RESUME

@@ -34,6 +34,7 @@ from tests.support.deploy import (
     SERVER_PODS,
     Release,
     busybox_pod,
+    caller,
     wait_rollout,
 )
 from tests.support.realenv import wait_until
@@ -282,24 +283,10 @@ def _placeholder_amount(pod: dict[str, Any] | None, what: str, where: str = "spe
     return cpu_millis(amount) if what == "cpu" else memory_bytes(amount)
 
 
-# A caller allowed to admit and release, as docs/security.md grants one.
-WRITER = """
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: nl-writer, namespace: default}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: nl-writer}
-rules:
-  - {apiGroups: [nodeledger.io], resources: [admissions], verbs: [create, delete]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: nl-writer}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nl-writer}
-subjects: [{kind: ServiceAccount, name: nl-writer, namespace: default}]
-"""
+# A caller allowed to admit and release.
+WRITER = caller(
+    "nl-writer", "{apiGroups: [nodeledger.io], resources: [admissions], verbs: [create, delete]}"
+)
 
 
 def test_a_placeholder_pod_is_resized_in_place_by_its_kubelet(

@@ -412,7 +412,7 @@ def test_defaults_serve_https_and_check_callers_with_the_api_server(helm: Helm) 
     deployment = find(docs, "Deployment", "nl-nodeledger")
     env = env_of(deployment)
     assert env["NODELEDGER_AUTH_MODE"] == "kubernetes"
-    assert env["NODELEDGER_AUTH_PROTECT_READS"] == "false"
+    assert env["NODELEDGER_AUTH_PROTECT_READS"] == "true"  # names holders, Slurm users
     assert env["NODELEDGER_AUTH_CACHE_TTL"] == "5"
     assert env["NODELEDGER_AUTH_TLS_CERT_FILE"] == "/var/run/secrets/nodeledger/tls/tls.crt"
     assert env["NODELEDGER_AUTH_TLS_KEY_FILE"] == "/var/run/secrets/nodeledger/tls/tls.key"
@@ -528,9 +528,11 @@ def test_auth_without_tls_is_refused_while_the_chart_runs_a_scheduler(helm: Helm
     )
     docs = render(helm, "tls.enabled=false", "scheduler.enabled=false")
     assert env_of(find(docs, "Deployment", "nl-nodeledger"))["NODELEDGER_AUTH_MODE"] == "kubernetes"
-    assert "needs auth.mode static or kubernetes" in fails(
-        helm, "auth.mode=none", "auth.protectReads=true"
+    # Nothing to protect reads with under mode none: no caller is ever checked.
+    env = env_of(
+        find(render(helm, "auth.mode=none", "tls.enabled=false"), "Deployment", "nl-nodeledger")
     )
+    assert "NODELEDGER_AUTH_PROTECT_READS" not in env
 
 
 def test_list_page_size_and_status_rate(helm: Helm) -> None:
@@ -653,10 +655,13 @@ def test_the_scheduler_may_elect_itself_on_its_own_lease(helm: Helm) -> None:
     assert binding["subjects"][0]["name"] == "nl-nodeledger-scheduler"
 
 
-def test_protected_reads_and_the_cache_ttl(helm: Helm) -> None:
-    docs = render(helm, "auth.protectReads=true", "auth.cacheTTL=2")
-    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+def test_reads_are_protected_by_default_and_the_cache_ttl(helm: Helm) -> None:
+    # A node's read names its holders and Slurm's jobs and users (docs/security.md).
+    env = env_of(find(render(helm), "Deployment", "nl-nodeledger"))
     assert env["NODELEDGER_AUTH_PROTECT_READS"] == "true"
+    docs = render(helm, "auth.protectReads=false", "auth.cacheTTL=2")
+    env = env_of(find(docs, "Deployment", "nl-nodeledger"))
+    assert env["NODELEDGER_AUTH_PROTECT_READS"] == "false"
     assert env["NODELEDGER_AUTH_CACHE_TTL"] == "2"
 
 

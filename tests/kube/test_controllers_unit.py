@@ -18,6 +18,7 @@ from app.core.caps import KubeCaps
 from app.core.components import Health
 from app.core.genericnode import MIRRORED, fingerprint, status_of
 from app.core.placement import filter_nodes, prioritize
+from app.core.rate import TokenBucket
 from app.core.records import (
     Holder,
     HolderKind,
@@ -30,7 +31,6 @@ from app.core.records import (
 from app.core.resources import Resources
 from app.kube.client import KubeError
 from app.kube.controllers import leader
-from app.kube.controllers.dirty import TokenBucket
 from app.kube.controllers.mirror import StatusMirror, _Status
 from app.kube.controllers.watch import ListWatch
 from app.ledger.service import Ledger

@@ -179,9 +179,13 @@ def test_monitoring_is_off_by_default(helm: str) -> None:
     assert monitoring_objects(render(helm)) == set()
 
 
+# The scrape's token: reads, /metrics included, are protected by default.
+SCRAPE_TOKEN = "monitoring.serviceMonitor.bearerTokenSecret.name=prom"
+
+
 @pytest.mark.parametrize("switch", sorted(SWITCHES))
 def test_each_switch_renders_only_its_object(helm: str, switch: str) -> None:
-    docs = render(helm, f"monitoring.{switch}.enabled=true")
+    docs = render(helm, f"monitoring.{switch}.enabled=true", SCRAPE_TOKEN)
     assert monitoring_objects(docs) == {switch}
     kind, name = SWITCHES[switch]
     labels = find(docs, kind, name)["metadata"]["labels"]
@@ -190,7 +194,8 @@ def test_each_switch_renders_only_its_object(helm: str, switch: str) -> None:
 
 @pytest.mark.parametrize("switch", sorted(SWITCHES))
 def test_each_object_takes_extra_labels(helm: str, switch: str) -> None:
-    docs = render(helm, f"monitoring.{switch}.enabled=true", f"monitoring.{switch}.labels.team=hpc")
+    sets = (f"monitoring.{switch}.enabled=true", f"monitoring.{switch}.labels.team=hpc")
+    docs = render(helm, *sets, SCRAPE_TOKEN)
     kind, name = SWITCHES[switch]
     assert find(docs, kind, name)["metadata"]["labels"]["team"] == "hpc"
 
@@ -228,7 +233,9 @@ def test_schema_rejects_bad_monitoring_values(helm: str, value: str) -> None:
 
 
 def service_monitor(helm: str, *sets: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    docs = render(helm, "monitoring.serviceMonitor.enabled=true", *sets)
+    """The ServiceMonitor and the Service; reads open (``auth.protectReads=false``) unless
+    ``sets`` say otherwise: a protected scrape needs a token (tested below)."""
+    docs = render(helm, "monitoring.serviceMonitor.enabled=true", "auth.protectReads=false", *sets)
     return find(docs, "ServiceMonitor", "nl-nodeledger"), find(docs, "Service", "nl-nodeledger")
 
 
@@ -286,7 +293,7 @@ def test_service_monitor_interval_and_timeout(helm: str) -> None:
 
 
 def test_protected_reads_need_a_bearer_token_for_the_scrape(helm: str) -> None:
-    stderr = fails(helm, "monitoring.serviceMonitor.enabled=true", "auth.protectReads=true")
+    stderr = fails(helm, "monitoring.serviceMonitor.enabled=true")  # protected by default
     assert "monitoring.serviceMonitor.bearerTokenSecret.name" in stderr
     monitor, _ = service_monitor(
         helm, "auth.protectReads=true", "monitoring.serviceMonitor.bearerTokenSecret.name=prom"

@@ -14,9 +14,10 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from app.main import create_app
 from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import SlurmCluster, wait_until
-from tests.support.slurm_fixtures import marked
+from tests.support.slurm_fixtures import marked, register_nodes, slurm_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -68,3 +69,21 @@ def test_a_users_own_extra_constraint_is_left_alone(
     job = slurm.sbatch("-w", "n2", "--extra=nodeledger_k8scpu<=16", "--wrap", "sleep 600")
     assert slurm.job(job)["extra"] == "nodeledger_k8scpu<=16"
     slurm.scancel(job)
+
+
+def test_turning_the_queue_off_strands_no_job(slurm: SlurmCluster, sqlite_url: str) -> None:
+    """A job given the constraint while the queue was on still starts once the pods go
+    after the service restarts with the queue off: the marker stays while it pends."""
+    with TestClient(create_app(slurm_settings(slurm, sqlite_url))) as api:
+        register_nodes(api, slurm)
+        for uid in ("web-1", "web-2"):
+            assert admit(api, "n1", uid, "6", "2Gi").status_code == 201
+        job = slurm.sbatch("-w", "n1", "-c", "8", "--mem=500", "--wrap", "sleep 600")
+        wait_until(lambda: reason(slurm, job) == "Constraints", 60, what="the job waiting")
+    try:
+        with TestClient(create_app(slurm_settings(slurm, sqlite_url, jobs_queue=False))) as api:
+            for uid in ("web-1", "web-2"):
+                assert api.delete(f"/v1/admissions/{uid}").status_code == 200
+            wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, what="the job running")
+    finally:
+        slurm.scancel(job)

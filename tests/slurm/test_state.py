@@ -99,3 +99,27 @@ def test_a_refusal_counts_from_the_first_listing_on() -> None:
     assert state.contended() == set()
     state.apply_listings((None, Listing((refused("7"), refused("8")), 2)), 0.0)
     assert state.contended() == {"n1"}
+
+
+@pytest.mark.parametrize(
+    ("states", "extra", "on_marker"),
+    [
+        pytest.param({"PENDING"}, "nodeledger=1", True, id="pending-on-the-queue"),
+        pytest.param({"PENDING"}, "site=a&nodeledger=1", True, id="in-a-users-expression"),
+        pytest.param({"PENDING"}, "nodeledger=10", False, id="another-value"),
+        pytest.param({"PENDING"}, "nodeledger_k8scpu<=16", False, id="another-key"),
+        pytest.param({"PENDING"}, "", False, id="no-constraint"),
+        pytest.param({"RUNNING"}, "nodeledger=1", False, id="started"),
+    ],
+)
+def test_a_pending_job_on_the_queues_marker_is_seen(
+    states: set[str], extra: str, on_marker: bool
+) -> None:
+    state = SlurmState()
+    queued = replace(job("9", "n1"), states=frozenset(states), extra=extra)
+    state.apply_listings((None, Listing((job("7", "n1"), queued), 1)), 0.0)
+    assert state.jobs_on_marker() is on_marker
+    state.apply_listings((None, None), 1.0)  # unchanged: as last listed
+    assert state.jobs_on_marker() is on_marker
+    state.apply_listings((None, Listing((job("7", "n1"),), 2)), 2.0)
+    assert state.jobs_on_marker() is False

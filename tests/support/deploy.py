@@ -204,6 +204,7 @@ class Release:
     values_file: Path
     values: dict[str, Any]
     install_seconds: float
+    reader_token: str = ""  # the chart protects reads by default: a reader's, for api()
 
     @classmethod
     def install(
@@ -220,6 +221,10 @@ class Release:
             "--wait", "--timeout", "8m",
         )  # fmt: skip
         release = cls(helm, kube, slurm, values_file, chart_values, time.monotonic() - started)
+        kube.kubectl("apply", "-f", "-", input=READER)
+        release.reader_token = kube.kubectl(
+            "-n", "default", "create", "token", "nl-reader", "--duration=4h"
+        ).strip()
         # A pod the extender refuses because the ledger has not discovered its node yet
         # waits for the next cluster event (or kube-scheduler's 5 minutes): tests and the
         # bench create pods once the nodes are admissible.
@@ -264,11 +269,16 @@ class Release:
         context.check_hostname = False
         return context
 
+    def reader(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.reader_token}"}
+
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """A call to one ready replica of the service (reads need no token by default)."""
+        """A call to one ready replica of the service, as the reader unless ``headers``
+        name another caller."""
         ips = wait_until(self.ready_server_ips, 120, 0.5, "a ready replica")
         url = f"https://{ips[0]}:8080{path}"
-        return httpx.request(method, url, verify=self.tls(), timeout=10, **kwargs)
+        headers = kwargs.pop("headers", None) or self.reader()
+        return httpx.request(method, url, verify=self.tls(), timeout=10, headers=headers, **kwargs)
 
     def replica_metric(self, name: str) -> list[float]:
         """An unlabelled metric as every replica that answers serves it, ready or not (the
@@ -279,7 +289,8 @@ class Release:
             if not ip:
                 continue
             try:
-                text = httpx.get(f"https://{ip}:8080/metrics", verify=self.tls(), timeout=5).text
+                url = f"https://{ip}:8080/metrics"
+                text = httpx.get(url, verify=self.tls(), timeout=5, headers=self.reader()).text
             except httpx.HTTPError:
                 continue
             figures += [
@@ -337,6 +348,36 @@ def busybox_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
+def caller(name: str, *rules: str) -> str:
+    """A ServiceAccount ``name`` in namespace default with a ClusterRole of ``rules`` (one
+    YAML flow mapping each), as docs/security.md grants a caller."""
+    listed = "".join(f"\n  - {rule}" for rule in rules)
+    return f"""
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {name}, namespace: default}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {name}}}
+rules:{listed}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: default}}]
+"""
+
+
+# Every read (the chart protects them by default).
+READER = caller(
+    "nl-reader",
+    "{apiGroups: [nodeledger.io], resources: [nodes], verbs: [get, list]}",
+    "{apiGroups: [nodeledger.io], resources: [holdings, events], verbs: [list]}",
+)
+
+
 BUSYBOX_IMAGE = "registry.nodeledger.test/busybox:1.35"
 PAUSE_IMAGE = "registry.nodeledger.test/pause:3.10"
 
@@ -361,6 +402,7 @@ __all__ = [
     "Release",
     "build_image",
     "busybox_pod",
+    "caller",
     "start_kube",
     "start_postgres",
     "start_slurm",

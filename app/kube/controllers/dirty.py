@@ -9,8 +9,9 @@ is read (a refresh may call back into ``add``).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Collection
+
+from app.core.rate import TokenBucket
 
 
 class DirtyNames:
@@ -35,27 +36,6 @@ class DirtyNames:
         with self._lock:
             names, self._names = self._names, set()
         return names
-
-
-class TokenBucket:
-    def __init__(
-        self, rate: float, burst: int, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = float(burst)
-        self.monotonic = monotonic
-        self.last = monotonic()
-
-    def wait_time(self) -> float:
-        """0 when a token was taken, else how long until one is available."""
-        now = self.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
-        self.last = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        return (1 - self.tokens) / self.rate
 
 
 def write_at_rate(

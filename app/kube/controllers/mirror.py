@@ -28,9 +28,10 @@ from typing import Any, TypedDict
 
 from app.core.components import Health
 from app.core.genericnode import MANAGED_BY, fingerprint, status_of
+from app.core.rate import TokenBucket
 from app.core.records import NodeView
 from app.kube.client import GENERICNODES, KubeClient, KubeError
-from app.kube.controllers.dirty import DirtyNames, TokenBucket, write_at_rate
+from app.kube.controllers.dirty import DirtyNames, write_at_rate
 from app.ledger.service import Clock
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics

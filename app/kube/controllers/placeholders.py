@@ -22,9 +22,10 @@ from typing import Any, NamedTuple
 from app.core import placeholder
 from app.core.caps import KubeCaps
 from app.core.pods import TERMINAL_PHASES, PodShape, pod_info
+from app.core.rate import TokenBucket
 from app.core.resources import Resources
 from app.kube.client import KubeClient, KubeError
-from app.kube.controllers.dirty import DirtyNames, TokenBucket, write_at_rate
+from app.kube.controllers.dirty import DirtyNames, write_at_rate
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import log_failure

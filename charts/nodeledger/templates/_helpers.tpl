@@ -135,9 +135,6 @@ tlsConfig:
 {{- if and .Values.kube.placeholders.enabled (semverCompare "<1.33-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail "kube.placeholders.enabled needs Kubernetes 1.33 or later (in-place pod resize); set it to false on older clusters" -}}
 {{- end -}}
-{{- if and .Values.auth.protectReads (eq .Values.auth.mode "none") -}}
-{{- fail "auth.protectReads needs auth.mode static or kubernetes" -}}
-{{- end -}}
 {{- end -}}
 
 
