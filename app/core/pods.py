@@ -34,6 +34,7 @@ class _Resources(TypedDict, total=False):
 
 
 class _Container(TypedDict, total=False):
+    name: str  # to match its status (pod_allocated)
     resources: _Resources
     restartPolicy: str
 
@@ -53,10 +54,19 @@ class _Meta(TypedDict, total=False):
     name: str
 
 
+class _ContainerStatus(TypedDict, total=False):
+    # What the kubelet allocated to the container and applied (an in-place resize): not its
+    # state (``PodInfo.stopped``), which would double the cost of parsing a listed page,
+    # and a listed pod is there, where it decides nothing.
+    name: str
+    allocatedResources: dict[str, Any]
+    resources: _Resources
+
+
 class _Status(TypedDict, total=False):
-    # Not the container statuses (``PodInfo.stopped``): they would double the cost of
-    # parsing a listed page, and a listed pod is there, where they decide nothing.
     phase: str
+    containerStatuses: list[_ContainerStatus]
+    initContainerStatuses: list[_ContainerStatus]
     # The claims generated for it (app.core.claims.pod_claims): few pods have them.
     resourceClaimStatuses: list[dict[str, Any]]
     extendedResourceClaimStatus: dict[str, Any]
@@ -101,8 +111,64 @@ def _max(a: Resources, b: Resources) -> Resources:
     )
 
 
+def _min(a: Resources, b: Resources) -> Resources:
+    return Resources(
+        min(a.cpu_millis, b.cpu_millis), min(a.memory_bytes, b.memory_bytes), min(a.gpus, b.gpus)
+    )
+
+
 def pod_requests(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Resources:
+    return _effective(pod.get("spec") or {}, gpu_resource)
+
+
+def pod_allocated(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Resources | None:
+    """What the pod's kubelet allocated to it, by the rules of ``pod_requests`` over each
+    container's status: the larger of what the kubelet admitted (``allocatedResources``)
+    and what it applied (``resources.requests``), which differ while a resize is in
+    progress; what it reports nothing of counts as the spec asks. None: the kubelet reports
+    no allocation (the pod has not started, or the kubelet predates in-place resize)."""
+    status = pod.get("status") or {}
     spec = pod.get("spec") or {}
+    reported: dict[str, dict[str, Any]] = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for entry in status.get(key) or []:
+            applied = (entry.get("resources") or {}).get("requests") or {}
+            allocated = entry.get("allocatedResources") or {}
+            if applied or allocated:
+                reported[str(entry.get("name", ""))] = _larger(allocated, applied, gpu_resource)
+    if not reported:
+        return None
+
+    def as_allocated(containers: list[Any]) -> list[Any]:
+        out = []
+        for container in containers:
+            amounts = reported.get(container.get("name"))
+            if amounts is not None:
+                resources = container.get("resources") or {}
+                asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+                container = {**container, "resources": {"requests": {**asked, **amounts}}}
+            out.append(container)
+        return out
+
+    allocated_spec = {
+        **spec,
+        "containers": as_allocated(spec.get("containers") or []),
+        "initContainers": as_allocated(spec.get("initContainers") or []),
+    }
+    return _effective(allocated_spec, gpu_resource)
+
+
+def _larger(a: Mapping[str, Any], b: Mapping[str, Any], gpu_resource: str) -> dict[str, str]:
+    """Two reports of a container's requests as one: the larger amount of each resource
+    either names (as requests again)."""
+    amounts = _max(_amounts(a, gpu_resource), _amounts(b, gpu_resource))
+    larger = {"cpu": f"{amounts.cpu_millis}m", "memory": str(amounts.memory_bytes)}
+    if amounts.gpus:
+        larger[gpu_resource] = str(amounts.gpus)
+    return {name: amount for name, amount in larger.items() if name in a or name in b}
+
+
+def _effective(spec: Mapping[str, Any], gpu_resource: str) -> Resources:
     sidecars = Resources.ZERO
     init_peak = Resources.ZERO
     for container in spec.get("initContainers") or []:
@@ -145,6 +211,8 @@ class PodInfo:
     # while its node is lost, the one proof the pod itself can give that nothing runs. Read
     # from watch events (whole objects) only: a listed page is parsed into PodShape.
     stopped: bool = False
+    # What its kubelet allocated (pod_allocated), None: nothing reported.
+    allocated: Resources | None = None
 
     @property
     def display_name(self) -> str:
@@ -195,4 +263,33 @@ def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInf
         claim_refs=refs,
         extended_gpus=extended is not None and gpu_resource in extended.resources,
         stopped=containers_stopped(status),
+        allocated=pod_allocated(pod, gpu_resource),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """A held pod's holding as its requests change in place: ``now`` is held at once,
+    ``target`` once the growth between them is admitted."""
+
+    now: Resources
+    target: Resources
+
+    @property
+    def growth(self) -> Resources:
+        return self.target - self.now
+
+
+def resize(held: Resources, wanted: Resources, allocated: Resources | None) -> Resize:
+    """The holding of a pod held ``held`` whose requests count ``wanted`` and whose kubelet
+    allocated ``allocated`` (None: nothing reported):
+    - never below what the kubelet allocated, which the pod may use now, admitted or not;
+    - a shrink at once, down to that;
+    - a growth beyond both only once admitted (as any admission, confirmed by Slurm):
+      until then the larger of the old holding and the kubelet's allocation;
+    - GPUs never shrink in place: the API server resizes only CPU and memory, and a
+      holding's GPUs may be its claims' devices, which its requests do not count."""
+    floor = allocated or Resources.ZERO
+    target = _max(wanted, floor)
+    target = replace(target, gpus=max(target.gpus, held.gpus))
+    return Resize(_min(_max(held, floor), target), target)
