@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -118,67 +118,73 @@ def _min(a: Resources, b: Resources) -> Resources:
 
 
 def pod_requests(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Resources:
-    return _effective(pod.get("spec") or {}, gpu_resource)
+    return _effective(pod.get("spec") or {}, gpu_resource, lambda c: _container(c, gpu_resource))
 
 
-def pod_allocated(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Resources | None:
+def pod_allocated(
+    pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE, requests: Resources | None = None
+) -> Resources | None:
     """What the pod's kubelet allocated to it, by the rules of ``pod_requests`` over each
     container's status: the larger of what the kubelet admitted (``allocatedResources``)
     and what it applied (``resources.requests``), which differ while a resize is in
     progress; what it reports nothing of counts as the spec asks. None: the kubelet reports
-    no allocation (the pod has not started, or the kubelet predates in-place resize)."""
+    no allocation (the pod has not started, or the kubelet predates in-place resize).
+    ``requests``: the pod's (pod_requests), the answer when every container is allocated as
+    its spec asks, the common case, which then costs no second pass over the spec."""
     status = pod.get("status") or {}
-    spec = pod.get("spec") or {}
-    reported: dict[str, dict[str, Any]] = {}
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for entry in status.get(key) or []:
-            applied = (entry.get("resources") or {}).get("requests") or {}
-            allocated = entry.get("allocatedResources") or {}
-            if applied or allocated:
-                reported[str(entry.get("name", ""))] = _larger(allocated, applied, gpu_resource)
+    reported: dict[str, Mapping[str, Any]] = {
+        str(entry.get("name", "")): entry
+        for key in ("initContainerStatuses", "containerStatuses")
+        for entry in status.get(key) or []
+        if entry.get("allocatedResources") or (entry.get("resources") or {}).get("requests")
+    }
     if not reported:
         return None
+    spec = pod.get("spec") or {}
+    allocated: dict[int, Resources] = {}  # by id() of the spec's container
+    for container in (*(spec.get("initContainers") or []), *(spec.get("containers") or [])):
+        entry = reported.get(container.get("name", ""))
+        if entry is not None:
+            asked = _container(container, gpu_resource)
+            if (amounts := _reported(entry, asked, gpu_resource)) != asked:
+                allocated[id(container)] = amounts
+    if not allocated:
+        return requests if requests is not None else pod_requests(pod, gpu_resource)
 
-    def as_allocated(containers: list[Any]) -> list[Any]:
-        out = []
-        for container in containers:
-            amounts = reported.get(container.get("name"))
-            if amounts is not None:
-                resources = container.get("resources") or {}
-                asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-                container = {**container, "resources": {"requests": {**asked, **amounts}}}
-            out.append(container)
-        return out
+    def amounts_of(container: Mapping[str, Any]) -> Resources:
+        found = allocated.get(id(container))
+        return _container(container, gpu_resource) if found is None else found
 
-    allocated_spec = {
-        **spec,
-        "containers": as_allocated(spec.get("containers") or []),
-        "initContainers": as_allocated(spec.get("initContainers") or []),
-    }
-    return _effective(allocated_spec, gpu_resource)
+    return _effective(spec, gpu_resource, amounts_of)
 
 
-def _larger(a: Mapping[str, Any], b: Mapping[str, Any], gpu_resource: str) -> dict[str, str]:
-    """Two reports of a container's requests as one: the larger amount of each resource
-    either names (as requests again)."""
-    amounts = _max(_amounts(a, gpu_resource), _amounts(b, gpu_resource))
-    larger = {"cpu": f"{amounts.cpu_millis}m", "memory": str(amounts.memory_bytes)}
-    if amounts.gpus:
-        larger[gpu_resource] = str(amounts.gpus)
-    return {name: amount for name, amount in larger.items() if name in a or name in b}
+def _reported(entry: Mapping[str, Any], asked: Resources, gpu_resource: str) -> Resources:
+    """A container's status as its requests: per resource the larger of what the kubelet
+    admitted and applied, or what the spec asks where it names neither."""
+    allocated = entry.get("allocatedResources") or {}
+    applied = (entry.get("resources") or {}).get("requests") or {}
+    named = _max(_amounts(allocated, gpu_resource), _amounts(applied, gpu_resource))
+    return Resources(
+        named.cpu_millis if "cpu" in allocated or "cpu" in applied else asked.cpu_millis,
+        named.memory_bytes if "memory" in allocated or "memory" in applied else asked.memory_bytes,
+        named.gpus if gpu_resource in allocated or gpu_resource in applied else asked.gpus,
+    )
 
 
-def _effective(spec: Mapping[str, Any], gpu_resource: str) -> Resources:
+def _effective(
+    spec: Mapping[str, Any], gpu_resource: str, amounts_of: Callable[[Any], Resources]
+) -> Resources:
+    """The pod's effective request, each container counting ``amounts_of`` it."""
     sidecars = Resources.ZERO
     init_peak = Resources.ZERO
     for container in spec.get("initContainers") or []:
-        amounts = _container(container, gpu_resource)
+        amounts = amounts_of(container)
         if container.get("restartPolicy") == "Always":
             sidecars = sidecars + amounts
             init_peak = _max(init_peak, sidecars)
         else:
             init_peak = _max(init_peak, sidecars + amounts)
-    apps = Resources.total([_container(c, gpu_resource) for c in spec.get("containers") or []])
+    apps = Resources.total([amounts_of(c) for c in spec.get("containers") or []])
     effective = _max(init_peak, apps + sidecars)
     pod_level = (spec.get("resources") or {}).get("requests") or {}
     if pod_level:
@@ -249,6 +255,7 @@ def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInf
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName") or None
+    requests = pod_requests(pod, gpu_resource)
     refs = pod_claims(pod)
     extended = extended_claim(pod) if refs else None
     # Namespaces, node names and phases repeat across thousands of pods: one copy each.
@@ -258,12 +265,12 @@ def pod_info(pod: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInf
         name=str(meta.get("name", "")),
         node=sys.intern(str(node)) if node else None,
         phase=sys.intern(str(status.get("phase") or "Pending")),
-        requests=pod_requests(pod, gpu_resource),
+        requests=requests,
         claims=bool((pod.get("spec") or {}).get("resourceClaims")) or extended is not None,
         claim_refs=refs,
         extended_gpus=extended is not None and gpu_resource in extended.resources,
         stopped=containers_stopped(status),
-        allocated=pod_allocated(pod, gpu_resource),
+        allocated=pod_allocated(pod, gpu_resource, requests),
     )
 
 
