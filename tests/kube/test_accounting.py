@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
+from app.core.caps import KubeCaps
 from app.core.ledger_errors import AdmissionRejected
 from app.core.pod_release import NodeHealth
 from app.core.pods import PodInfo
@@ -32,7 +33,12 @@ from app.db.engine import Database
 from app.kube.controllers.accounting import RECORD_BATCH, RESIZE_NOT_ADMITTED, PodAccounting
 from app.ledger.service import Ledger
 from app.metrics.registry import Metrics
+from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
+from app.slurm.push import Pusher
 from tests.metrics.scrape import parse
+from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.slurm_cluster import k8s_counts
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -292,6 +298,28 @@ def test_what_the_kubelet_allocated_is_held_and_a_shrink_goes_when_it_is_applied
     assert pod_holdings(ledger) == {"p": 2000}
     resizing.on_event("MODIFIED", running("p", 1000, None))  # nothing reported: at once
     assert pod_holdings(ledger) == {"p": 1000}
+
+
+def test_a_growth_onto_cpus_a_job_uses_is_refused_by_slurms_read_back(
+    ledger: Ledger, clock: Clock, reports: list[tuple[str, str, str]]
+) -> None:
+    """The real gate, on a fake slurmrestd whose node runs a 12-CPU job the ledger has not
+    seen yet: the pod's growth from 4 to 8 CPUs fits the ledger, the push of its counts
+    reads the job back, and the growth is undone; the counts withhold the pod's 4 again."""
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    fake = FakeSlurm(slurm_node(gres_used="k8scpu:12,k8smemory:1000"))
+    gate = SlurmGate(Pusher(fake, ledger), KubeCaps(), holds=HoldJobs(fake))  # type: ignore[arg-type]
+    accounting = PodAccounting(
+        Admissions(ledger, gate), {"n1"}.__contains__, gpu_resource="nvidia.com/gpu",
+        binding_grace=30, clock=clock,
+        report=lambda p, reason, message: reports.append((p.uid, reason, message)),
+    )  # fmt: skip
+    accounting.resync([])
+    accounting.on_event("ADDED", running("p", 4000, 4000))
+    accounting.on_event("MODIFIED", running("p", 8000, 4000))
+    assert pod_holdings(ledger) == {"p": 4000}
+    assert "Slurm already holds it on node n1" in reports[0][2], reports
+    assert k8s_counts(fake.node.gres)["k8scpu"] == 12
 
 
 def test_a_resize_keeps_the_holdings_devices(ledger: Ledger, resizing: PodAccounting) -> None:
