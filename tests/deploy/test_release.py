@@ -395,7 +395,7 @@ def test_a_pods_in_place_growth_waits_until_a_slurm_job_leaves_it_room(
 
     def held() -> int:
         holding = release.holding_of(uid, "n1")
-        return int(holding["resources"]["memory_bytes"]) if holding else 0
+        return int(holding["requests"]["memory_bytes"]) if holding else 0
 
     def applied() -> int:
         """The pod's memory request as its kubelet applied it."""
