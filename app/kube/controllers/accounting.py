@@ -284,6 +284,8 @@ class PodAccounting:
 
     def _hold(self, pod: PodInfo) -> None:
         if not self._accountable(pod):
+            with self._lock:
+                self._refused.pop(pod.uid, None)  # its node is no longer managed
             return
         with self._lock:
             unread = pod.uid in self._unread
