@@ -219,7 +219,7 @@ class LedgerCommands(NodeCommands):
             if part is None or part.node_id != node.id:
                 raise HoldingNotFound(grown.id)
             old = found.holding.resources
-            new = resize(old, target, None).target
+            new = old + (target - old).at_least_zero()  # the larger of each
             repo.delete_holdings([part.id])
             held = repo.resize_holding_returning(found.id, node.name, new, now)
             repo.insert_event(events.resized(now, node.name, holder, old, new, reason))
@@ -285,11 +285,10 @@ class LedgerCommands(NodeCommands):
                             changed.add(was)
                         continue
                     stale.append(old.id)
-                    if was != entry.node:  # its own event: followers go by node
-                        changed.add(was)
-                        written.append(
-                            events.moved(now, was, entry.node, entry.holder, amounts, reason)
-                        )
+                    changed.add(was)  # its own event: followers go by node
+                    written.append(
+                        events.moved(now, was, entry.node, entry.holder, amounts, reason)
+                    )
                 held = HoldingState.HELD
                 amounts = resize(Resources.ZERO, entry.resources, entry.allocated).target
                 holdings.append(holding_values(node_id, entry.holder, amounts, held, now))
