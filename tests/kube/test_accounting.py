@@ -212,17 +212,23 @@ def reports() -> list[tuple[str, str, str]]:
     return []
 
 
+def reporting(
+    admissions: Admissions, clock: Clock, reports: list[tuple[str, str, str]]
+) -> PodAccounting:
+    """Pod accounting on n1, resynced, its Events in ``reports``."""
+    accounting = PodAccounting(
+        admissions, {"n1"}.__contains__, gpu_resource="nvidia.com/gpu", binding_grace=30,
+        clock=clock, report=lambda p, reason, message: reports.append((p.uid, reason, message)),
+    )  # fmt: skip
+    accounting.resync([])
+    return accounting
+
+
 @pytest.fixture
 def resizing(
     ledger: Ledger, clock: Clock, gate: _Gate, reports: list[tuple[str, str, str]]
 ) -> PodAccounting:
-    accounting = PodAccounting(
-        Admissions(ledger, gate), {"n1"}.__contains__, gpu_resource="nvidia.com/gpu",
-        binding_grace=30, clock=clock,
-        report=lambda p, reason, message: reports.append((p.uid, reason, message)),
-    )  # fmt: skip
-    accounting.resync([])
-    return accounting
+    return reporting(Admissions(ledger, gate), clock, reports)
 
 
 def running(uid: str, cpu: int, allocated: int | None) -> PodInfo:
@@ -309,12 +315,7 @@ def test_a_growth_onto_cpus_a_job_uses_is_refused_by_slurms_read_back(
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
     fake = FakeSlurm(slurm_node(gres_used="k8scpu:12,k8smemory:1000"))
     gate = SlurmGate(Pusher(fake, ledger), KubeCaps(), holds=HoldJobs(fake))  # type: ignore[arg-type]
-    accounting = PodAccounting(
-        Admissions(ledger, gate), {"n1"}.__contains__, gpu_resource="nvidia.com/gpu",
-        binding_grace=30, clock=clock,
-        report=lambda p, reason, message: reports.append((p.uid, reason, message)),
-    )  # fmt: skip
-    accounting.resync([])
+    accounting = reporting(Admissions(ledger, gate), clock, reports)
     accounting.on_event("ADDED", running("p", 4000, 4000))
     accounting.on_event("MODIFIED", running("p", 8000, 4000))
     assert pod_holdings(ledger) == {"p": 4000}
