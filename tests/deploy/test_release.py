@@ -376,18 +376,22 @@ def test_a_placeholder_pod_is_resized_in_place_by_its_kubelet(
            lambda: _placeholder_amount(placeholder(), "memory") == base)  # fmt: skip
 
 
-def test_a_pods_in_place_growth_waits_until_a_slurm_job_leaves_it_room(
+def test_a_pods_in_place_growth_waits_until_the_node_has_room_for_it(
     release: Release, pods: list[str]
 ) -> None:
-    """A pod on n1 resized in place (kubectl's resize subresource) while a Slurm job leaves
-    less than it grows by: its kubelet defers the resize (the placeholder keeps the job's
-    share), the ledger holds the pod as before and says why in an Event; once the job
-    ends, the growth is admitted and the kubelet applies it. In memory: these kubelets
-    have 2 CPUs where Slurm's n1 has 16, so for CPUs the kubelet's own count is the
-    narrower one; for memory (Slurm's 32000 MB over the machine's) the placeholder is."""
-    kube, slurm = release.kube, release.slurm
+    """A pod on n1 resized in place (kubectl's resize subresource) while the ledger keeps
+    all but half its growth for others (a manual holding, Slurm-confirmed): its kubelet
+    defers the resize (the placeholder keeps that share), the ledger holds the pod as before
+    and says why in an Event; once the holding goes, the growth is admitted (confirmed by
+    Slurm) and the kubelet applies it. A manual holding, not a job: any Slurm job takes a
+    whole core of these kubelets' 2 CPUs, which overcommits the node's CPUs in the ledger
+    (it then admits nothing, for another reason than the growth's)."""
+    kube = release.kube
     mib = 2**20
     growth = 1000 * mib
+    kube.kubectl("apply", "-f", "-", input=WRITER)
+    token = kube.kubectl("-n", "default", "create", "token", "nl-writer").strip()
+    auth = {"Authorization": f"Bearer {token}"}
     on_n1 = {"kubernetes.io/hostname": "n1"}
     pod = run_pod(release, pods, busybox_pod("grows", "sleep 3600", memory="64Mi",
                                              node_selector=on_n1))  # fmt: skip
@@ -404,36 +408,37 @@ def test_a_pods_in_place_growth_waits_until_a_slurm_job_leaves_it_room(
         return memory_bytes(requests.get("memory", "0"))
 
     wait_until(lambda: held() == 64 * mib, 30, 0.5, "the pod's holding")
-    # A job that leaves half the growth free in the ledger (the jobs queue waits it for
-    # the pods' share otherwise: it asks k8smemory as much as its memory).
     free = int(release.ledger_node("n1")["free"]["memory_bytes"])
-    job = slurm.sbatch("-w", "n1", "-c", "1", f"--mem={(free - growth // 2) // mib}",
-                       "--wrap", "sleep 600")  # fmt: skip
+    body = {"node": "n1", "holder": {"kind": "manual", "id": "most-of-n1"},
+            "requests": {"cpu": "100m", "memory": str(free - growth // 2)}}  # fmt: skip
+    release.api("POST", "/v1/admissions", json=body, headers=auth).raise_for_status()
+    seen: list[Any] = []
     try:
-        wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, 0.5, "the job running")
-        placeholder = "nodeledger-held-n1"
         allocatable = memory_bytes(kube.get("node", "n1")["status"]["allocatable"]["memory"])
 
         def kept() -> bool:
             """The placeholder, applied by its kubelet, leaves it less than the growth."""
             node = release.ledger_node("n1")
-            ph = kube.get("pod", placeholder, NAMESPACE)
+            ph = kube.get("pod", "nodeledger-held-n1", NAMESPACE)
             size = _placeholder_amount(ph, "memory", "status")
             pods_hold = int(node["held_by_kubernetes"]["memory_bytes"])
+            seen[:] = [size, pods_hold, allocatable, ph and ph.get("status")]
             return size > 0 and allocatable - pods_hold - size < growth
 
-        wait_until(kept, 60, 0.5, "the placeholder keeping the job's memory")
+        try:
+            wait_until(kept, 120, 0.5, "the placeholder keeping the holding's memory")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {seen}") from exc
         patch = {"spec": {"containers": [
             {"name": "main", "resources": {"requests": {"memory": f"{64 + 1000}Mi"}}}
         ]}}  # fmt: skip
         kube.kubectl("patch", "pod", "grows", "--subresource", "resize", "-p", json.dumps(patch))
-        # Not applied while the job runs, nor held: the service acts on a change within about
-        # a second, and the kubelet retries a deferred resize as soon as any pod on n1 is
-        # resized (the placeholder).
+        # Not applied, nor held: the service acts on a change within about a second, and the
+        # kubelet retries a deferred resize as soon as any pod on n1 is resized (the
+        # placeholder).
         for _ in range(20):
             assert applied() == 64 * mib, (applied(), release.ledger_node("n1"))
             assert held() == 64 * mib
-            assert slurm.job_state(job) == "RUNNING"
             time.sleep(0.5)
         # The kubelet tried it and deferred it (its pod condition); the Event says why.
         wait_until(lambda: _resize_pending(kube.pod("grows")), 60, 0.5, "the resize deferred")
@@ -442,11 +447,11 @@ def test_a_pods_in_place_growth_waits_until_a_slurm_job_leaves_it_room(
             60, 0.5, "the Event saying why",
         )  # fmt: skip
         assert applied() == held() == 64 * mib
-        slurm.scancel(job)
-        wait_until(lambda: applied() == 1064 * mib, 120, 0.5, "the resize applied")
-        assert held() == 1064 * mib
     finally:
-        slurm.scancel(job)
+        release.api("DELETE", "/v1/admissions/most-of-n1", params={"kind": "manual"},
+                    headers=auth)  # fmt: skip
+    wait_until(lambda: applied() == 1064 * mib, 120, 0.5, "the resize applied")
+    assert held() == 1064 * mib
 
 
 def _event_reasons(release: Release, pod: str) -> str:
