@@ -21,6 +21,7 @@ caller's thread, ``admit_async``/``release_async`` from the event loop, where
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ from app.logs import log_context
 from app.metrics.registry import NO_METRICS, AdmissionPath, AdmissionTimer, Metrics, ReleasePath
 
 log = logging.getLogger(__name__)
+
+# The holder id of a pod's growth being admitted (Admissions.grow): the pod's uid and this.
+# Not a pod's uid, so that pod accounting's sweep releases one a crash left behind.
+GROWTH_SUFFIX = "+resize"
 
 # How long a deferred release's push waits for more releases on its node to go with it:
 # a Job's pods end together, and Slurm gets back what they held 0.2 s later at most.
@@ -279,13 +284,41 @@ class Admissions:
             later = "released" if self._defer_releases else None
             self._gate_changed(release.holding.node, later=later, settle=RELEASE_SETTLE)
 
-    def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
+    def record(
+        self,
+        node: str,
+        holder: Holder,
+        requests: Resources,
+        *,
+        reason: str,
+        allocated: Resources | None = None,
+    ) -> Admission:
         """A pod that is already on ``node`` (bound by another scheduler, or found by a
-        resync): the ledger records it without a fit check and Slurm is told."""
-        admission = self.ledger.record(node, holder, requests, reason=reason)
+        resync): the ledger records it without a fit check and Slurm is told. A pod it
+        holds there already grows only as far as its kubelet ``allocated`` (``grow``
+        admits the rest), and shrinks at once (Ledger.record)."""
+        admission = self.ledger.record(node, holder, requests, reason=reason, allocated=allocated)
         if admission.created:
             self._gate_changed(node)
         return admission
+
+    def grow(self, holding: Holding, target: Resources) -> Holding:
+        """A pod's in-place growth to ``target``: the difference admitted like any admission,
+        as a holding of its own (checked, confirmed by Slurm, racing other admissions under
+        the node's lock), then joined to the pod's holding in one transaction. Raises
+        AdmissionRejected (or HoldingNotFound: the pod went), the holding as it was."""
+        growth = (target - holding.resources).at_least_zero()
+        if growth.is_zero():
+            return holding
+        pod = holding.holder
+        part = Holder(pod.kind, pod.id + GROWTH_SUFFIX, f"{pod.display_name} (resize)")
+        self.admit(AdmissionRequest(holding.node, part, growth, path="resize"))
+        try:
+            return self.ledger.resize(pod, part, target, reason="resize admitted")
+        except HoldingNotFound:
+            with contextlib.suppress(HoldingNotFound):  # the pod went: so does its growth
+                self.release(ReleaseRequest(part.id, part.kind, "its pod went", "kubernetes"))
+            raise
 
     def record_many(self, entries: Sequence[Recording], *, reason: str) -> Recorded:
         """record() for many pods in one ledger transaction (a resync); the gate is told

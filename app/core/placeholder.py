@@ -44,8 +44,21 @@ def room(view: NodeView, caps: KubeCaps | None) -> Resources:
 
 def size(view: NodeView, node_allocatable: Resources, caps: KubeCaps | None) -> Resources:
     """The placeholder's requests on a node whose Node has ``node_allocatable``: CPU and
-    memory, each at least zero; no GPUs. Zero: no placeholder is needed."""
+    memory, each at least zero; no GPUs. Zero: no placeholder is needed.
+
+    On a node that admits nothing, never below what the ledger holds for others than pods
+    (Slurm's jobs, manual holdings): there allocatable - pods falls by whatever the pods'
+    holdings grow (a pod recorded as its kubelet runs it may overcommit the node), and a
+    kubelet applies a deferred in-place resize onto what that frees (up to the Node's
+    allocatable: a pod larger than that no kubelet runs). A node that admits leaves the
+    kubelet its free room, which keeps them already."""
     withheld = node_allocatable - view.held_by_kubernetes - room(view, caps)
+    if view.not_admissible_reason is not None:
+        others = (view.held - view.held_by_kubernetes).at_most(node_allocatable)
+        withheld = Resources(
+            max(withheld.cpu_millis, others.cpu_millis),
+            max(withheld.memory_bytes, others.memory_bytes),
+        )
     return Resources(max(0, withheld.cpu_millis), max(0, withheld.memory_bytes), 0)
 
 

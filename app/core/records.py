@@ -96,11 +96,14 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Recording:
-    """A holding that exists outside the ledger (a bound pod), to record as it is."""
+    """A holding that exists outside the ledger (a bound pod), to record as it is;
+    ``allocated``: what its kubelet allocated to it, when it reports that (in-place
+    resize, app.core.pods.resize)."""
 
     node: str
     holder: Holder
     resources: Resources
+    allocated: Resources | None = None
 
 
 @dataclass(frozen=True, slots=True)

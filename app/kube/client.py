@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -46,6 +47,7 @@ DEFAULT_PAGE_SIZE = 2000
 # A continue token expires with its snapshot (etcd compaction, ~5 min): start over at most
 # this many times within one list, then let the caller's retry take over.
 LIST_ATTEMPTS = 3
+EVENT_MESSAGE_MAX = 1024  # the API server refuses longer Event messages
 
 
 class KubeError(DependencyError):
@@ -228,6 +230,29 @@ class KubeClient:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body=body)
+
+    def pod_event(
+        self, namespace: str, pod: str, uid: str, reason: str, message: str, at: datetime
+    ) -> None:
+        """A Warning Event on the pod (core/v1, as `kubectl describe pod` shows it)."""
+        stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{pod}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod,
+                "uid": uid,
+            },
+            "reason": reason,
+            "message": message[:EVENT_MESSAGE_MAX],
+            "type": "Warning",
+            "source": {"component": "nodeledger"},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }  # fmt: skip
+        self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
 
     def resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """A ResourceClaim (resource.k8s.io/v1) as the API server has it."""

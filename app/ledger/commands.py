@@ -33,6 +33,7 @@ from app.core.ledger_errors import (
     InvalidRequest,
     NodeNotFound,
 )
+from app.core.pods import resize
 from app.core.presentation import describe_resources
 from app.core.records import (
     Admission,
@@ -161,29 +162,68 @@ class LedgerCommands(NodeCommands):
                 repo.insert_event(events.rejected(now, node, holder, requests, decision.verdict))
         raise decision.error
 
-    def record(self, node: str, holder: Holder, requests: Resources, *, reason: str) -> Admission:
+    def record(
+        self,
+        node: str,
+        holder: Holder,
+        requests: Resources,
+        *,
+        reason: str,
+        allocated: Resources | None = None,
+    ) -> Admission:
         """Record a holding that already exists outside the ledger (a pod another scheduler
         bound to the node). No fit check: the truth must be in the ledger even when it
-        overcommits the node, which then admits nothing until it fits again. The holder's
-        holding with other amounts or on another node (in-place resize) is replaced."""
+        overcommits the node, which then admits nothing until it fits again. ``allocated``:
+        what the pod's kubelet allocated to it, if it says (never held less than that).
+
+        The holder's holding on another node is replaced. On the same node (an in-place
+        resize) it follows app.core.pods.resize: a shrink at once, a growth only as far as
+        the kubelet already allocated it (the rest is Admissions.grow's), where it stands:
+        its devices and Slurm hold stay."""
         now = self.clock()
         with self.store.write() as repo:
             locked = repo.lock_node_state(node)
             existing = repo.holding_of(holder.id, holder.kind)
             if existing is not None:
                 holding = existing.holding
-                if holding.node == node and holding.resources == requests:
-                    return Admission(holding, False)
-                repo.delete_holdings([existing.id])
-                if holding.node != node:  # the event below names only the new node
-                    old = holding.node
+                if holding.node == node:
+                    keep = resize(holding.resources, requests, allocated).now
+                    if keep == holding.resources:
+                        return Admission(holding, False)
+                    resized = repo.resize_holding_returning(existing.id, node, keep, now)
                     repo.insert_event(
-                        events.moved(now, old, node, holding.holder, holding.resources, reason)
+                        events.resized(now, node, holder, holding.resources, keep, reason)
                     )
+                    return Admission(resized, True)
+                repo.delete_holdings([existing.id])
+                # The event below names only the new node.
+                old = holding.node
+                repo.insert_event(
+                    events.moved(now, old, node, holding.holder, holding.resources, reason)
+                )
             held = HoldingState.HELD
+            requests = resize(Resources.ZERO, requests, allocated).target
             repo.insert_holdings([holding_values(locked.id, holder, requests, held, now)])
             repo.insert_event(events.recorded(now, node, holder, requests, reason))
             return Admission(Holding(node, holder, requests, held, now, now), True)
+
+    def resize(self, holder: Holder, grown: Holder, target: Resources, *, reason: str) -> Holding:
+        """A pod's growth admitted as holder ``grown`` (Admissions.grow) joins its holding,
+        which then holds at least ``target``, in one transaction: what the node withholds
+        does not change. HoldingNotFound when either is gone (the pod, or the growth's
+        admission undone): nothing changes then."""
+        now = self.clock()
+        with self.store.write_hot() as repo:
+            found, node = repo.lock_holding_of(holder.id, holder.kind)
+            part = repo.holding_of(grown.id, grown.kind)
+            if part is None or part.node_id != node.id:
+                raise HoldingNotFound(grown.id)
+            old = found.holding.resources
+            new = old + (target - old).at_least_zero()  # the larger of each
+            repo.delete_holdings([part.id])
+            held = repo.resize_holding_returning(found.id, node.name, new, now)
+            repo.insert_event(events.resized(now, node.name, holder, old, new, reason))
+            return held
 
     def record_many(self, entries: Sequence[Recording], *, reason: str) -> Recorded:
         """record() for many single-node holders in one transaction (a resync that finds
@@ -201,7 +241,11 @@ class LedgerCommands(NodeCommands):
         unknown: list[Recording] = []
         for entry in entries:
             try:
-                if self.record(entry.node, entry.holder, entry.resources, reason=reason).created:
+                recorded = self.record(
+                    entry.node, entry.holder, entry.resources, reason=reason,
+                    allocated=entry.allocated,
+                )  # fmt: skip
+                if recorded.created:
                     changed.add(entry.node)
             except NodeNotFound:
                 unknown.append(entry)
@@ -231,19 +275,24 @@ class LedgerCommands(NodeCommands):
                 old = existing.get(key)
                 if old is not None:
                     was, amounts = old.holding.node, old.holding.resources
-                    if was == entry.node and amounts == entry.resources:
+                    if was == entry.node:  # resized in place, as record() does
+                        keep = resize(amounts, entry.resources, entry.allocated).now
+                        if keep != amounts:
+                            repo.resize_holding_returning(old.id, was, keep, now)
+                            written.append(
+                                events.resized(now, was, entry.holder, amounts, keep, reason)
+                            )
+                            changed.add(was)
                         continue
                     stale.append(old.id)
-                    if was != entry.node:  # its own event: followers go by node
-                        changed.add(was)
-                        written.append(
-                            events.moved(now, was, entry.node, entry.holder, amounts, reason)
-                        )
+                    changed.add(was)  # its own event: followers go by node
+                    written.append(
+                        events.moved(now, was, entry.node, entry.holder, amounts, reason)
+                    )
                 held = HoldingState.HELD
-                holdings.append(holding_values(node_id, entry.holder, entry.resources, held, now))
-                written.append(
-                    events.recorded(now, entry.node, entry.holder, entry.resources, reason)
-                )
+                amounts = resize(Resources.ZERO, entry.resources, entry.allocated).target
+                holdings.append(holding_values(node_id, entry.holder, amounts, held, now))
+                written.append(events.recorded(now, entry.node, entry.holder, amounts, reason))
                 changed.add(entry.node)
             repo.delete_holdings(stale)
             repo.insert_holdings(holdings)

@@ -207,6 +207,21 @@ def recorded(
     )
 
 
+def resized(
+    now: datetime, node: str, holder: Holder, old: Resources, new: Resources, reason: str
+) -> EventDraft:
+    """A pod's holding resized in place (app.core.pods.resize)."""
+    return EventDraft(
+        now,
+        EventKind.ADMITTED,
+        node,
+        f"resized {holder.display_name or holder.id} from {describe_resources(old)}: {reason}",
+        holder=holder,
+        resources=new,
+        details={"resized": True, "from": resources_details(old)},
+    )
+
+
 def moved(
     now: datetime, old: str, new: str, holder: Holder, resources: Resources, reason: str
 ) -> EventDraft:

@@ -45,6 +45,7 @@ from app.ledger.columns import (
     holding_record,
     locked_node,
     node_record,
+    resource_values,
     stored_holding,
 )
 from app.ledger.events import EventDraft
@@ -128,6 +129,19 @@ _CONFIRM_HOLDING = (
         # The hold job's id when the confirmation has one; a confirmation without keeps
         # what an earlier one stored.
         slurm_hold=func.coalesce(bindparam("slurm_hold"), HOLDINGS.c.slurm_hold),
+    )
+    .returning(*HOLDINGS.c)
+)
+# A holding's amounts changed where it stands (an in-place resize): its devices, Slurm
+# hold and state stay.
+_RESIZE_HOLDING = (
+    update(HOLDINGS)
+    .where(HOLDINGS.c.id == bindparam("holding_id"))
+    .values(
+        cpu_millis=bindparam("new_cpu_millis"),
+        memory_bytes=bindparam("new_memory_bytes"),
+        gpus=bindparam("new_gpus"),
+        updated_at=bindparam("at"),
     )
     .returning(*HOLDINGS.c)
 )
@@ -270,6 +284,14 @@ class LedgerStatements:
         """PENDING -> HELD; ``slurm_hold``: the hold job's id, kept when None."""
         values = {"holding_id": holding_id, "confirmed_at": at, "slurm_hold": slurm_hold}
         return holding_record(self.session.execute(_CONFIRM_HOLDING, values).one(), node)
+
+    def resize_holding_returning(
+        self, holding_id: int, node: str, resources: Resources, at: datetime
+    ) -> Holding:
+        """The holding's amounts set to ``resources``; the holding as it then is."""
+        values = {f"new_{k}": v for k, v in resource_values(resources).items()}
+        row = self.session.execute(_RESIZE_HOLDING, {"holding_id": holding_id, "at": at, **values})
+        return holding_record(row.one(), node)
 
     # events
 

@@ -30,7 +30,7 @@ from app import __version__
 from app.core.errors import DependencyError, NodeledgerError
 from app.core.ledger_errors import AdmissionRejected, LedgerError
 
-AdmissionPath = Literal["rest", "extender", "genericnode"]
+AdmissionPath = Literal["rest", "extender", "genericnode", "resize"]
 ReleasePath = Literal["rest", "extender", "kubernetes"]
 AdmissionResult = Literal["admitted", "rejected_ledger", "rejected_slurm", "failed_closed"]
 Phase = Literal["ledger", "slurm"]

@@ -1,5 +1,5 @@
-"""A pod's effective request by Kubernetes' rules, and whether its containers stopped
-(pure)."""
+"""A pod's effective request by Kubernetes' rules, what its kubelet allocated, the holding
+of a pod resized in place, and whether its containers stopped (pure)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.core.pods import PodShape, pod_info, pod_requests
+from app.core.pods import PodShape, pod_allocated, pod_info, pod_requests, resize
 from app.core.resources import Resources
 
 MI = 2**20
@@ -144,3 +144,103 @@ def test_pod_info_says_whether_its_containers_stopped(
     # nothing); the DELETED event that does need them carries the whole object.
     shaped = msgspec.json.decode(msgspec.json.encode(pod), type=PodShape)
     assert pod_info(shaped).stopped is False  # type: ignore[arg-type]
+
+
+def named(name: str, container: dict[str, Any]) -> dict[str, Any]:
+    return {**container, "name": name}
+
+
+def status(name: str, allocated: dict[str, str] | None = None,
+           applied: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    entry: dict[str, Any] = {"name": name}
+    if allocated is not None:
+        entry["allocatedResources"] = allocated
+    if applied is not None:
+        entry["resources"] = {"requests": applied}
+    return entry
+
+
+ALLOCATED_CASES = [
+    ("no status yet", [], None),
+    ("statuses without resources (an old kubelet)", [status("a")], None),
+    ("as the spec", [status("a", {"cpu": "2", "memory": "1Gi"})], Resources(2100, 1124 * MI)),
+    # The spec grew to 2 CPUs; the kubelet deferred it: it still allocates 1 (the sidecar
+    # counts as its spec asks: 100m, 100Mi).
+    ("a deferred growth", [status("a", {"cpu": "1"}, {"cpu": "1"})], Resources(1100, 1124 * MI)),
+    # Admitted by the kubelet, not applied yet (or the reverse, a shrink): the larger.
+    ("a resize in progress", [status("a", {"cpu": "3"}, {"cpu": "1"})], Resources(3100, 1124 * MI)),
+    (
+        "a sidecar's and an app's, by Kubernetes' rules",
+        [status("a", {"cpu": "500m"}), status("s", {"cpu": "2"})],
+        Resources(2500, 1124 * MI),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [(s, e) for _, s, e in ALLOCATED_CASES],
+    ids=[n for n, _, _ in ALLOCATED_CASES],
+)
+def test_pod_allocated(statuses: list[dict[str, Any]], expected: Resources | None) -> None:
+    """What the kubelet allocated: its statuses' amounts over the spec's containers (a
+    container it reports nothing of counts its spec)."""
+    sidecar = named("s", c("100m", "100Mi", restart="Always"))
+    pod = {
+        "spec": {"containers": [named("a", c("2", "1Gi"))], "initContainers": [sidecar]},
+        "status": {
+            "containerStatuses": [s for s in statuses if s["name"] == "a"],
+            "initContainerStatuses": [s for s in statuses if s["name"] == "s"],
+        },
+    }
+    assert pod_allocated(pod) == expected
+    # A listed page keeps what the kubelet allocated (the resync needs it), not the state.
+    shaped = msgspec.json.decode(msgspec.json.encode(pod), type=PodShape)
+    assert pod_allocated(shaped) == expected  # type: ignore[arg-type]
+    assert pod_info(shaped).allocated == expected  # type: ignore[arg-type]
+
+
+R = Resources
+RESIZE_CASES = [
+    # (held, wanted, allocated) -> (now, target)
+    ("unchanged", (R(4000, MI), R(4000, MI), R(4000, MI)), (R(4000, MI), R(4000, MI))),
+    # The kubelet defers the growth: held as it was until the difference is admitted.
+    ("a growth", (R(4000, MI), R(8000, MI), R(4000, MI)), (R(4000, MI), R(8000, MI))),
+    ("a growth, nothing reported", (R(4000, MI), R(8000, MI), None), (R(4000, MI), R(8000, MI))),
+    # Applied by the kubelet without admission (placeholders off): held as it runs at once.
+    ("applied already", (R(4000, MI), R(8000, MI), R(8000, MI)), (R(8000, MI), R(8000, MI))),
+    ("applied in part", (R(4000, MI), R(8000, MI), R(6000, MI)), (R(6000, MI), R(8000, MI))),
+    # A shrink goes at once, down to what the kubelet still allocates.
+    ("a shrink applied", (R(8000, MI), R(4000, MI), R(4000, MI)), (R(4000, MI), R(4000, MI))),
+    ("a shrink not applied", (R(8000, MI), R(4000, MI), R(8000, MI)), (R(8000, MI), R(8000, MI))),
+    ("a shrink, nothing reported", (R(8000, MI), R(4000, MI), None), (R(4000, MI), R(4000, MI))),
+    (
+        "CPU grows while memory shrinks",
+        (R(4000, 4 * MI), R(8000, MI), R(4000, MI)),
+        (R(4000, MI), R(8000, MI)),
+    ),
+    # GPUs never shrink in place (its claims' devices are not in its requests).
+    ("GPUs stay", (R(1000, MI, 2), R(2000, MI, 0), None), (R(1000, MI, 2), R(2000, MI, 2))),
+    (
+        "GPUs grow as any resource",
+        (R(1000, MI, 0), R(1000, MI, 1), None),
+        (R(1000, MI), R(1000, MI, 1)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"), [(g, e) for _, g, e in RESIZE_CASES], ids=[n for n, _, _ in RESIZE_CASES]
+)
+def test_a_resized_pod_holds_the_larger_of_its_holding_and_its_allocation_until_admitted(
+    given: tuple[Resources, Resources, Resources | None], expected: tuple[Resources, Resources]
+) -> None:
+    held, wanted, allocated = given
+    plan = resize(held, wanted, allocated)
+    assert (plan.now, plan.target) == expected
+    floor = allocated or Resources.ZERO
+    assert floor.fits_within(plan.now)
+    assert plan.now.fits_within(plan.target)
+    assert plan.growth.is_nonnegative()
+    # Applying the plan changes nothing: the growth is the one thing left to admit.
+    assert resize(plan.now, wanted, allocated) == plan

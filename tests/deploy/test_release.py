@@ -10,6 +10,7 @@ release as it found it, and the last one uninstalls it.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -360,6 +361,96 @@ def test_a_placeholder_pod_is_resized_in_place_by_its_kubelet(
                         headers=auth)  # fmt: skip
     waited("the placeholder back to base",
            lambda: _placeholder_amount(placeholder(), "memory") == base)  # fmt: skip
+
+
+def test_a_pods_in_place_growth_waits_until_the_node_has_room_for_it(
+    release: Release, pods: list[str]
+) -> None:
+    """A pod on n1 resized in place (kubectl's resize subresource) while the ledger keeps
+    all but half its growth for others (a manual holding, Slurm-confirmed): its kubelet
+    defers the resize (the placeholder keeps that share), the ledger holds the pod as before
+    and says why in an Event; once the holding goes, the growth is admitted (confirmed by
+    Slurm) and the kubelet applies it. A manual holding, not a job: any Slurm job takes a
+    whole core of these kubelets' 2 CPUs, which overcommits the node's CPUs in the ledger
+    (it then admits nothing, for another reason than the growth's)."""
+    kube = release.kube
+    mib = 2**20
+    growth = 1000 * mib
+    kube.kubectl("apply", "-f", "-", input=WRITER)
+    token = kube.kubectl("-n", "default", "create", "token", "nl-writer").strip()
+    auth = {"Authorization": f"Bearer {token}"}
+    on_n1 = {"kubernetes.io/hostname": "n1"}
+    pod = run_pod(release, pods, busybox_pod("grows", "sleep 3600", memory="64Mi",
+                                             node_selector=on_n1))  # fmt: skip
+    uid = pod["metadata"]["uid"]
+
+    def held() -> int:
+        holding = release.holding_of(uid, "n1")
+        return int(holding["requests"]["memory_bytes"]) if holding else 0
+
+    def applied() -> int:
+        """The pod's memory request as its kubelet applied it."""
+        statuses = (kube.pod("grows") or {}).get("status", {}).get("containerStatuses") or [{}]
+        requests = (statuses[0].get("resources") or {}).get("requests") or {}
+        return memory_bytes(requests.get("memory", "0"))
+
+    wait_until(lambda: held() == 64 * mib, 30, 0.5, "the pod's holding")
+    free = int(release.ledger_node("n1")["free"]["memory_bytes"])
+    body = {"node": "n1", "holder": {"kind": "manual", "id": "most-of-n1"},
+            "requests": {"cpu": "100m", "memory": str(free - growth // 2)}}  # fmt: skip
+    release.api("POST", "/v1/admissions", json=body, headers=auth).raise_for_status()
+    seen: list[Any] = []
+    try:
+        allocatable = memory_bytes(kube.get("node", "n1")["status"]["allocatable"]["memory"])
+
+        def kept() -> bool:
+            """The placeholder, applied by its kubelet, leaves it less than the growth."""
+            node = release.ledger_node("n1")
+            ph = kube.get("pod", "nodeledger-held-n1", NAMESPACE)
+            size = _placeholder_amount(ph, "memory", "status")
+            pods_hold = int(node["held_by_kubernetes"]["memory_bytes"])
+            seen[:] = [size, pods_hold, allocatable, ph and ph.get("status")]
+            return size > 0 and allocatable - pods_hold - size < growth
+
+        try:
+            wait_until(kept, 120, 0.5, "the placeholder keeping the holding's memory")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {seen}") from exc
+        patch = {"spec": {"containers": [
+            {"name": "main", "resources": {"requests": {"memory": f"{64 + 1000}Mi"}}}
+        ]}}  # fmt: skip
+        kube.kubectl("patch", "pod", "grows", "--subresource", "resize", "-p", json.dumps(patch))
+        # Not applied, nor held: the service acts on a change within about a second, and the
+        # kubelet retries a deferred resize as soon as any pod on n1 is resized (the
+        # placeholder).
+        for _ in range(20):
+            assert applied() == 64 * mib, (applied(), release.ledger_node("n1"))
+            assert held() == 64 * mib
+            time.sleep(0.5)
+        # The kubelet tried it and deferred it (its pod condition); the Event says why.
+        wait_until(lambda: _resize_pending(kube.pod("grows")), 60, 0.5, "the resize deferred")
+        wait_until(
+            lambda: "ResizeNotAdmitted" in _event_reasons(release, "grows"),
+            60, 0.5, "the Event saying why",
+        )  # fmt: skip
+        assert applied() == held() == 64 * mib
+    finally:
+        release.api("DELETE", "/v1/admissions/most-of-n1", params={"kind": "manual"},
+                    headers=auth)  # fmt: skip
+    wait_until(lambda: applied() == 1064 * mib, 120, 0.5, "the resize applied")
+    assert held() == 1064 * mib
+
+
+def _event_reasons(release: Release, pod: str) -> str:
+    out = release.kube.kubectl_json(
+        "get", "events", "-n", "default", "--field-selector", f"involvedObject.name={pod}"
+    )
+    return " ".join(e.get("reason", "") for e in out["items"])
+
+
+def _resize_pending(pod: dict[str, Any] | None) -> bool:
+    conditions = (pod or {}).get("status", {}).get("conditions") or []
+    return any(c["type"] == "PodResizePending" and c["status"] == "True" for c in conditions)
 
 
 def _events(release: Release, pod: str) -> str:

@@ -1,6 +1,7 @@
 """Pod accounting against a real ledger: a resync writes only what the ledger does not
-already have, sweeps release holdings whose pod is not bound, once past the grace, and a
-pod gone while its node is lost keeps its holding until a proof (issue 34)."""
+already have, sweeps release holdings whose pod is not bound, once past the grace, a pod
+resized in place grows only by an admission, and a pod gone while its node is lost keeps
+its holding until a proof (issue 34)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,32 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
+from app.core.caps import KubeCaps
+from app.core.ledger_errors import AdmissionRejected
 from app.core.pod_release import NodeHealth
 from app.core.pods import PodInfo
-from app.core.records import EventKind, Holder, HolderKind, NodeSpec, Recorded, Recording
+from app.core.records import (
+    EventKind,
+    HeldDevice,
+    Holder,
+    HolderKind,
+    Holding,
+    NodeSpec,
+    Recorded,
+    Recording,
+    SnapshotEntry,
+)
 from app.core.resources import Resources
 from app.db.engine import Database
-from app.kube.controllers.accounting import RECORD_BATCH, PodAccounting
+from app.kube.controllers.accounting import RECORD_BATCH, RESIZE_NOT_ADMITTED, PodAccounting
 from app.ledger.service import Ledger
 from app.metrics.registry import Metrics
+from app.slurm.gate import SlurmGate
+from app.slurm.holds import HoldJobs
+from app.slurm.push import Pusher
 from tests.metrics.scrape import parse
+from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.slurm_cluster import k8s_counts
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -81,7 +99,10 @@ def test_a_resync_records_only_what_the_ledger_does_not_have(
     accounting.resync([pod("same"), pod("resized"), pod("elsewhere", node="other")])
     mark = ledger.last_event_id()
     accounting.resync([pod("same"), pod("resized", cpu=2000), pod("new")])
-    assert writes_since(ledger, mark) == ["admitted resized", "admitted new"]
+    # The new pod recorded; the resized one's growth admitted, then joined to its holding.
+    assert writes_since(ledger, mark) == [
+        "admitted new", "admitted resized+resize", "admitted resized"
+    ]  # fmt: skip
     assert pod_holdings(ledger) == {"same": 1000, "resized": 2000, "new": 1000}
     mark = ledger.last_event_id()
     accounting.resync([pod("same"), pod("resized", cpu=2000), pod("new")])
@@ -149,6 +170,170 @@ def test_a_cold_resync_records_in_batches(
     accounting.resync([pod(f"p{i}", cpu=10) for i in range(1200)])
     assert calls == [RECORD_BATCH, RECORD_BATCH, 1200 - 2 * RECORD_BATCH]
     assert len(pod_holdings(ledger)) == 1200
+
+
+# In-place resize: a growth is an admission of the difference; until then the holding is
+# the larger of the old one and what the kubelet allocated; a shrink goes at once.
+
+
+class _Gate:
+    """Slurm's answer to each confirmation: refuse while ``refusing``."""
+
+    def __init__(self) -> None:
+        self.refusing: str | None = None
+        self.confirmed: list[Resources] = []
+
+    def confirm(self, holding: Holding) -> str | None:
+        if self.refusing:
+            raise AdmissionRejected(self.refusing)
+        self.confirmed.append(holding.resources)
+        return None
+
+    def changed(self, node: str) -> None:
+        """Nothing to push."""
+
+    def headroom_open(self, node: str) -> bool:
+        return False
+
+    def released(self, holding: Holding) -> None:
+        """No hold job."""
+
+    def defer_push(self, node: str, reason: str, *, settle: float = 0.0) -> None:
+        """No headroom."""
+
+
+@pytest.fixture
+def gate() -> _Gate:
+    return _Gate()
+
+
+@pytest.fixture
+def reports() -> list[tuple[str, str, str]]:
+    return []
+
+
+def reporting(
+    admissions: Admissions, clock: Clock, reports: list[tuple[str, str, str]]
+) -> PodAccounting:
+    """Pod accounting on n1, resynced, its Events in ``reports``."""
+    accounting = PodAccounting(
+        admissions, {"n1"}.__contains__, gpu_resource="nvidia.com/gpu", binding_grace=30,
+        clock=clock, report=lambda p, reason, message: reports.append((p.uid, reason, message)),
+    )  # fmt: skip
+    accounting.resync([])
+    return accounting
+
+
+@pytest.fixture
+def resizing(
+    ledger: Ledger, clock: Clock, gate: _Gate, reports: list[tuple[str, str, str]]
+) -> PodAccounting:
+    return reporting(Admissions(ledger, gate), clock, reports)
+
+
+def running(uid: str, cpu: int, allocated: int | None) -> PodInfo:
+    """A pod asking ``cpu`` whose kubelet allocated it ``allocated`` (None: not reported)."""
+    amounts = None if allocated is None else Resources(allocated, GIB)
+    return replace(pod(uid, cpu, phase="Running"), allocated=amounts)
+
+
+def job(ledger: Ledger, cpu: int) -> None:
+    """A Slurm job on n1 using ``cpu`` (as the Slurm sync records it; 0: it ended)."""
+    jobs = {"7": SnapshotEntry("job 7", Resources(cpu, GIB))} if cpu else {}
+    ledger.replace_holdings("n1", HolderKind.SLURM_JOB, jobs)
+
+
+@pytest.mark.parametrize("via", ["watch", "resync"])
+def test_a_growth_that_does_not_fit_is_not_held_and_is_admitted_once_it_fits(
+    ledger: Ledger,
+    resizing: PodAccounting,
+    gate: _Gate,
+    reports: list[tuple[str, str, str]],
+    via: str,
+) -> None:
+    """A 12-CPU job and a 4-CPU pod on 16 CPUs, the pod resized to 8: held at 4 (what it
+    had and what its kubelet allocated), told once on the pod; once the job ends, the
+    sweep admits the growth, confirmed by Slurm."""
+    job(ledger, 12000)
+    resizing.on_event("ADDED", running("p", 4000, 4000))
+    grown = running("p", 8000, 4000)  # the kubelet defers it
+    if via == "watch":
+        resizing.on_event("MODIFIED", grown)
+    else:
+        resizing.resync([grown])
+    assert pod_holdings(ledger) == {"p": 4000}
+    ((uid, reason, message),) = reports
+    assert (uid, reason) == ("p", RESIZE_NOT_ADMITTED)
+    assert "cpu: requested 4, free 0" in message, message
+    resizing.on_event("MODIFIED", grown)  # the next status update: not told again
+    resizing.sweep()  # no room yet: not tried
+    assert len(reports) == 1
+    assert pod_holdings(ledger) == {"p": 4000}
+    job(ledger, 0)
+    resizing.sweep()
+    assert pod_holdings(ledger) == {"p": 8000}
+    assert gate.confirmed[-1] == Resources(4000, 0)  # the difference, confirmed by Slurm
+
+
+def test_slurm_refusing_a_growth_leaves_the_holding_as_it_was(
+    ledger: Ledger, resizing: PodAccounting, gate: _Gate, reports: list[tuple[str, str, str]]
+) -> None:
+    resizing.on_event("ADDED", running("p", 4000, 4000))
+    gate.refusing = "Slurm already holds it on node n1: cpu"
+    resizing.on_event("MODIFIED", running("p", 8000, 4000))
+    assert pod_holdings(ledger) == {"p": 4000}
+    assert "Slurm already holds it" in reports[0][2]
+    gate.refusing = None
+    resizing.sweep()  # the ledger has room: tried again
+    assert pod_holdings(ledger) == {"p": 8000}
+
+
+def test_what_the_kubelet_allocated_is_held_and_a_shrink_goes_when_it_is_applied(
+    ledger: Ledger, resizing: PodAccounting, reports: list[tuple[str, str, str]]
+) -> None:
+    """A kubelet that applied a growth on its own count (placeholders off): recorded as it
+    runs, overcommitting the node; a shrink is held until the kubelet applied it."""
+    job(ledger, 12000)
+    resizing.on_event("ADDED", running("p", 4000, 4000))
+    resizing.on_event("MODIFIED", running("p", 8000, 8000))
+    assert pod_holdings(ledger) == {"p": 8000}
+    assert not reports
+    resizing.on_event("MODIFIED", running("p", 2000, 8000))  # asked, not applied yet
+    assert pod_holdings(ledger) == {"p": 8000}
+    resizing.on_event("MODIFIED", running("p", 2000, 2000))
+    assert pod_holdings(ledger) == {"p": 2000}
+    resizing.on_event("MODIFIED", running("p", 1000, None))  # nothing reported: at once
+    assert pod_holdings(ledger) == {"p": 1000}
+
+
+def test_a_growth_onto_cpus_a_job_uses_is_refused_by_slurms_read_back(
+    ledger: Ledger, clock: Clock, reports: list[tuple[str, str, str]]
+) -> None:
+    """The real gate, on a fake slurmrestd whose node runs a 12-CPU job the ledger has not
+    seen yet: the pod's growth from 4 to 8 CPUs fits the ledger, the push of its counts
+    reads the job back, and the growth is undone; the counts withhold the pod's 4 again."""
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * 2**20)))
+    fake = FakeSlurm(slurm_node(gres_used="k8scpu:12,k8smemory:1000"))
+    gate = SlurmGate(Pusher(fake, ledger), KubeCaps(), holds=HoldJobs(fake))  # type: ignore[arg-type]
+    accounting = reporting(Admissions(ledger, gate), clock, reports)
+    accounting.on_event("ADDED", running("p", 4000, 4000))
+    accounting.on_event("MODIFIED", running("p", 8000, 4000))
+    assert pod_holdings(ledger) == {"p": 4000}
+    assert "Slurm already holds it on node n1" in reports[0][2], reports
+    assert k8s_counts(fake.node.gres)["k8scpu"] == 12
+
+
+def test_a_resize_keeps_the_holdings_devices(ledger: Ledger, resizing: PodAccounting) -> None:
+    """A pod holding GPU devices (the extender's bind): resized where it stands, its
+    devices and GPUs kept (the API server resizes CPU and memory only)."""
+    ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32 * GIB, 2)))
+    holder = Holder(HolderKind.POD, "g", "ns/g")
+    resizing.admissions.admit(
+        AdmissionRequest("n1", holder, Resources(1000, GIB, 1), devices=(HeldDevice(0),))
+    )
+    resizing.on_event("ADDED", running("g", 2000, 1000))
+    (held,) = ledger.holdings_of(HolderKind.POD, ["g"])
+    assert (held.resources, held.device_indices) == (Resources(2000, GIB, 1), (0,))
 
 
 # Lost kubelets (issue 34): a pod deleted while its node is not Ready keeps its holding until

@@ -24,8 +24,9 @@ from tests.support.realenv import REPO
 # The render and the install on every supported release (--kube-version: the cluster's).
 pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
 CHART = Path(REPO) / "charts" / "nodeledger"
-# Nodes: patch only, for Slurm's taint of the service's own key (app.core.maintenance).
-WRITABLE = (["pods/binding"], ["genericnodes"], ["genericnodes/status"], ["nodes"])
+# Nodes: patch only, for Slurm's taint of the service's own key (app.core.maintenance);
+# events: create only (why a pod's resize is not admitted).
+WRITABLE = (["pods/binding"], ["events"], ["genericnodes"], ["genericnodes/status"], ["nodes"])
 
 
 @dataclass(frozen=True)
@@ -323,6 +324,7 @@ def test_rbac_is_least_privilege(helm: Helm) -> None:
         # Writes only to what nodeledger owns, and pod bindings for the extender.
         assert not writes or rule["resources"] in WRITABLE
         assert rule["resources"] != ["nodes"] or writes <= {"patch"}
+        assert rule["resources"] != ["events"] or rule["verbs"] == ["create"]
     leases, pods, resize = find(docs, "Role", "nl-nodeledger-leader")["rules"]
     assert leases["resources"] == ["leases"]
     # The placeholder pods, in the release namespace only (a Role): made, resized, deleted.

@@ -80,6 +80,22 @@ def test_the_size_covers_the_reservation_the_cap_and_a_larger_node_allocatable()
     assert placeholder.size(overcommitted, NODE, None) == Resources(16000, 32 * GIB)
 
 
+def test_on_a_node_pods_overcommit_it_never_falls_below_slurm_and_manual_holdings() -> None:
+    """A 12-CPU job and a pod recorded at 8 CPUs as its kubelet runs it, on 16: the node
+    admits nothing, and the placeholder still keeps the job's 12 CPUs (allocatable less
+    the pods would be 8, which leaves a kubelet 4 to apply a deferred resize onto)."""
+    job = (HolderKind.SLURM_JOB, Resources(12000, 4 * GIB))
+    manual = (HolderKind.MANUAL, Resources(1000, GIB))
+    grown = node(job, manual, (HolderKind.POD, Resources(8000, 2 * GIB)))
+    assert grown.not_admissible_reason is not None
+    assert placeholder.size(grown, NODE, None) == Resources(13000, 30 * GIB)
+    drained = replace(grown, cordon_reason="kubectl cordon")
+    assert placeholder.size(drained, NODE, None) == Resources(13000, 30 * GIB)
+    # Where it admits, the kubelet's room is the ledger's free room: the job's CPUs stay.
+    fits = node(job, (HolderKind.POD, Resources(4000, GIB)))
+    assert placeholder.size(fits, NODE, None) == Resources(12000, 4 * GIB)
+
+
 amounts = st.builds(Resources, st.integers(0, 20000), st.integers(0, 40 * GIB), st.integers(0, 0))
 kinds = st.sampled_from([HolderKind.POD, HolderKind.SLURM_JOB, HolderKind.MANUAL])
 
@@ -114,12 +130,16 @@ def test_what_kube_scheduler_lets_fit_the_ledger_admits(
     if pod.fits_within(scheduler_room) and not pod.is_zero():
         assert not decide_admission(view, pod, caps=caps).refused
     # Never more withheld than needed: the scheduler's room is the ledger's, up to what
-    # the Node itself has left.
+    # the Node itself has left (no room is no room, however far below zero).
     room = (allocatable - view.held_by_kubernetes).at_most(placeholder.room(view, caps))
-    assert (scheduler_room.cpu_millis, scheduler_room.memory_bytes) == (
-        room.cpu_millis,
-        room.memory_bytes,
+    assert (max(scheduler_room.cpu_millis, 0), max(scheduler_room.memory_bytes, 0)) == (
+        max(room.cpu_millis, 0),
+        max(room.memory_bytes, 0),
     )
+    # On a node that admits nothing, never below what others than pods hold there.
+    if view.not_admissible_reason is not None:
+        others = (view.held - view.held_by_kubernetes).at_most(allocatable)
+        assert replace(others, gpus=0).fits_within(size)
 
 
 def test_names_fit_a_pod_name_and_stay_apart() -> None:

@@ -16,10 +16,11 @@ from app.core import placeholder
 from app.core.caps import KubeCaps
 from app.core.components import Health
 from app.core.genericnode import MANAGED_BY
+from app.core.pods import PodInfo
 from app.core.slurm_models import LedgerHolds
 from app.kube.claims import PodDevices
 from app.kube.client import GENERICNODES, KubeClient, KubeError
-from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting
+from app.kube.controllers.accounting import FIELD_SELECTOR, PodAccounting, Report
 from app.kube.controllers.admission_requests import AdmissionRequests
 from app.kube.controllers.device_taints import DeviceTaints, HoldsOf, SlurmJobs
 from app.kube.controllers.discovery import NodeDiscovery, SlurmSizes
@@ -91,6 +92,7 @@ class KubeControllers:
             node_health=self.discovery.health,
             metrics=metrics,
             ignored=lambda p: placeholder.is_placeholder(p.namespace, p.name, p.node, namespace),
+            report=_pod_events(client, clock),
         )
         protocol = AdmissionRequests(
             admissions, client, gpu_resource=settings.gpu_resource, clock=clock
@@ -290,6 +292,18 @@ class KubeControllers:
 
 def _no_holds() -> LedgerHolds:
     return LedgerHolds("")
+
+
+def _pod_events(client: KubeClient, clock: Clock) -> Report:
+    """A Warning Event on a pod; a failure to post one is logged, never raised."""
+
+    def report(pod: PodInfo, reason: str, message: str) -> None:
+        try:
+            client.pod_event(pod.namespace, pod.name, pod.uid, reason, message, clock())
+        except KubeError as exc:
+            log.warning("event %s on pod %s not posted: %s", reason, pod.display_name, exc)
+
+    return report
 
 
 def _no_jobs() -> None:

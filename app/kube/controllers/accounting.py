@@ -30,6 +30,13 @@ cannot be read, it is recorded without them and read again every sweep until the
 A plain GPU pod whose request kube-scheduler allocated through DRA (``PodInfo.extended_gpus``,
 issue 33) is such a claim pod: its GPUs are its generated claim's devices, counted once,
 never fewer than it asked (its request counts them while they cannot be read).
+
+A pod resized in place is an admission of what it grew by (Admissions.grow: checked, and
+confirmed by Slurm); until then its holding stays the larger of the old one and what its
+kubelet allocated (app.core.pods.resize), and a shrink is recorded at once. A growth that
+does not fit gets a Warning Event on the pod (``RESIZE_NOT_ADMITTED``) and is tried again
+by the sweep once its node's free room covers it, or at the pod's next change: with
+placeholders on (app.core.placeholder), the kubelet defers the resize meanwhile.
 """
 
 from __future__ import annotations
@@ -38,16 +45,17 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from app.admission.service import Admissions, ReleaseRequest
 from app.core.claims import ClaimDevicesError
-from app.core.ledger_errors import HoldingNotFound, LedgerError
+from app.core.ledger_errors import AdmissionRejected, HoldingNotFound, LedgerError, NodeNotFound
 from app.core.pod_release import OUT_OF_SERVICE_TAINT, READY, NodeHealth, Proof, release_proof
-from app.core.pods import PodInfo, PodShape, pod_info
-from app.core.records import Holder, HolderKind, Placement, Recording
+from app.core.pods import PodInfo, PodShape, pod_info, resize
+from app.core.presentation import describe_resources
+from app.core.records import Holder, HolderKind, Holding, Placement, Recording
 from app.core.resources import Resources
 from app.ledger.service import Clock
 from app.metrics.registry import NO_METRICS, Metrics
@@ -58,6 +66,23 @@ FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # is still looked at if the commit took less than this.
 SWEEP_OVERLAP = timedelta(seconds=10)
 RECORD_BATCH = 500
+RESIZE_NOT_ADMITTED = "ResizeNotAdmitted"  # the reason of a refused growth's Event
+
+# Posts a Warning Event on a pod: (pod, reason, message). Never raises.
+Report = Callable[[PodInfo, str, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A pod whose in-place growth was refused, as last seen, and what it grew by."""
+
+    pod: PodInfo
+    target: Resources
+    growth: Resources
+
+
+def _no_report(_pod: PodInfo, _reason: str, _message: str) -> None:
+    pass
 
 
 class PodAccounting:
@@ -73,13 +98,17 @@ class PodAccounting:
         node_health: Callable[[str], NodeHealth | None] | None = None,
         metrics: Metrics = NO_METRICS,
         ignored: Callable[[PodInfo], bool] = lambda _pod: False,
+        report: Report = _no_report,
     ) -> None:
         """``ignored``: pods that are not holders (the placeholder pods, which stand for
         the ledger's other holdings). ``claim_gpus``: the co-managed GPUs a bound pod's
         claims hold (app.kube.claims); None: GPU identity is off, claims count no GPU.
         ``node_health``: a managed Node's readiness and out-of-service taint, None for no
-        such Node (NodeDiscovery.health); None: every managed node counts as Ready."""
+        such Node (NodeDiscovery.health); None: every managed node counts as Ready.
+        ``report``: a Warning Event on a pod (a refused in-place growth)."""
         self.admissions = admissions
+        self.report = report
+        self._refused: dict[str, _Refused] = {}  # pods whose growth waits for room
         self.metrics = metrics
         self.ignored = ignored
         self.node_health = node_health or self._ready_if_managed
@@ -117,12 +146,16 @@ class PodAccounting:
             # One pass over the ledger's pod holdings, streamed: what is recorded as it is
             # needs nothing, what is old and not bound anywhere goes (or is orphaned).
             done: set[str] = set()
+            resized: list[PodInfo] = []  # held on their node, as they were: one by one
             unbound: list[tuple[str, str]] = []
             for uid, placement in self.admissions.ledger.each_placement(HolderKind.POD):
                 pod = pods.get(uid)
                 orphans.discard(uid)
                 if pod is not None and _recorded_as(placement, pod, self._counted(pod)):
                     done.add(uid)
+                elif pod is not None and placement.node == pod.node:
+                    done.add(uid)
+                    resized.append(pod)
                 elif pod is None and placement.created_at < cutoff:
                     unbound.append((uid, placement.node))
             self._forget_orphans(orphans)  # released meanwhile (through the REST API)
@@ -134,6 +167,8 @@ class PodAccounting:
             del done
             for start in range(0, len(missing), RECORD_BATCH):
                 self._record(missing[start : start + RECORD_BATCH])
+            for pod in resized:
+                self._hold(pod)
             self._release_unbound(unbound)
             self._swept_until = cutoff
 
@@ -144,6 +179,7 @@ class PodAccounting:
             with self._lock:
                 self._present.discard(pod.uid)
                 self._unread.pop(pod.uid, None)
+                self._refused.pop(pod.uid, None)
                 proof = self._proof(pod, pod.uid, pod.node or "")
             if proof is not None:
                 self._release(pod.uid, f"pod finished or deleted; proof: {proof}")
@@ -170,9 +206,22 @@ class PodAccounting:
             with self._lock:
                 unread = list(self._unread.values())
                 nodes = set(self._orphans.values())
+                refused = list(self._refused.values())
             for pod in unread:
                 self._hold(pod)
+            for waiting in refused:
+                if self._room_for(waiting):
+                    self._hold(waiting.pod)
         self.nodes_changed(nodes)
+
+    def _room_for(self, refused: _Refused) -> bool:
+        """Whether a refused growth may fit now: its node's free room covers it (one read
+        of the node; a try costs a Slurm push and its undo)."""
+        try:
+            view = self.admissions.ledger.get_node(refused.pod.node or "")
+        except NodeNotFound:
+            return False
+        return view.not_admissible_reason is None and refused.growth.fits_within(view.free)
 
     def nodes_changed(self, names: Iterable[str]) -> None:
         """Discovery's hook: these Nodes' readiness or out-of-service taint changed, or
@@ -235,6 +284,8 @@ class PodAccounting:
 
     def _hold(self, pod: PodInfo) -> None:
         if not self._accountable(pod):
+            with self._lock:
+                self._refused.pop(pod.uid, None)  # its node is no longer managed
             return
         with self._lock:
             unread = pod.uid in self._unread
@@ -246,9 +297,40 @@ class PodAccounting:
                     return  # its claims' devices, held by the extender's bind, or counted
         entry = self._recording(pod)
         try:
-            self.admissions.record(entry.node, entry.holder, entry.resources, reason="bound pod")
+            recorded = self.admissions.record(
+                entry.node, entry.holder, entry.resources, reason="bound pod",
+                allocated=pod.allocated,
+            )  # fmt: skip
+            self._grow(pod, recorded.holding, entry.resources)
         except LedgerError as exc:
             log.warning("recording pod %s on %s failed: %s", pod.display_name, pod.node, exc)
+
+    def _grow(self, pod: PodInfo, holding: Holding, wanted: Resources) -> None:
+        """Admit what the pod grew by beyond its holding (an in-place resize); refused, it
+        waits (``_refused``) and its Event says why, once per size asked."""
+        target = resize(holding.resources, wanted, pod.allocated).target
+        if not target.fits_within(holding.resources):
+            try:
+                self.admissions.grow(holding, target)
+            except AdmissionRejected as exc:
+                self._refuse(pod, holding, target, exc.message)
+                return
+        with self._lock:
+            self._refused.pop(pod.uid, None)
+
+    def _refuse(self, pod: PodInfo, holding: Holding, target: Resources, why: str) -> None:
+        growth = (target - holding.resources).at_least_zero()
+        with self._lock:
+            told = self._refused.get(pod.uid)
+            self._refused[pod.uid] = _Refused(pod, target, growth)
+        if told is not None and told.target == target:
+            return
+        message = (
+            f"in-place resize to {describe_resources(target)} not admitted on node "
+            f"{holding.node} (it holds {describe_resources(holding.resources)}): {why}"
+        )
+        log.info("pod %s: %s", pod.display_name, message)
+        self.report(pod, RESIZE_NOT_ADMITTED, message)
 
     def _record(self, entries: list[Recording]) -> None:
         try:
@@ -287,7 +369,7 @@ class PodAccounting:
                 with self._lock:
                     self._unread.pop(pod.uid, None)
             resources = replace(resources, gpus=gpus)
-        return Recording(pod.node or "", holder, resources)
+        return Recording(pod.node or "", holder, resources, pod.allocated)
 
 
 def _recorded_as(placement: Placement | None, pod: PodInfo, counted: Resources) -> bool:
