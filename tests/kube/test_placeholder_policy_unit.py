@@ -140,7 +140,8 @@ def test_a_refused_placeholder_keeps_its_node_from_the_scheduler_within_the_boun
     assert ("PATCH", "a") in step(placeholders)
     assert api.labelled == {"a"}  # the chart's scheduler's node affinity keeps pods off
     assert placeholders.refusals is not None
-    assert "on 1 node(s)" in placeholders.refusals and FORBIDDEN in placeholders.refusals
+    assert "on 1 node(s)" in placeholders.refusals
+    assert FORBIDDEN in placeholders.refusals
     assert gauge(metrics) == 1
     assert sum("refused, tried again" in r.message for r in caplog.records) == 1
     # The policy is lifted: the next try creates it, and the node is back.

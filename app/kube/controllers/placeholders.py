@@ -274,11 +274,10 @@ class Placeholders:
                     raise
                 # Deleted meanwhile, or a resize refused (a change of QoS class when CPU or
                 # memory crosses zero, a quota, one made by an older release of another
-                # shape): made again at its size, on its DELETED event; a refusal counts.
+                # shape): made again at its size, on its DELETED event (a create refused
+                # in turn counts as a refusal).
                 self._delete(name)
                 self._forget(node)
-                if exc.status != 404:
-                    self._refuse(node, exc)
                 return True
         else:
             self._refused.pop(node, None)  # right as it is (a resize went through meanwhile)

@@ -1,0 +1,282 @@
+"""Placeholder pods against cluster policy on the real API server, which enforces Pod Security
+admission, LimitRanges, ResourceQuotas and ValidatingAdmissionPolicies itself (no kubelet
+needed): the placeholders controller in-process over a SQLite ledger, writing through the
+service's own client. The fakes: tests/kube/test_placeholder_policy_unit.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from app.core import placeholder
+from app.core.pods import pod_info
+from app.core.records import Holder, HolderKind, NodeSpec
+from app.core.resources import Resources
+from app.kube.client import KubeClient
+from app.kube.controllers.placeholders import REFUSED_BOUND, Placeholders
+from app.ledger.service import Ledger
+from app.ledger.snapshot import NodeSnapshot
+from app.metrics.registry import Metrics
+from tests.kube.test_chart import CHART, Helm, helm, run  # noqa: F401 (a fixture)
+from tests.kube.test_placeholder_policy_unit import step
+from tests.support.kube_cluster import KubeCluster
+from tests.support.realenv import wait_until
+
+pytestmark = [pytest.mark.kube]
+GIB = 2**30
+NODE = Resources(16000, 32 * GIB)
+PAUSE = "registry.k8s.io/pause:3.10.1"  # the chart's default kube.placeholders.image
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    return sqlite_url  # the ledger is not what these test
+
+
+@pytest.fixture
+def node(kube_cluster: KubeCluster) -> Iterator[str]:
+    kube_cluster.create_node("kp1", cpu=16, memory="32Gi")
+    yield "kp1"
+    kube_cluster.delete_node("kp1")
+
+
+def namespace(kube: KubeCluster, name: str, *objects: dict[str, Any], **labels: str) -> None:
+    """The namespace (kept: without a kube-controller-manager none is ever finalized) with
+    ``labels``, holding ``objects``."""
+    meta = {"name": name, "labels": labels}
+    kube.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": meta}))
+    for obj in objects:
+        kube.create({**obj, "metadata": {**obj["metadata"], "namespace": name}})
+
+
+def empty(kube: KubeCluster, name: str) -> None:
+    kube.kubectl("delete", "pods,resourcequotas,limitranges", "--all", "-n", name,
+                 "--grace-period=0", "--force", check=False)  # fmt: skip
+
+
+def controller(kube: KubeCluster, ledger: Ledger, node: str, ns: str) -> Placeholders:
+    uid = kube.get("node", node)["metadata"]["uid"]  # type: ignore[index]
+    placeholders = Placeholders(
+        NodeSnapshot(ledger), KubeClient(kube.kubeconfig), lambda n: (NODE, uid),
+        None, namespace=ns, image=PAUSE, qps=100, burst=100,
+        metrics=Metrics(CollectorRegistry()),
+    )  # fmt: skip
+    ledger.upsert_node(node, NodeSpec(capacity=NODE))
+    placeholders.snapshot.subscribe(placeholders.mark)
+    relist(placeholders)
+    placeholders.find_labelled()
+    return placeholders
+
+
+def relist(placeholders: Placeholders) -> None:
+    """What the controller's list-watch does on a (re)list of the placeholders."""
+    items, _ = placeholders.client.list(
+        placeholders.path, placeholders.decode, labelSelector=f"{placeholder.LABEL}=true"
+    )
+    placeholders.resync(items)
+
+
+def resources(kube: KubeCluster, node: str, ns: str) -> dict[str, Any] | None:
+    pod = kube.get("pod", placeholder.pod_name(node), namespace=ns)
+    return None if pod is None else pod["spec"]["containers"][0]["resources"]
+
+
+LIMIT_RANGE = {
+    "apiVersion": "v1",
+    "kind": "LimitRange",
+    "metadata": {"name": "site"},
+    "spec": {
+        "limits": [
+            {
+                "type": "Container",
+                # What a pod without limits gets, and at most what any may ask.
+                "default": {"cpu": "100m", "memory": "64Mi"},
+                "defaultRequest": {"cpu": "100m", "memory": "64Mi"},
+                "max": {"cpu": "16", "memory": "32Gi"},
+            }
+        ]
+    },
+}
+
+
+@pytest.mark.kube_api  # Pod Security, LimitRange and the resize subresource, on every minor
+def test_placeholders_pass_pod_security_restricted_and_a_limit_range(
+    kube_cluster: KubeCluster, ledger: Ledger, node: str
+) -> None:
+    """Created, resized up and down in memory and CPU, and made again when a resource
+    crosses zero (a change of QoS class, which no resize may make), in a namespace that
+    enforces Pod Security "restricted" and has a LimitRange."""
+    ns = "nl-restricted"
+    namespace(kube_cluster, ns, LIMIT_RANGE, **{"pod-security.kubernetes.io/enforce": "restricted"})
+    try:
+        placeholders = controller(kube_cluster, ledger, node, ns)
+        ledger.admit(node, Holder(HolderKind.MANUAL, "m1"), Resources(4000, GIB))
+        step(placeholders)
+        assert placeholders._refused == {}, placeholders._refused
+        quantities = {"cpu": "4", "memory": str(GIB)}
+        assert resources(kube_cluster, node, ns) == {"requests": quantities, "limits": quantities}
+        ledger.admit(node, Holder(HolderKind.MANUAL, "m2"), Resources(2000, 2 * GIB))
+        step(placeholders)
+        assert resources(kube_cluster, node, ns)["limits"] == {"cpu": "6", "memory": str(3 * GIB)}  # type: ignore[index]
+        ledger.release("m2", HolderKind.MANUAL)  # down again, memory limit included
+        step(placeholders)
+        assert resources(kube_cluster, node, ns)["limits"] == quantities  # type: ignore[index]
+        ledger.release("m1", HolderKind.MANUAL)
+        ledger.admit(node, Holder(HolderKind.MANUAL, "m4"), Resources(1000, 0))
+        step(placeholders)  # no memory held: a resize would change the QoS class
+        relist(placeholders)  # the watch's DELETED event
+        step(placeholders)
+        assert placeholders._refused == {}, placeholders._refused
+        got = resources(kube_cluster, node, ns)
+        assert got is not None
+        assert got["requests"] == got["limits"] == {"cpu": "1", "memory": "0"}
+        assert placeholders.refusals is None
+    finally:
+        empty(kube_cluster, ns)
+
+
+def test_a_refused_placeholder_labels_its_node_within_the_bound(
+    kube_cluster: KubeCluster, ledger: Ledger, node: str
+) -> None:
+    """A ResourceQuota of no pods refuses it: the Node is labelled after REFUSED_BOUND (not
+    before), /readyz's detail and the metric say so, and once the quota allows it the
+    placeholder is made and the label goes."""
+    ns = "nl-quota"
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "none"},
+             "spec": {"hard": {"pods": "0"}}}  # fmt: skip
+    namespace(kube_cluster, ns, quota)
+    # What the quota controller (no kube-controller-manager here) would say it is at.
+    kube_cluster.patch_status("resourcequota", "none", {"hard": {"pods": "0"},
+                              "used": {"pods": "0"}}, namespace=ns)  # fmt: skip
+    try:
+        placeholders = controller(kube_cluster, ledger, node, ns)
+        ledger.admit(node, Holder(HolderKind.MANUAL, "m1"), Resources(4000, GIB))
+        started = time.monotonic()
+
+        def labelled() -> bool:
+            step(placeholders)
+            labels = kube_cluster.get("node", node)["metadata"].get("labels", {})  # type: ignore[index]
+            return labels.get(placeholder.REFUSED_LABEL) == "true"
+
+        wait_until(labelled, REFUSED_BOUND + 30, interval=0.2, what="node labelled")
+        assert time.monotonic() - started >= REFUSED_BOUND
+        assert placeholders.refusals is not None
+        assert "on 1 node(s)" in placeholders.refusals
+        assert "exceeded quota" in placeholders.refusals, placeholders.refusals
+        gauge = placeholders.metrics.registry.get_sample_value(
+            "nodeledger_kube_placeholders_refused"
+        )
+        assert gauge == 1
+        kube_cluster.kubectl("delete", "resourcequota", "none", "-n", ns)
+
+        def placed() -> bool:
+            step(placeholders)
+            return resources(kube_cluster, node, ns) is not None and not placeholders._labelled
+
+        wait_until(placed, 90, interval=0.5, what="placeholder made, node unlabelled")
+        labels = kube_cluster.get("node", node)["metadata"].get("labels", {})  # type: ignore[index]
+        assert placeholder.REFUSED_LABEL not in labels
+        assert placeholders.refusals is None
+    finally:
+        empty(kube_cluster, ns)
+
+
+# ------------------------------------------------------------- the service's identity
+
+
+def token_kubeconfig(kube: KubeCluster, token: str, path: Path) -> Path:
+    """The admin kubeconfig's cluster, with a bearer token for its only credential."""
+    config = yaml.safe_load(kube.kubeconfig.read_text())
+    config["users"] = [{"name": "sa", "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = "sa"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def as_service(kube: KubeCluster, config: Path, *args: str, body: Any = None) -> str:
+    """kubectl with the service's token: "" when allowed, else what the API server said."""
+    result = subprocess.run(
+        [kube.kubectl_bin, "--kubeconfig", str(config), *args],
+        input=None if body is None else json.dumps(body),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return "" if result.returncode == 0 else result.stderr
+
+
+@pytest.mark.kube_api  # ValidatingAdmissionPolicy on the oldest supported minor too
+def test_the_services_token_creates_only_placeholders(
+    kube_cluster: KubeCluster,
+    helm: Helm,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    """The chart's RBAC and admission policy on the API server: with the service's own
+    token, a placeholder is created, resized and deleted; a pod with the scheduler's
+    ServiceAccount, a hostPath, another image, a command, or any pod not a placeholder is
+    refused."""
+    ns, release = "nl-identity", "nlpol"
+    shown = [f"--show-only=templates/{t}.yaml"
+             for t in ("rbac", "placeholders", "admission-policy")]  # fmt: skip
+    manifests = run(helm, "template", release, str(CHART), "--namespace", ns,
+                    "--kube-version", helm.kube_version, *shown).stdout  # fmt: skip
+    namespace(kube_cluster, ns)
+    sa = f"{release}-nodeledger"
+    try:
+        kube_cluster.kubectl("apply", "-n", ns, "-f", "-", input=manifests)
+        kube_cluster.kubectl("create", "serviceaccount", f"{sa}-scheduler", "-n", ns)
+        token = kube_cluster.kubectl("create", "token", sa, "-n", ns).strip()
+        config = token_kubeconfig(kube_cluster, token, tmp_path / "service.kubeconfig")
+        # The policy is enforced once the API server has loaded it (a few seconds).
+        good = placeholder.pod("kp9", "", Resources(1000, GIB), namespace=ns, image=PAUSE,
+                               priority_class=f"{sa}-placeholder")  # fmt: skip
+        probe = {**good, "metadata": {**good["metadata"], "name": "probe"}}
+        wait_until(lambda: "denied" in as_service(kube_cluster, config, "create", "-f", "-",
+                                                  body=probe), 60, interval=1,
+                   what="the admission policy loaded")  # fmt: skip
+        assert as_service(kube_cluster, config, "create", "-f", "-", body=good) == ""
+
+        def variant(change: dict[str, Any], container: dict[str, Any] | None = None) -> str:
+            pod = json.loads(json.dumps(good))
+            pod["spec"].update(change)
+            pod["spec"]["containers"][0].update(container or {})
+            pod["metadata"]["name"] = placeholder.pod_name("kp8")
+            return as_service(kube_cluster, config, "create", "-f", "-", body=pod)
+
+        scheduler = variant({"serviceAccountName": f"{sa}-scheduler",
+                             "automountServiceAccountToken": True})  # fmt: skip
+        assert "default ServiceAccount" in scheduler
+        host = variant({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+                       {"volumeMounts": [{"name": "root", "mountPath": "/host"}]})  # fmt: skip
+        assert "no volume" in host
+        assert "host namespace" in variant({"hostPID": True})
+        assert "kube.placeholders.image" in variant({}, {"image": "busybox"})
+        assert "kube.placeholders.image" in variant({}, {"command": ["/bin/sh"]})
+        assert "PriorityClass" in variant({"priorityClassName": "system-node-critical"})
+        other = {**good, "metadata": {"name": "worker", "namespace": ns}}
+        assert "only placeholder pods" in as_service(kube_cluster, config, "create", "-f", "-",
+                                                     body=other)  # fmt: skip
+        # Another user's pod in the namespace (the scheduler's): the service may not delete
+        # it; its own placeholder it resizes and deletes.
+        kube_cluster.create(other)
+        assert "only placeholder pods" in as_service(kube_cluster, config, "delete", "pod",
+                                                     "worker", "-n", ns)  # fmt: skip
+        name = good["metadata"]["name"]
+        resize = json.dumps(placeholder.resize(Resources(2000, GIB)))
+        assert as_service(kube_cluster, config, "patch", "pod", name, "-n", ns,
+                          "--subresource=resize", "-p", resize) == ""  # fmt: skip
+        pod = kube_cluster.get("pod", name, namespace=ns)
+        assert pod_info(pod).requests == Resources(2000, GIB)  # type: ignore[arg-type]
+        assert as_service(kube_cluster, config, "delete", "pod", name, "-n", ns,
+                          "--grace-period=0") == ""  # fmt: skip
+    finally:
+        kube_cluster.kubectl("delete", "-n", ns, "-f", "-", "--ignore-not-found", input=manifests,
+                             check=False)  # fmt: skip
+        empty(kube_cluster, ns)
