@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
 
 from app.core import placeholder
 from app.core.pods import pod_info
@@ -24,11 +24,13 @@ from app.kube.client import KubeClient
 from app.kube.controllers.placeholders import REFUSED_BOUND, Placeholders
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
-from app.metrics.registry import Metrics
+from tests.kube.coloc import CRD, PLACEHOLDER_CONFIG, scheduler_config
 from tests.kube.test_chart import CHART, Helm, helm, run  # noqa: F401 (a fixture)
 from tests.kube.test_placeholder_policy_unit import step
 from tests.support.kube_cluster import KubeCluster
+from tests.support.net import free_port
 from tests.support.realenv import wait_until
+from tests.support.service import running_service
 
 pytestmark = [pytest.mark.kube]
 GIB = 2**30
@@ -67,7 +69,6 @@ def controller(kube: KubeCluster, ledger: Ledger, node: str, ns: str) -> Placeho
     placeholders = Placeholders(
         NodeSnapshot(ledger), KubeClient(kube.kubeconfig), lambda n: (NODE, uid),
         None, namespace=ns, image=PAUSE, qps=100, burst=100,
-        metrics=Metrics(CollectorRegistry()),
     )  # fmt: skip
     ledger.upsert_node(node, NodeSpec(capacity=NODE))
     placeholders.snapshot.subscribe(placeholders.mark)
@@ -143,12 +144,18 @@ def test_placeholders_pass_pod_security_restricted_and_a_limit_range(
         empty(kube_cluster, ns)
 
 
-def test_a_refused_placeholder_labels_its_node_within_the_bound(
-    kube_cluster: KubeCluster, ledger: Ledger, node: str
+def labels_of(kube: KubeCluster, node: str) -> dict[str, str]:
+    labels: dict[str, str] = kube.get("node", node)["metadata"].get("labels", {})  # type: ignore[index]
+    return labels
+
+
+def test_a_refused_placeholder_keeps_its_node_from_the_scheduler_and_says_so(
+    kube_cluster: KubeCluster, sqlite_url: str, tmp_path: Path
 ) -> None:
-    """A ResourceQuota of no pods refuses it: the Node is labelled after REFUSED_BOUND (not
-    before), /readyz's detail and the metric say so, and once the quota allows it the
-    placeholder is made and the label goes."""
+    """`nodeledger serve` whose placeholders a ResourceQuota of no pods refuses: after
+    REFUSED_BOUND (not before) the Node is labelled for the chart's scheduler to keep off,
+    /readyz is degraded naming the refusal, the metric counts the node; once the quota is
+    gone the placeholder is made, the label goes and /readyz is ok again."""
     ns = "nl-quota"
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "none"},
              "spec": {"hard": {"pods": "0"}}}  # fmt: skip
@@ -156,37 +163,86 @@ def test_a_refused_placeholder_labels_its_node_within_the_bound(
     # What the quota controller (no kube-controller-manager here) would say it is at.
     kube_cluster.patch_status("resourcequota", "none", {"hard": {"pods": "0"},
                               "used": {"pods": "0"}}, namespace=ns)  # fmt: skip
+    kube_cluster.apply(CRD.read_text())
+    kube_cluster.create_node("kp2", cpu=16, memory="32Gi", labels={"nodeledger.io/policy": "t"})
+    env = {
+        "NODELEDGER_KUBE_ENABLED": "true",
+        "NODELEDGER_KUBE_KUBECONFIG": str(kube_cluster.kubeconfig),
+        "NODELEDGER_KUBE_NODE_SELECTOR": "nodeledger.io/policy=t",
+        "NODELEDGER_KUBE_LEADER_ELECTION": "false",
+        "NODELEDGER_KUBE_PLACEHOLDERS": "true",
+        "NODELEDGER_KUBE_PLACEHOLDER_NAMESPACE": ns,
+        "NODELEDGER_KUBE_PLACEHOLDER_IMAGE": PAUSE,
+    }
     try:
-        placeholders = controller(kube_cluster, ledger, node, ns)
-        ledger.admit(node, Holder(HolderKind.MANUAL, "m1"), Resources(4000, GIB))
-        started = time.monotonic()
+        with running_service(sqlite_url, tmp_path, env=env) as service:
+            api = httpx.Client(base_url=service.url, timeout=10)
+            wait_until(lambda: api.get("/v1/nodes/kp2").status_code == 200, 60,
+                       what="kp2 discovered")  # fmt: skip
+            body = {"node": "kp2", "holder": {"kind": "manual", "id": "m1"},
+                    "requests": {"cpu": "4", "memory": "1Gi"}}  # fmt: skip
+            assert api.post("/v1/admissions", json=body).status_code == 201
+            held = time.monotonic()
+            wait_until(lambda: labels_of(kube_cluster, "kp2").get(placeholder.REFUSED_LABEL),
+                       REFUSED_BOUND + 40, interval=0.2, what="kp2 labelled")  # fmt: skip
+            assert time.monotonic() - held >= REFUSED_BOUND
+            ready = api.get("/readyz").json()
+            assert ready["status"] == "degraded"
+            [detail] = [c for c in ready["checks"].values() if "placeholder pods refused" in c]
+            assert "on 1 node(s)" in detail
+            assert "exceeded quota" in detail
+            assert "nodeledger_kube_placeholders_refused 1.0" in api.get("/metrics").text
+            kube_cluster.kubectl("delete", "resourcequota", "none", "-n", ns)
 
-        def labelled() -> bool:
-            step(placeholders)
-            labels = kube_cluster.get("node", node)["metadata"].get("labels", {})  # type: ignore[index]
-            return labels.get(placeholder.REFUSED_LABEL) == "true"
+            def placed() -> bool:
+                return (kube_cluster.get("pod", placeholder.pod_name("kp2"), namespace=ns)
+                        is not None and placeholder.REFUSED_LABEL
+                        not in labels_of(kube_cluster, "kp2"))  # fmt: skip
 
-        wait_until(labelled, REFUSED_BOUND + 30, interval=0.2, what="node labelled")
-        assert time.monotonic() - started >= REFUSED_BOUND
-        assert placeholders.refusals is not None
-        assert "on 1 node(s)" in placeholders.refusals
-        assert "exceeded quota" in placeholders.refusals, placeholders.refusals
-        gauge = placeholders.metrics.registry.get_sample_value(
-            "nodeledger_kube_placeholders_refused"
-        )
-        assert gauge == 1
-        kube_cluster.kubectl("delete", "resourcequota", "none", "-n", ns)
-
-        def placed() -> bool:
-            step(placeholders)
-            return resources(kube_cluster, node, ns) is not None and not placeholders._labelled
-
-        wait_until(placed, 90, interval=0.5, what="placeholder made, node unlabelled")
-        labels = kube_cluster.get("node", node)["metadata"].get("labels", {})  # type: ignore[index]
-        assert placeholder.REFUSED_LABEL not in labels
-        assert placeholders.refusals is None
+            wait_until(placed, 120, interval=0.5, what="placeholder made, kp2 unlabelled")
+            wait_until(lambda: api.get("/readyz").json()["status"] == "ok", 30,
+                       what="/readyz ok")  # fmt: skip
+            assert "nodeledger_kube_placeholders_refused 0.0" in api.get("/metrics").text
+            assert service.log().count("refused, tried again") == 1  # not one a try
     finally:
         empty(kube_cluster, ns)
+        kube_cluster.delete_node("kp2")
+        kube_cluster.kubectl("delete", "genericnodes", "--all", check=False)
+
+
+def test_the_charts_scheduler_keeps_off_a_node_whose_placeholder_is_refused(
+    kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    """The real kube-scheduler on the chart's placeholder configuration: a pod is not
+    placed on a managed Node labelled refused; once the label goes it is (its bind, to an
+    extender not listening here, is what fails then)."""
+    managed = ("nodeledger.io/policy", "s")
+    labels = {managed[0]: managed[1], placeholder.REFUSED_LABEL: "true"}
+    kube_cluster.create_node("kp3", cpu=16, memory="32Gi", labels=labels)
+    config = scheduler_config(tmp_path / "scheduler.yaml", kube_cluster, "http://127.0.0.1:9",
+                              PLACEHOLDER_CONFIG, managed=managed)  # fmt: skip
+    kube_cluster.start_scheduler("nodeledger", config, free_port())
+    container = {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "steered", "namespace": "default"},
+           "spec": {"schedulerName": "nodeledger", "containers": [container]}}  # fmt: skip
+
+    def events() -> str:
+        out = kube_cluster.kubectl("get", "events", "-n", "default", "--field-selector",
+                                   "involvedObject.name=steered", "-o", "json")  # fmt: skip
+        return " ".join(e.get("message", "") for e in json.loads(out)["items"])
+
+    try:
+        kube_cluster.create(pod)
+        wait_until(lambda: "scheduler-enforced node affinity" in events(), 60,
+                   what="FailedScheduling")  # fmt: skip
+        assert "connection refused" not in events()  # no bind tried
+        kube_cluster.kubectl("label", "node", "kp3", f"{placeholder.REFUSED_LABEL}-")
+        wait_until(lambda: "connection refused" in events(), 90, what="a bind to kp3 tried")
+    finally:
+        kube_cluster.stop_scheduler("nodeledger")
+        kube_cluster.delete_pod("steered")
+        kube_cluster.delete_node("kp3")
 
 
 # ------------------------------------------------------------- the service's identity

@@ -149,11 +149,11 @@ class Placeholders:
             labelled: list[str] | None = None
             while not stop.is_set():
                 try:
-                    if labelled is None:  # those a former leader labelled, once a term
-                        labelled = self.find_labelled()
                     self.snapshot.views(max_age=POLL)  # subscribers hear of the changes
                     self._retry_failed()
                     self.flush(stop)
+                    if labelled is None:  # those a former leader labelled, once a term
+                        labelled = self.find_labelled()
                 except Exception as exc:  # keep going; the node stays marked
                     log_failure(log, "placeholder pods", exc)
                 self._publish()
