@@ -358,6 +358,10 @@ def test_the_service_may_write_only_placeholder_pods(helm: Helm) -> None:
     checks = " ".join(v["expression"] for v in policy["validations"])
     assert '"example.com/pause:1"' in checks
     assert '"nl-nodeledger-placeholder"' in checks  # the PriorityClass
+    # ValidatingAdmissionPolicy v1 is served from 1.30 on: the chart needs it.
+    old = ["template", "nl", str(CHART), "--kube-version", "1.29.0",
+           "--set", "kube.placeholders.enabled=false"]  # fmt: skip
+    assert "incompatible with Kubernetes v1.29.0" in run(helm, *old, check=False).stderr
     off = render(helm, "kube.placeholders.enabled=false")  # deletes only: still bound
     assert "nl-nodeledger-placeholder" not in json.dumps(
         find(off, "ValidatingAdmissionPolicy", "nl-nodeledger-placeholders")
