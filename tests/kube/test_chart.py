@@ -363,7 +363,7 @@ def test_the_service_may_write_only_placeholder_pods(helm: Helm) -> None:
            "--set", "kube.placeholders.enabled=false"]  # fmt: skip
     assert "incompatible with Kubernetes v1.29.0" in run(helm, *old, check=False).stderr
     off = render(helm, "kube.placeholders.enabled=false")  # deletes only: still bound
-    assert "nl-nodeledger-placeholder" not in json.dumps(
+    assert "priorityClassName" not in json.dumps(
         find(off, "ValidatingAdmissionPolicy", "nl-nodeledger-placeholders")
     )
 

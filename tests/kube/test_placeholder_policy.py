@@ -26,7 +26,7 @@ from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from tests.kube.coloc import CRD, PLACEHOLDER_CONFIG, scheduler_config
 from tests.kube.test_chart import CHART, Helm, helm, run  # noqa: F401 (a fixture)
-from tests.kube.test_placeholder_policy_unit import step
+from tests.kube.test_placeholder_policy_unit import one_pass
 from tests.support.kube_cluster import KubeCluster
 from tests.support.net import free_port
 from tests.support.realenv import wait_until
@@ -120,21 +120,21 @@ def test_placeholders_pass_pod_security_restricted_and_a_limit_range(
     try:
         placeholders = controller(kube_cluster, ledger, node, ns)
         ledger.admit(node, Holder(HolderKind.MANUAL, "m1"), Resources(4000, GIB))
-        step(placeholders)
+        one_pass(placeholders)
         assert placeholders._refused == {}, placeholders._refused
         quantities = {"cpu": "4", "memory": str(GIB)}
         assert resources(kube_cluster, node, ns) == {"requests": quantities, "limits": quantities}
         ledger.admit(node, Holder(HolderKind.MANUAL, "m2"), Resources(2000, 2 * GIB))
-        step(placeholders)
+        one_pass(placeholders)
         assert resources(kube_cluster, node, ns)["limits"] == {"cpu": "6", "memory": str(3 * GIB)}  # type: ignore[index]
         ledger.release("m2", HolderKind.MANUAL)  # down again, memory limit included
-        step(placeholders)
+        one_pass(placeholders)
         assert resources(kube_cluster, node, ns)["limits"] == quantities  # type: ignore[index]
         ledger.release("m1", HolderKind.MANUAL)
         ledger.admit(node, Holder(HolderKind.MANUAL, "m4"), Resources(1000, 0))
-        step(placeholders)  # no memory held: a resize would change the QoS class
+        one_pass(placeholders)  # no memory held: a resize would change the QoS class
         relist(placeholders)  # the watch's DELETED event
-        step(placeholders)
+        one_pass(placeholders)
         assert placeholders._refused == {}, placeholders._refused
         got = resources(kube_cluster, node, ns)
         assert got is not None
@@ -227,21 +227,26 @@ def test_the_charts_scheduler_keeps_off_a_node_whose_placeholder_is_refused(
            "metadata": {"name": "steered", "namespace": "default"},
            "spec": {"schedulerName": "nodeledger", "containers": [container]}}  # fmt: skip
 
-    def events() -> str:
+    def events(name: str) -> str:
         out = kube_cluster.kubectl("get", "events", "-n", "default", "--field-selector",
-                                   "involvedObject.name=steered", "-o", "json")  # fmt: skip
+                                   f"involvedObject.name={name}", "-o", "json")  # fmt: skip
         return " ".join(e.get("message", "") for e in json.loads(out)["items"])
 
     try:
         kube_cluster.create(pod)
-        wait_until(lambda: "scheduler-enforced node affinity" in events(), 60,
+        wait_until(lambda: "scheduler-enforced node affinity" in events("steered"), 60,
                    what="FailedScheduling")  # fmt: skip
-        assert "connection refused" not in events()  # no bind tried
+        assert "connection refused" not in events("steered")  # no bind tried
         kube_cluster.kubectl("label", "node", "kp3", f"{placeholder.REFUSED_LABEL}-")
-        wait_until(lambda: "connection refused" in events(), 90, what="a bind to kp3 tried")
+        # A new pod (one already waiting is tried again at the scheduler's next retry of
+        # unschedulable pods: a label going is no event its node affinity plugin requeues on).
+        kube_cluster.create({**pod, "metadata": {"name": "steered-2", "namespace": "default"}})
+        wait_until(lambda: "connection refused" in events("steered-2"), 60,
+                   what="a bind to kp3 tried")  # fmt: skip
     finally:
         kube_cluster.stop_scheduler("nodeledger")
         kube_cluster.delete_pod("steered")
+        kube_cluster.delete_pod("steered-2")
         kube_cluster.delete_node("kp3")
 
 
@@ -284,10 +289,13 @@ def test_the_services_token_creates_only_placeholders(
     manifests = run(helm, "template", release, str(CHART), "--namespace", ns,
                     "--kube-version", helm.kube_version, *shown).stdout  # fmt: skip
     namespace(kube_cluster, ns)
+    kube_cluster.create_node("kp9", cpu=16, memory="32Gi")  # a resize needs its pod's Node
     sa = f"{release}-nodeledger"
     try:
         kube_cluster.kubectl("apply", "-n", ns, "-f", "-", input=manifests)
-        kube_cluster.kubectl("create", "serviceaccount", f"{sa}-scheduler", "-n", ns)
+        scheduler_sa = {"apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": {"name": f"{sa}-scheduler", "namespace": ns}}  # fmt: skip
+        kube_cluster.apply(json.dumps(scheduler_sa))
         token = kube_cluster.kubectl("create", "token", sa, "-n", ns).strip()
         config = token_kubeconfig(kube_cluster, token, tmp_path / "service.kubeconfig")
         # The policy is enforced once the API server has loaded it (a few seconds).
@@ -325,14 +333,19 @@ def test_the_services_token_creates_only_placeholders(
         assert "only placeholder pods" in as_service(kube_cluster, config, "delete", "pod",
                                                      "worker", "-n", ns)  # fmt: skip
         name = good["metadata"]["name"]
-        resize = json.dumps(placeholder.resize(Resources(2000, GIB)))
-        assert as_service(kube_cluster, config, "patch", "pod", name, "-n", ns,
-                          "--subresource=resize", "-p", resize) == ""  # fmt: skip
+        # As the service resizes (kubectl would read pods/resize first, which it may not).
+        service = KubeClient(config)
+        service.request(
+            "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/resize",
+            body=placeholder.resize(Resources(2000, GIB)),
+            content_type="application/strategic-merge-patch+json",
+        )  # fmt: skip
         pod = kube_cluster.get("pod", name, namespace=ns)
         assert pod_info(pod).requests == Resources(2000, GIB)  # type: ignore[arg-type]
-        assert as_service(kube_cluster, config, "delete", "pod", name, "-n", ns,
-                          "--grace-period=0") == ""  # fmt: skip
+        service.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
+                        body={"gracePeriodSeconds": 0})  # fmt: skip
     finally:
         kube_cluster.kubectl("delete", "-n", ns, "-f", "-", "--ignore-not-found", input=manifests,
                              check=False)  # fmt: skip
         empty(kube_cluster, ns)
+        kube_cluster.delete_node("kp9")

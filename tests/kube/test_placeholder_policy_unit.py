@@ -95,14 +95,19 @@ def controller(ledger: Ledger, api: FakeApi, clock: Clock, metrics: Metrics) -> 
     )  # fmt: skip
 
 
-def step(placeholders: Placeholders) -> list[tuple[str, str]]:
-    """One pass of the writer's loop (app.kube.controllers.placeholders.run); its calls."""
-    calls: list[tuple[str, str]] = placeholders.client.calls  # type: ignore[attr-defined]
-    before = len(calls)
+def one_pass(placeholders: Placeholders) -> None:
+    """One pass of the writer's loop (app.kube.controllers.placeholders.run)."""
     placeholders.snapshot.views(max_age=0)
     placeholders._retry_failed()
     placeholders.flush(threading.Event())
     placeholders._publish()
+
+
+def step(placeholders: Placeholders) -> list[tuple[str, str]]:
+    """One pass; its calls."""
+    calls: list[tuple[str, str]] = placeholders.client.calls  # type: ignore[attr-defined]
+    before = len(calls)
+    one_pass(placeholders)
     return calls[before:]
 
 
