@@ -31,6 +31,11 @@ NAME_PREFIX = "nodeledger-held-"
 LABEL = "nodeledger.io/placeholder"  # value "true"; the node is the pod's spec.nodeName
 CONTAINER = "held"
 MAX_NAME = 253  # a pod's name is a DNS subdomain
+# On a Node whose placeholder the API server keeps refusing: the chart's scheduler keeps off
+# it (its profile's node affinity), as its room there is not known to be the ledger's.
+REFUSED_LABEL = "nodeledger.io/placeholder-refused"
+# Pod Security "restricted" (and any policy modelled on it): the pause image's own user.
+NONROOT = 65535
 
 
 def room(view: NodeView, caps: KubeCaps | None) -> Resources:
@@ -77,8 +82,11 @@ def is_placeholder(namespace: str, name: str, node: str | None, placeholders: st
     return namespace == placeholders and node is not None and name == pod_name(node)
 
 
-def requests(amount: Resources) -> dict[str, str]:
-    return {"cpu": f"{amount.cpu_millis}m", "memory": str(amount.memory_bytes)}
+def resources(amount: Resources) -> dict[str, dict[str, str]]:
+    """Limits equal to requests: a LimitRange's default or maximum limit, or a policy that
+    requires limits, has nothing to add or refuse, and the pod never grows past its size."""
+    quantities = {"cpu": f"{amount.cpu_millis}m", "memory": str(amount.memory_bytes)}
+    return {"requests": quantities, "limits": dict(quantities)}
 
 
 def pod(
@@ -95,19 +103,33 @@ def pod(
     Bound at creation (no scheduler), tolerating every taint (it stands for holdings that
     stay through a drain), resizable in place without a restart, and owned by its Node:
     `kubectl drain` evicts it like any managed pod (a pod without a controller stops a
-    drain), and deleting the Node deletes it."""
+    drain), and deleting the Node deletes it. Its shape passes Pod Security "restricted"
+    (non-root, no privilege escalation, no capability, the runtime's seccomp profile) and
+    is the one the chart's ValidatingAdmissionPolicy lets the service create: the default
+    ServiceAccount without its token, no volume, no host namespace, only ``image``."""
     spec: dict[str, Any] = {
         "nodeName": node,
         "tolerations": [{"operator": "Exists"}],
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": NONROOT,
+            "runAsGroup": NONROOT,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [
             {
                 "name": CONTAINER,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "resources": {"requests": requests(amount)},
+                "resources": resources(amount),
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
                 "resizePolicy": [
                     {"resourceName": "cpu", "restartPolicy": "NotRequired"},
                     {"resourceName": "memory", "restartPolicy": "NotRequired"},
@@ -132,5 +154,5 @@ def pod(
 
 def resize(amount: Resources) -> dict[str, Any]:
     """The strategic-merge patch of the pod's ``resize`` subresource to ``amount``."""
-    container = {"name": CONTAINER, "resources": {"requests": requests(amount)}}
+    container = {"name": CONTAINER, "resources": resources(amount)}
     return {"spec": {"containers": [container]}}

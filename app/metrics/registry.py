@@ -270,6 +270,13 @@ class Metrics:
             "Placeholder pod creates, in-place resizes and deletes (issue 35)",
             registry=r,
         )
+        self.placeholders_refused = Gauge(
+            "nodeledger_kube_placeholders_refused",
+            "Nodes whose placeholder pod the API server has refused (Pod Security, a "
+            "LimitRange, a quota, an admission policy) for 10 s or more: labelled "
+            "nodeledger.io/placeholder-refused, which the chart's scheduler keeps pods off",
+            registry=r,
+        )
         self.orphaned_pod_holdings = Gauge(
             "nodeledger_kube_orphaned_pod_holdings",
             "Pod holdings kept after their pod was deleted while its node was not Ready (a "
@@ -441,6 +448,9 @@ class Metrics:
 
     def kube_placeholder_written(self) -> None:
         self.placeholder_writes.inc()
+
+    def kube_placeholders_refused(self, nodes: int) -> None:
+        self.placeholders_refused.set(nodes)
 
     def kube_orphaned_pod_holdings(self, count: int) -> None:
         self.orphaned_pod_holdings.set(count)

@@ -286,7 +286,8 @@ def scheduler_config_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_with_placeholders_the_scheduler_keeps_to_the_managed_nodes(helm: Helm) -> None:
     """Without the extender's filter, the managed Nodes' selector becomes the profile's added
-    node affinity: a pod is never placed where the ledger has no node to admit it on."""
+    node affinity: a pod is never placed where the ledger has no node to admit it on, nor
+    on a Node whose placeholder pod the API server keeps refusing (labelled by the service)."""
 
     def expressions(*sets: str) -> Any:
         profile = scheduler_config_of(render(helm, *sets))["profiles"][0]
@@ -300,15 +301,20 @@ def test_with_placeholders_the_scheduler_keeps_to_the_managed_nodes(helm: Helm) 
         [term] = required["nodeSelectorTerms"]
         return term["matchExpressions"]
 
-    assert expressions() == [{"key": "nodeledger.io/managed", "operator": "In", "values": ["true"]}]
+    refused = {"key": "nodeledger.io/placeholder-refused", "operator": "DoesNotExist"}
+    assert expressions() == [
+        {"key": "nodeledger.io/managed", "operator": "In", "values": ["true"]},
+        refused,
+    ]
     assert expressions("kube.nodeSelector=a=b\\,c!=d\\, e \\,!f\\,g==h") == [
         {"key": "a", "operator": "In", "values": ["b"]},
         {"key": "c", "operator": "NotIn", "values": ["d"]},
         {"key": "e", "operator": "Exists"},
         {"key": "f", "operator": "DoesNotExist"},
         {"key": "g", "operator": "In", "values": ["h"]},
+        refused,
     ]
-    assert expressions("kube.nodeSelector=") is None  # every Node is managed
+    assert expressions("kube.nodeSelector=") == [refused]  # every Node is managed
     assert expressions("kube.placeholders.enabled=false") is None  # the extender filters
     assert "only key=value" in fails(helm, "kube.nodeSelector=tier in (hpc)")
     old = ["template", "nl", str(CHART), "--namespace", "ops", "--kube-version", "1.32.0"]
@@ -333,6 +339,35 @@ def test_rbac_is_least_privilege(helm: Helm) -> None:
     # Off: only the deletes of those left from when they were on.
     off = find(render(helm, "kube.placeholders.enabled=false"), "Role", "nl-nodeledger-leader")
     assert [(r["resources"], r["verbs"]) for r in off["rules"][1:]] == [(["pods"], ["delete"])]
+
+
+def test_the_service_may_write_only_placeholder_pods(helm: Helm) -> None:
+    """The admission policy binds the service's own ServiceAccount, on pod creates, resizes
+    and deletes, to the placeholders' shape with the configured image
+    (tests/kube/test_placeholder_policy.py runs it on the API server)."""
+    docs = render(helm, "kube.placeholders.image=example.com/pause:1")
+    policy = find(docs, "ValidatingAdmissionPolicy", "nl-nodeledger-placeholders")["spec"]
+    binding = find(docs, "ValidatingAdmissionPolicyBinding", "nl-nodeledger-placeholders")
+    assert binding["spec"] == {"policyName": "nl-nodeledger-placeholders",
+                               "validationActions": ["Deny"]}  # fmt: skip
+    [rule] = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods", "pods/resize"]  # not pods/binding: the extender binds
+    assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    [condition] = policy["matchConditions"]
+    assert condition["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:ops:nl-nodeledger"'
+    )
+    checks = " ".join(v["expression"] for v in policy["validations"])
+    assert '"example.com/pause:1"' in checks
+    assert '"nl-nodeledger-placeholder"' in checks  # the PriorityClass
+    # ValidatingAdmissionPolicy v1 is served from 1.30 on: the chart needs it.
+    old = ["template", "nl", str(CHART), "--kube-version", "1.29.0",
+           "--set", "kube.placeholders.enabled=false"]  # fmt: skip
+    assert "incompatible with Kubernetes v1.29.0" in run(helm, *old, check=False).stderr
+    off = render(helm, "kube.placeholders.enabled=false")  # deletes only: still bound
+    assert "priorityClassName" not in json.dumps(
+        find(off, "ValidatingAdmissionPolicy", "nl-nodeledger-placeholders")
+    )
 
 
 @pytest.mark.parametrize(

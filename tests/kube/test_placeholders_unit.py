@@ -164,13 +164,15 @@ def test_the_pod_is_bound_owned_by_its_node_tolerant_and_resizable() -> None:
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["priorityClassName"] == "pc"
     container = spec["containers"][0]
-    assert container["resources"] == {"requests": {"cpu": "1500m", "memory": str(GIB)}}
+    quantities = {"cpu": "1500m", "memory": str(GIB)}
+    assert container["resources"] == {"requests": quantities, "limits": quantities}
     assert {p["restartPolicy"] for p in container["resizePolicy"]} == {"NotRequired"}
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("Node", "uid-1", True)
     assert pod_info(pod).requests == Resources(1500, GIB)  # read back as the watch reads it
     patch = placeholder.resize(Resources(500, 2 * GIB))["spec"]["containers"][0]
-    assert patch["resources"]["requests"] == {"cpu": "500m", "memory": str(2 * GIB)}
+    quantities = {"cpu": "500m", "memory": str(2 * GIB)}
+    assert patch["resources"] == {"requests": quantities, "limits": quantities}
 
 
 class FakePods:
@@ -203,6 +205,8 @@ class FakePods:
         return {}
 
     def list(self, path: str, decode: Any, shape: Any = None, **query: Any) -> Any:
+        if path == "/api/v1/nodes":
+            return [], "1"  # none labelled refused (tests/kube/test_placeholder_policy_unit.py)
         assert query == {"labelSelector": f"{placeholder.LABEL}=true"}
         return [decode(p) for p in self.pods.values()], "1"
 

@@ -221,6 +221,8 @@ class KubeControllers:
         errors = [w.error for w in self.watches if w.error]
         if self.device_taints.error:
             errors.append(f"GPU device taints: {self.device_taints.error}")
+        if self.placeholders is not None and self.placeholders.refusals:
+            errors.append(self.placeholders.refusals)
         if errors:
             return Health("degraded", "; ".join(errors))
         waiting = [w.name for w in self.watches if not w.synced.is_set()]

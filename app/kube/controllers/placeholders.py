@@ -9,6 +9,12 @@ resize (the pod's ``resize`` subresource, GA in Kubernetes 1.35) when its size c
 delete when it needs none. What exists is known from a list-watch of the placeholders
 themselves, so one deleted by someone, evicted by `kubectl drain` or failed on its kubelet
 is made again at once, not at the next resync.
+
+A create or resize the API server refuses (Pod Security, a LimitRange, a ResourceQuota, an
+admission policy) is tried again with a backoff; a node whose placeholder is still refused
+``REFUSED_BOUND`` seconds after the first refusal is labelled ``placeholder.REFUSED_LABEL``,
+which the chart's scheduler's node affinity keeps pods off (its free room there is not the
+ledger's), and is counted in /readyz and a metric until a write goes through.
 """
 
 from __future__ import annotations
@@ -36,10 +42,18 @@ POLL = 0.2  # seconds between looks at the snapshot
 # (its pods then asked more than the ledger knew of yet), and asking again at once would
 # loop at the write rate.
 RETRY_FAILED = 10.0
+# Seconds a node's placeholder may stay refused before the node is kept from the chart's
+# scheduler; a refused write is tried again after RETRY_REFUSED, doubling up to
+# RETRY_REFUSED_MAX (a namespace that refuses every placeholder must not take the whole
+# write rate from the nodes that work).
+REFUSED_BOUND = 10.0
+RETRY_REFUSED = 1.0
+RETRY_REFUSED_MAX = 60.0
 
 # A managed Node's allocatable as kube-scheduler reads it, and its uid (the placeholder's
 # owner); None: no such Node.
-NodeRef = Callable[[str], tuple[Resources, str] | None]
+NodeInfo = tuple[Resources, str]
+NodeRef = Callable[[str], NodeInfo | None]
 
 
 class Placeholder(NamedTuple):
@@ -49,6 +63,21 @@ class Placeholder(NamedTuple):
     node: str
     requests: Resources
     terminal: bool = False
+
+
+class Refusal(NamedTuple):
+    """A node's placeholder writes the API server refused, since the first of them."""
+
+    since: float  # monotonic
+    retry_at: float
+    tries: int
+    reason: str
+
+
+def refused_write(exc: KubeError) -> bool:
+    """The API server answered and refused (a policy, a quota, an invalid resize): not an
+    outage nor a throttle, which the next pass simply retries."""
+    return exc.status is not None and 400 <= exc.status < 500 and exc.status != 429
 
 
 class Placeholders:
@@ -65,6 +94,7 @@ class Placeholders:
         qps: float,
         burst: int,
         metrics: Metrics = NO_METRICS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.snapshot = snapshot
         self.client = client
@@ -75,11 +105,17 @@ class Placeholders:
         self.priority_class = priority_class
         self.bucket = TokenBucket(qps, burst)
         self.metrics = metrics
+        self.monotonic = monotonic
         self.path = f"/api/v1/namespaces/{namespace}/pods"
         self._lock = threading.Lock()  # _have: the watch's thread and this one's
         self._have: dict[str, Placeholder] = {}  # node -> its placeholder
         self._failed: dict[str, float] = {}  # node -> when it may have a new one (monotonic)
+        self._refused: dict[str, Refusal] = {}  # node -> its placeholder's refused writes
+        self._labelled: set[str] = set()  # Nodes carrying REFUSED_LABEL, as last written
         self._dirty = DirtyNames()
+        # What /readyz says while some node is labelled (None: none is); the writer's
+        # thread sets it after each pass.
+        self.refusals: str | None = None
 
     # WatchHandler[Placeholder], of the pods labelled placeholder.LABEL in the namespace
     shape = PodShape
@@ -111,26 +147,60 @@ class Placeholders:
     def run(self, stop: threading.Event) -> None:
         unsubscribe = self.snapshot.subscribe(self.mark)
         try:
+            labelled: list[str] | None = None
             while not stop.is_set():
                 try:
                     self.snapshot.views(max_age=POLL)  # subscribers hear of the changes
                     self._retry_failed()
                     self.flush(stop)
+                    if labelled is None:  # those a former leader labelled, once a term
+                        labelled = self.find_labelled()
                 except Exception as exc:  # keep going; the node stays marked
                     log_failure(log, "placeholder pods", exc)
+                self._publish()
                 stop.wait(POLL)
         finally:
             unsubscribe()
+            self.refusals = None  # the next leader counts
+            self.metrics.kube_placeholders_refused(0)
+
+    def find_labelled(self) -> list[str]:
+        """The Nodes labelled REFUSED_LABEL; each is marked, to be kept only while refused."""
+        names, _ = self.client.list("/api/v1/nodes", _node_name, labelSelector=REFUSED)
+        self._labelled.update(names)
+        self.mark(names)
+        return names
 
     def mark(self, names: Collection[str]) -> None:
         self._dirty.add(names)
 
     def _retry_failed(self) -> None:
-        now = time.monotonic()
+        now = self.monotonic()
         due = [node for node, at in self._failed.items() if at <= now]
         for node in due:
             del self._failed[node]
         self.mark(due)
+        # Refused ones: to try again, or to label once the bound has passed.
+        self.mark([
+            node for node, r in self._refused.items()
+            if r.retry_at <= now or self._over_bound(r, now) != (node in self._labelled)
+        ])  # fmt: skip
+
+    def _over_bound(self, refusal: Refusal | None, now: float) -> bool:
+        return refusal is not None and now - refusal.since >= REFUSED_BOUND
+
+    def _publish(self) -> None:
+        labelled = sorted(self._labelled)
+        self.metrics.kube_placeholders_refused(len(labelled))
+        if not labelled:
+            self.refusals = None
+            return
+        first = self._refused.get(labelled[0])
+        why = f" ({labelled[0]}: {first.reason})" if first is not None else ""
+        self.refusals = (
+            f"placeholder pods refused by the API server on {len(labelled)} node(s) for "
+            f"{REFUSED_BOUND:.0f} s or more, kept from the chart's scheduler{why}"
+        )
 
     def flush(self, stop: threading.Event) -> None:
         write_at_rate(self._dirty, self.bucket, self.write, stop)
@@ -143,18 +213,25 @@ class Placeholders:
         return placeholder.size(view, ref[0], self.caps)
 
     def write(self, node: str) -> bool:
-        """Bring the node's placeholder to what it should be; whether an API call was made
-        (an unchanged node costs no token)."""
+        """Bring the node's placeholder to what it should be, and its Node's label to
+        whether it is refused; whether an API call was made (an unchanged node costs no
+        token)."""
+        wrote = self._write_pod(node)
+        return self._write_label(node) or wrote
+
+    def _write_pod(self, node: str) -> bool:
         with self._lock:
             have = self._have.get(node)
         ref = self.node_ref(node)
         want = self.desired(node, ref)
+        if want.is_zero() or node in self._failed:
+            self._refused.pop(node, None)  # none is needed, or a failed one waits its turn
         name = placeholder.pod_name(node)
         if have is not None and (have.terminal or want.is_zero()):
             # A failed one no longer counts for the scheduler: gone, and a new one made
             # after RETRY_FAILED.
             if have.terminal:
-                self._failed[node] = time.monotonic() + RETRY_FAILED
+                self._failed[node] = self.monotonic() + RETRY_FAILED
                 log.warning("placeholder pod %s failed on its kubelet; a new one in %.0f s",
                             name, RETRY_FAILED)  # fmt: skip
             self._delete(name)
@@ -162,6 +239,20 @@ class Placeholders:
             return True
         if want.is_zero() or node in self._failed:
             return False
+        if (refusal := self._refused.get(node)) is not None and refusal.retry_at > self.monotonic():
+            return False
+        try:
+            return self._create_or_resize(node, have, want, ref)
+        except KubeError as exc:
+            if not refused_write(exc):
+                raise
+            self._refuse(node, exc)
+            return True
+
+    def _create_or_resize(
+        self, node: str, have: Placeholder | None, want: Resources, ref: NodeInfo | None
+    ) -> bool:
+        name = placeholder.pod_name(node)
         if have is None:
             uid = ref[1] if ref is not None else ""
             body = placeholder.pod(node, uid, want, namespace=self.namespace, image=self.image,
@@ -180,18 +271,56 @@ class Placeholders:
                     content_type="application/strategic-merge-patch+json",
                 )  # fmt: skip
             except KubeError as exc:
-                if exc.status != 404:
+                if exc.status != 404 and not refused_write(exc):
                     raise
-                # Deleted meanwhile, or an API server without the resize subresource
-                # (before 1.33): made again at its size, on its DELETED event.
+                # Deleted meanwhile, or a resize refused (a change of QoS class when CPU or
+                # memory crosses zero, a quota, one made by an older release of another
+                # shape): made again at its size, on its DELETED event (a create refused
+                # in turn counts as a refusal).
                 self._delete(name)
                 self._forget(node)
                 return True
         else:
+            self._refused.pop(node, None)  # right as it is (a resize went through meanwhile)
             return False
         with self._lock:
             self._have[node] = Placeholder(name, node, want)
+        self._refused.pop(node, None)
         self.metrics.kube_placeholder_written()
+        return True
+
+    def _refuse(self, node: str, exc: KubeError) -> None:
+        now = self.monotonic()
+        before = self._refused.get(node)
+        tries = 1 if before is None else before.tries + 1
+        delay = min(RETRY_REFUSED * 2 ** (tries - 1), RETRY_REFUSED_MAX)
+        self._refused[node] = Refusal(before.since if before else now, now + delay, tries,
+                                      str(exc)[:300])  # fmt: skip
+        if before is None:  # once a refusal, not once a try
+            log.warning("placeholder pod %s refused, tried again in %.0f s (the node is kept "
+                        "from the chart's scheduler after %.0f s): %s",
+                        placeholder.pod_name(node), delay, REFUSED_BOUND, exc)  # fmt: skip
+
+    def _write_label(self, node: str) -> bool:
+        """Label the Node while its placeholder is refused beyond the bound; unlabel after."""
+        want = self._over_bound(self._refused.get(node), self.monotonic())
+        if want == (node in self._labelled):
+            return False
+        patch = {"metadata": {"labels": {placeholder.REFUSED_LABEL: "true"}}} if want else UNLABEL
+        try:
+            self.client.request("PATCH", f"/api/v1/nodes/{node}", body=patch,
+                                content_type="application/merge-patch+json")  # fmt: skip
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            want = False  # the Node is gone
+        if want:
+            self._labelled.add(node)
+            log.warning("node %s kept from the chart's scheduler: its placeholder pod is "
+                        "still refused after %.0f s", node, REFUSED_BOUND)  # fmt: skip
+        else:
+            self._labelled.discard(node)
+            log.info("node %s back to the chart's scheduler: no placeholder refused", node)
         return True
 
     def _delete(self, name: str) -> None:
@@ -205,6 +334,14 @@ class Placeholders:
     def _forget(self, node: str) -> None:
         with self._lock:
             self._have.pop(node, None)
+
+
+REFUSED = f"{placeholder.REFUSED_LABEL}=true"
+UNLABEL = {"metadata": {"labels": {placeholder.REFUSED_LABEL: None}}}
+
+
+def _node_name(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
 
 
 def remove_all(client: KubeClient, namespace: str) -> int:
@@ -223,4 +360,8 @@ def remove_all(client: KubeClient, namespace: str) -> int:
                 raise
     if gone:
         log.info("placeholder pods are off: deleted %d left from when they were on", gone)
+    labelled, _ = client.list("/api/v1/nodes", _node_name, labelSelector=REFUSED)
+    for node in labelled:  # no scheduler reads the label any more
+        client.request("PATCH", f"/api/v1/nodes/{node}", body=UNLABEL,
+                       content_type="application/merge-patch+json")  # fmt: skip
     return gone

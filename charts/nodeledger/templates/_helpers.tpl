@@ -76,8 +76,10 @@ leaderElection:
   resourceNamespace: {{ .Release.Namespace }}
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
-    {{- if and .Values.kube.placeholders.enabled .Values.kube.nodeSelector }}
-    # The managed Nodes only (the extender's filter keeps pods there without placeholders).
+    {{- if .Values.kube.placeholders.enabled }}
+    # The managed Nodes only (the extender's filter keeps pods there without placeholders),
+    # and none whose placeholder pod the API server keeps refusing (its room there is not
+    # the ledger's).
     pluginConfig:
       - name: NodeAffinity
         args:
@@ -85,7 +87,10 @@ profiles:
             requiredDuringSchedulingIgnoredDuringExecution:
               nodeSelectorTerms:
                 - matchExpressions:
-                    {{- include "nodeledger.selectorExpressions" .Values.kube.nodeSelector | trim | nindent 20 }}
+                    {{- with .Values.kube.nodeSelector }}
+                    {{- include "nodeledger.selectorExpressions" . | trim | nindent 20 }}
+                    {{- end }}
+                    - {key: nodeledger.io/placeholder-refused, operator: DoesNotExist}
     {{- end }}
 extenders:
   - urlPrefix: {{ include "nodeledger.portName" . }}://{{ include "nodeledger.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}/v1/extender
