@@ -20,6 +20,10 @@ T = TypeVar("T")
 
 HOLD_JOB_NAME = "nodeledger-hold"
 HOLD_COMMENT_PREFIX = "nodeledger-hold:"
+# The comment the service gives a hold job it is about to cancel, its holding gone: the
+# prep/k8s_gpu_fence plugin then frees the device without withholding the node's GPUs
+# (it fences only holds that end while their pod may still use the device).
+RELEASED_COMMENT = "nodeledger-released:"
 # A k8s GRES in a job's TRES request: "gres/k8scpu:2" (24.11 on), "gres:k8scpu:2" (older).
 _K8S_GRES = re.compile(r"gres[/:]k8s(?:cpu|memory|gpu)\b")
 # Reason=Priority is a job queued behind one waiting for resources: that one names the
@@ -154,6 +158,8 @@ class LedgerHolds:
         for any other job: another user's job is never taken for one of the service's."""
         if job.user != self.user or job.name != HOLD_JOB_NAME:
             return None
+        if job.comment.startswith(RELEASED_COMMENT):
+            return ""  # being cancelled; no holding is named "": ended if its cancel failed
         if not job.comment.startswith(HOLD_COMMENT_PREFIX):
             return None
         return job.comment.removeprefix(HOLD_COMMENT_PREFIX)

@@ -24,13 +24,20 @@ holding names; whoever compares ``running()`` with the ledger cancels it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.core.ledger_errors import AdmissionRejected
 from app.core.records import Holding
-from app.core.slurm_models import HOLD_JOB_NAME, LedgerHolds, SlurmJob, hold_comment
+from app.core.slurm_models import (
+    HOLD_JOB_NAME,
+    RELEASED_COMMENT,
+    LedgerHolds,
+    SlurmJob,
+    hold_comment,
+)
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmError, SlurmRequestError
 
@@ -151,8 +158,10 @@ class HoldJobs:
             raise
 
     def cancel(self, job_id: str, *, slurm_node: str | None = None) -> None:
-        """End a hold job, then wake the scheduler for what it frees (a no-op update of its
-        node; without it jobs waiting for the devices wait for the next scheduling pass).
+        """End a hold job whose holding is gone (marked released first, so that its end
+        withholds none of the node's GPUs), then wake the scheduler for what it frees (a
+        no-op update of its node; without it jobs waiting for the devices wait for the next
+        scheduling pass).
         Idempotent: a job that ended or that Slurm no longer knows is fine. ``slurm_node``:
         the hold's node, when the caller knows it (else read from Slurm first)."""
         if slurm_node is None:
@@ -160,6 +169,10 @@ class HoldJobs:
             if job is None:
                 return
             slurm_node = job.allocations[0].node if job.allocations else None
+        # Its holding is gone: the fence plugin need not withhold the node's GPUs. Ended
+        # meanwhile, or refused: the cancel then fences the node (fails closed).
+        with contextlib.suppress(SlurmRequestError):
+            self.client.update_job(job_id, {"comment": RELEASED_COMMENT})
         self.client.cancel_job(job_id)
         if slurm_node is not None:
             self.client.update_node(slurm_node)

@@ -6,6 +6,7 @@ service's Slurm user make a job a pod's hold."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -25,6 +26,7 @@ from app.core.records import (
 from app.core.resources import Resources
 from app.core.slurm_models import (
     HOLD_JOB_NAME,
+    RELEASED_COMMENT,
     JobAllocation,
     LedgerHolds,
     SlurmJob,
@@ -102,3 +104,11 @@ def test_a_hold_made_and_not_recorded_yet_is_its_own_admissions() -> None:
     assert holds.also("9").owns(job)
     assert holds.also(None) == holds
     assert not holds.also("9").owns(hold_job("9", "mallory"))
+
+
+def test_a_hold_marked_released_is_one_the_sweep_ends() -> None:
+    """A hold the service marked released and failed to cancel names no holding ("")."""
+    released = replace(hold_job("9", SERVICE), comment=RELEASED_COMMENT)
+    holds = LedgerHolds.of(SERVICE, [pod("8")])
+    assert holds.holder_of(released) == ""
+    assert holds.holder_of(replace(released, user="mallory")) is None

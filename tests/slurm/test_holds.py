@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from app.core.ledger_errors import AdmissionRejected
+from app.core.slurm_models import RELEASED_COMMENT
 from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmRequestError, SlurmUnavailable
 from app.slurm.holds import HoldJob, HoldJobs, hold_tres
@@ -145,14 +146,22 @@ def test_a_hold_names_a_device() -> None:
 )
 def test_cancel_is_idempotent_and_wakes_the_scheduler(answer: httpx.Response) -> None:
     holds, seen = slurm(
-        42, {"DELETE job/12": answer, "POST node/n3": httpx.Response(200, json={"errors": []})}
+        42,
+        {
+            "POST job/12": answer,
+            "DELETE job/12": answer,
+            "POST node/n3": httpx.Response(200, json={"errors": []}),
+        },
     )
     holds.cancel("12", slurm_node="n3")
     assert [(r.method, r.url.path.rsplit("/", 2)[-2:]) for r in seen] == [
+        ("POST", ["job", "12"]),
         ("DELETE", ["job", "12"]),
         ("POST", ["node", "n3"]),
     ]
-    assert json.loads(seen[1].content) == {}  # a no-op update
+    # Marked released first: the fence plugin then withholds none of the node's GPUs.
+    assert json.loads(seen[0].content) == {"comment": RELEASED_COMMENT}
+    assert json.loads(seen[2].content) == {}  # a no-op update
 
 
 def test_cancel_of_a_job_slurm_forgot_does_nothing() -> None:
@@ -171,19 +180,22 @@ def test_cancel_finds_the_node_when_not_told() -> None:
         42,
         {
             "GET job/12": httpx.Response(200, json={"jobs": [job]}),
+            "POST job/12": ok,
             "DELETE job/12": ok,
             "POST node/n3": ok,
         },
     )
     holds.cancel("12")
-    assert [r.method for r in seen] == ["GET", "DELETE", "POST"]
+    assert [r.method for r in seen] == ["GET", "POST", "DELETE", "POST"]
 
 
 def test_cancel_fails_on_other_errors() -> None:
     answer = httpx.Response(500, json={"errors": [{"error_number": 1, "error": "x"}]})
-    holds, _ = slurm(42, {"DELETE job/12": answer})
+    # A mark refused does not keep the hold from being cancelled (that end fences the node).
+    holds, seen = slurm(42, {"POST job/12": answer, "DELETE job/12": answer})
     with pytest.raises(SlurmRequestError):
         holds.cancel("12", slurm_node="n3")
+    assert [r.method for r in seen] == ["POST", "DELETE"]
 
 
 def listed(job_id: int, name: str, comment: str, state: str, detail: str) -> dict[str, Any]:

@@ -46,6 +46,7 @@ const char plugin_type[] = "prep/k8s_gpu_fence";
 const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 #define HOLD_JOB_NAME "nodeledger-hold"
+#define RELEASED_COMMENT "nodeledger-released:"
 
 extern int init(void)
 {
@@ -76,12 +77,18 @@ extern int prep_p_prolog_slurmctld(job_record_t *job_ptr, bool *async)
 	return SLURM_SUCCESS;
 }
 
-/* A nodeledger hold job: the name, from SlurmUser or root (as job_submit). */
+/*
+ * A nodeledger hold job: the name, from SlurmUser or root (as job_submit),
+ * unless nodeledger marked it released before cancelling it (its pod's
+ * holding is gone: the device is free to give).
+ */
 static bool _hold_job(job_record_t *job_ptr)
 {
 	return !xstrcmp(job_ptr->name, HOLD_JOB_NAME) &&
 	       ((job_ptr->user_id == 0) ||
-		(job_ptr->user_id == slurm_conf.slurm_user_id));
+		(job_ptr->user_id == slurm_conf.slurm_user_id)) &&
+	       xstrncmp(job_ptr->comment, RELEASED_COMMENT,
+			strlen(RELEASED_COMMENT));
 }
 
 /* Withhold every GPU of one node, in its counts and in its extra field. */
