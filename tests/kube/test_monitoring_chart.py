@@ -45,6 +45,7 @@ CONTRACT = HISTOGRAMS | {
     "nodeledger_slurm_up",
     "nodeledger_slurm_drifted_nodes",
     "nodeledger_slurm_node_hint_age_seconds",
+    "nodeledger_kube_placeholders_refused",
     "nodeledger_node_capacity",
     "nodeledger_node_held",
     "nodeledger_node_free",
@@ -315,6 +316,7 @@ ALERTS = {
     "NodeledgerAdmissionsFailingClosed",
     "NodeledgerMaintenanceDisagreement",
     "NodeledgerSlurmNodeHintsStale",
+    "NodeledgerPlaceholdersRefused",
 }
 
 
