@@ -48,19 +48,11 @@ def hook_config(slurm: SlurmCluster, url: str, timeout: int) -> Iterator[None]:
 
 def hooks(slurm: SlurmCluster) -> dict[int, str]:
     """The hook's node-hint runs in this cluster: pid -> the nodes it posts."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.readlink(entry / "root") != str(slurm.chroot):
-                continue
-            args = (entry / "cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue  # gone meanwhile
-        if len(args) > 2 and args[1].endswith("/nodeledger-job-hint") and "--post-nodes" in args:
-            found[int(entry.name)] = args[args.index("--post-nodes") + 1]
-    return found
+    return {
+        pid: args[args.index("--post-nodes") + 1]
+        for pid, args in slurm.processes().items()
+        if len(args) > 2 and args[1].endswith("/nodeledger-job-hint") and "--post-nodes" in args
+    }
 
 
 def children(pid: int) -> list[int]:

@@ -201,22 +201,25 @@ class SlurmCluster:
     def reconfigure(self) -> None:
         self.script("reconfigure", timeout=60)
 
-    def ctld_pids(self) -> list[int]:
-        """This cluster's slurmctld processes (another cluster may run beside it)."""
+    def processes(self) -> dict[int, list[str]]:
+        """This cluster's processes (another cluster may run beside it): pid -> argv."""
         assert self.chroot is not None, "cluster.sh env names no SLURM_CHROOT"
-        pids = []
+        found = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
                 if os.readlink(entry / "root") != str(self.chroot):
                     continue
-                command = (entry / "cmdline").read_bytes().split(b"\0")[0]
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
             except OSError:
                 continue  # gone meanwhile, or a zombie
-            if command == b"/usr/sbin/slurmctld":
-                pids.append(int(entry.name))
-        return pids
+            found[int(entry.name)] = argv
+        return found
+
+    def ctld_pids(self) -> list[int]:
+        """This cluster's slurmctld processes."""
+        return [pid for pid, argv in self.processes().items() if argv[0] == "/usr/sbin/slurmctld"]
 
     def kill_ctld(self) -> None:
         """slurmctld killed with SIGKILL: it saves nothing on the way out."""
