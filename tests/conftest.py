@@ -25,13 +25,19 @@ from tests.support.databases import postgres_database, postgres_server_url, sqli
 from tests.support.kube_cluster import KUBE_NEWEST
 from tests.support.realenv import unavailable
 
-workers.isolate()  # before any module reads the run directory, cache or ports
-
 pytest_plugins = [
     m
     for m in ("tests.support.slurm_fixtures", "tests.support.kube_fixtures")
     if importlib.util.find_spec(m) is not None
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each worker, and a run without workers, on its own components before any test module
+    reads the run directory, cache or ports; not the controller of workers (they would
+    inherit its choice)."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        workers.isolate()
 
 
 @pytest.fixture(scope="session")

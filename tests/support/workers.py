@@ -62,7 +62,7 @@ def isolate() -> None:
     """Point this worker's cluster scripts at its own directories and ports (before any
     fixture starts a component). A no-op for worker 0."""
     n = number()
-    if n == 0:
+    if n == 0 or "NODELEDGER_MAIN_CACHE" in os.environ:  # worker 0, or isolated already
         return
     if n >= MAX_WORKERS:
         raise RuntimeError(f"worker {n}: at most {MAX_WORKERS} workers fit the port ranges")
