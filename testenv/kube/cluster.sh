@@ -440,7 +440,8 @@ start_controller_manager() {
     --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
     --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" --cluster-cidr="$POD_PREFIX.0.0/16" \
-    --allocate-node-cidrs=false --profiling=false
+    --allocate-node-cidrs=false --profiling=false \
+    --node-monitor-grace-period=20s   # a lost kubelet is NotReady in 20 s, not 50: tests wait for it
   wait_for 60 "kube-controller-manager healthz" healthz_ok "$CM_PORT" \
     || { logs_tail kube-controller-manager; die "kube-controller-manager did not start"; }
 }
