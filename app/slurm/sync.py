@@ -302,7 +302,7 @@ class SlurmSync:
         failures: list[str] = []
         if changed:
             failures += self.hold_sweep.sweep(self.state.jobs())
-            failures += self.held_back.release(self.state.nodes(), self.state.held_back())
+            failures += self.held_back.nudge(self.state.nodes(), self.state.held_back())
         if changed or renamed or not self._steps % FULL_PASS_EVERY:
             failures += self._pass(views)
         if not self._steps % FULL_PASS_EVERY:
