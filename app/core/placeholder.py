@@ -1,7 +1,7 @@
-"""What Kubernetes must see held on a node beyond its pods: a placeholder pod (issue 35). Pure.
+"""What Kubernetes must see held on a node beyond its pods: a placeholder pod. Pure.
 
 With placeholders on, kube-scheduler filters nodes with its own plugins and calls the
-service only to bind, which admits through the ledger as ever (Slurm-confirmed). For its
+service only to bind, which admits through the ledger (Slurm-confirmed) like every bind. For its
 filter to agree with the ledger, each node where the ledger keeps something from pods
 carries one pod of the service's, bound to it, whose CPU and memory requests are what the
 ledger keeps from pods there beyond the pods themselves: Slurm's jobs, manual holdings,

@@ -79,7 +79,7 @@ class SlurmSync:
     ) -> None:
         """``full_sync_interval``: seconds between full listings, read in the background,
         when slurmctld sends hints; None: listings every ``interval``, read in the step.
-        ``holds``: the GPU hold jobs (issue 23), whose orphans the leader ends."""
+        ``holds``: the GPU hold jobs (docs/gpu-identity.md), whose orphans the leader ends."""
         self.client = client
         self.ledger = ledger
         self.pusher = pusher

@@ -3,7 +3,7 @@
 Capacity is the smaller of the Node's allocatable and Slurm's size of its Slurm node (the
 node's `slurm_node_label`, else the same name), because both schedulers must fit; with
 co-managed DRA drivers (NODELEDGER_KUBE_GPU_DRIVERS) GPUs are published in ResourceSlices,
-not as the extended resource, and a node's GPUs are Slurm's (issue 23). Nodes
+not as the extended resource, and a node's GPUs are Slurm's (docs/gpu-identity.md). Nodes
 that disappear leave the ledger (or are cordoned while something still holds on them),
 and their GenericNodes are garbage-collected.
 

@@ -1,4 +1,4 @@
-"""Placeholder pods (issue 35): what the ledger keeps from pods on each node beyond the pods
+"""Placeholder pods: what the ledger keeps from pods on each node beyond the pods
 themselves (Slurm's jobs, manual holdings, the cap), as one pod per node that
 kube-scheduler counts like any other (app.core.placeholder). Leader-only.
 
@@ -227,7 +227,7 @@ class Placeholders:
             self._refused.pop(node, None)  # none is needed, or a failed one waits its turn
         name = placeholder.pod_name(node)
         if have is not None and (have.terminal or want.is_zero()):
-            # A failed one no longer counts for the scheduler: gone, and a new one made
+            # A failed one does not count for the scheduler: gone, and a new one made
             # after RETRY_FAILED.
             if have.terminal:
                 self._failed[node] = self.monotonic() + RETRY_FAILED
