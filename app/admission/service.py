@@ -7,7 +7,7 @@
    lowered k8scpu counts and reads the node back).
 3. On refusal, undo the hold and tell the gate to restore what it pushed; on success,
    mark the holding HELD.
-A release removes the holding, ends its hold job if it has one (GPU devices, issue 23),
+A release removes the holding, ends its hold job if it has one (GPU devices),
 then tells the gate (off the caller's path with a headroom configured) unless what it
 freed stayed withheld as its node's headroom; recording a pod
 that another scheduler already bound tells the gate too (the ledger takes the truth,
@@ -95,7 +95,7 @@ class AdmissionGate(Protocol):
     def confirm(self, holding: Holding) -> str | None:
         """Return when the external system agrees; raise AdmissionRejected otherwise.
         ``holding`` is in the ledger already (PENDING). Returns the id of the Slurm job
-        that holds the holding's GPU devices (issue 23), stored with it, or None."""
+        that holds the holding's GPU devices, stored with it, or None."""
 
     def changed(self, node: str) -> None:
         """Holdings on ``node`` changed without a confirmation (a release, or a pod another
@@ -107,7 +107,7 @@ class AdmissionGate(Protocol):
 
     def released(self, holding: Holding) -> None:
         """``holding`` left the ledger: end what the external system holds for it alone
-        (a GPU pod's hold job, issue 23)."""
+        (a GPU pod's hold job)."""
 
     def defer_push(self, node: str, reason: str, *, settle: float = 0.0) -> None:
         """As ``changed``, off the caller's path (a deferred push, app.slurm.deferred): a
@@ -276,8 +276,8 @@ class Admissions:
         )
 
     def _released(self, release: Release) -> None:
-        """Tell the gate: end the holding's hold job, push what the counts no longer
-        withhold (now, or later with a headroom configured)."""
+        """Tell the gate: end the holding's hold job, push what the counts stop
+        withholding (now, or later with a headroom configured)."""
         if release.holding.slurm_hold is not None:
             self._gate_released(release.holding)
         if release.withheld_fell:

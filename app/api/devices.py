@@ -1,4 +1,4 @@
-"""GPU devices in the REST API (issue 23): one object per device, ``{"index": 0, "uuid":
+"""GPU devices in the REST API: one object per device, ``{"index": 0, "uuid":
 "GPU-..."}``, in requests and answers alike, as Kubernetes' own DRA allocation results are.
 
 The earlier shape, ``devices`` as indices beside ``device_uuids`` in the same order, is

@@ -1,4 +1,4 @@
-"""A pod's GPU devices from its DRA claims (issue 23). Pure: claims and ResourceSlices are
+"""A pod's GPU devices from its DRA claims. Pure: claims and ResourceSlices are
 plain API dicts (resource.k8s.io/v1), as the Kubernetes API returns them.
 
 Kubernetes chooses a pod's GPU: the site's own DRA driver (e.g. NVIDIA's ``gpu.nvidia.com``)
@@ -12,14 +12,14 @@ publishes it as a string), for the holding to show: informational, so a device w
 one (or with one the ledger cannot keep) is held all the same. docs/gpu-identity.md has the
 design.
 
-Plain ``nvidia.com/gpu`` pods too (issue 33, KEP-5004, Kubernetes 1.36 on): where a
+Plain ``nvidia.com/gpu`` pods too (KEP-5004, Kubernetes 1.36 on): where a
 DeviceClass names that extended resource (``spec.extendedResourceName``) and the node does
 not advertise it, kube-scheduler allocates the request through DRA, in a claim it generates
 for the pod and names in ``status.extendedResourceClaimStatus``. That claim is read like
 the pod's own, and the request it allocates is those devices, not a count besides them.
 
 Any doubt is an error naming the claim, never a guess: a bind without the device held in
-Slurm is exactly what issue 23 fixes.
+Slurm would let a job take the pod's device.
 """
 
 from __future__ import annotations

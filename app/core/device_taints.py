@@ -1,4 +1,4 @@
-"""Slurm's GPU devices made visible to Kubernetes (issue 33): one DeviceTaintRule
+"""Slurm's GPU devices made visible to Kubernetes: one DeviceTaintRule
 (resource.k8s.io/v1, NoSchedule) per co-managed device a Slurm job holds, naming the job.
 Pure: what the leader's reconciler (app.kube.controllers.device_taints) writes is decided
 here from the Slurm listing's jobs and the nodes' ResourceSlices.

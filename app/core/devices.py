@@ -1,4 +1,4 @@
-"""GPU devices held by identity (issue 23): which device indices a holding may name on a
+"""GPU devices held by identity: which device indices a holding may name on a
 node, and which of them another holding has already. Pure.
 
 Counted GPUs cannot tell which physical device a pod and a Slurm job run on

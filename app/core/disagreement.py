@@ -1,4 +1,4 @@
-"""When the two sides of a co-managed node disagree (issue 34, "one node, one
+"""When the two sides of a co-managed node disagree ("one node, one
 maintenance"), and since when. Pure.
 
 The Kubernetes side keeps the node out when its Node is cordoned (``spec.unschedulable``)

@@ -5,8 +5,8 @@ spec.admissionRequests (written by a custom scheduler): [{podUID, namespace, nam
 requests: {cpu, memory, <gpu resource>}}].
 status (the service writes it): capacity, allocatedResources [{type, allocated}], free,
 headroom {target, granted, free} (the Kubernetes headroom, app.core.headroom), gpus
-[{device, holderKind, holderID, holder, slurmHold}] (which holder has which GPU device,
-issue 23), conditions (Ready, SlurmSynced), admissionChecks [{podUID, result, message,
+[{device, holderKind, holderID, holder, slurmHold}] (which holder has which GPU device),
+conditions (Ready, SlurmSynced), admissionChecks [{podUID, result, message,
 time}], lastSyncTime.
 """
 
@@ -130,7 +130,7 @@ def status_of(
 def gpus_of(
     holdings: tuple[Holding, ...], tainted: Mapping[int, tuple[str, str]]
 ) -> list[dict[str, Any]]:
-    """Which holder has which GPU device on the node (issue 23), by device: one entry per
+    """Which holder has which GPU device on the node, by device: one entry per
     device a holding names (GPUs held by count only are in allocatedResources alone), with
     its UUID when the holding knows it; and each device a Slurm job has that a
     DeviceTaintRule taints (``tainted``: index -> job id, rule), unless a holding names it

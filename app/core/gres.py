@@ -3,7 +3,7 @@
 Shown: ``k8scpu:16,k8smemory:64K,gpu:tesla:4(S:0-1)`` (totals scaled by 1024 per K/M/G/T/P
 step, socket or index details in parentheses, commas inside them); ``gres_detail`` of a
 job uses ``k8scpu(CNT:4)`` and names devices ``gpu:2(IDX:0,2)``; with one type per device
-(issue 23) every type is listed, held or not: ``gpu:g0:0(IDX:),gpu:g1:1(IDX:1)``.
+(docs/gpu-identity.md) every type is listed, held or not: ``gpu:g0:0(IDX:),gpu:g1:1(IDX:1)``.
 Sent: exactly ``name[:type]:integer`` entries, because a node update replaces the whole
 string and Slurm validates nothing in it.
 """

@@ -163,7 +163,7 @@ def released_target(
 
 def held(node: HeadroomNode) -> Resources:
     """What the counts must make Slurm withhold on the node whatever the headroom: pods and
-    reservations, GPU device holdings included (issue 30): their hold jobs ask for no k8s
+    reservations, GPU device holdings included: their hold jobs ask for no k8s
     GRES, so that a hold that ends (a scancel, a time limit, a node set DOWN) exposes none
     of the pod's CPUs, memory or GPU count to Slurm's jobs."""
     return node.held_by_kubernetes + node.held_manually

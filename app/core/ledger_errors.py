@@ -93,7 +93,7 @@ class SlurmNameTaken(InvalidRequest):
 
 
 class InvalidDevices(InvalidRequest):
-    """GPU devices (issue 23) that a holding cannot name on its node: one twice, one the
+    """GPU devices that a holding cannot name on its node: one twice, one the
     node does not have, or not one device per GPU asked for. Permanent: the same call
     fails again. ``field`` names the input at fault, as a 422 of the schema's would."""
 
@@ -105,7 +105,7 @@ class InvalidDevices(InvalidRequest):
 
 
 class InvalidDeviceUuids(InvalidDevices):
-    """GPU device UUIDs (issue 23) in the REST API's deprecated ``device_uuids``, beside
+    """GPU device UUIDs in the REST API's deprecated ``device_uuids``, beside
     devices given as indices, that cannot go with them: not one per device, one the ledger
     cannot keep, or a device with its UUID given in both places."""
 
@@ -113,7 +113,7 @@ class InvalidDeviceUuids(InvalidDevices):
 
 
 class DeviceTaken(AdmissionRejected):
-    """A GPU device another holding on the node has (issue 23): it may be free once that
+    """A GPU device another holding on the node has: it may be free once that
     holding goes, so, like any admission that does not fit now, retryable. ``taken``: each
     device asked for that another holder has, with that holder's description."""
 

@@ -1,4 +1,4 @@
-"""One maintenance on both sides of a co-managed node (issue 34). Pure.
+"""One maintenance on both sides of a co-managed node. Pure.
 
 Kubernetes to Slurm: a cordoned Node (``spec.unschedulable``, as ``kubectl cordon`` and
 ``kubectl drain`` set it) drains its Slurm node with a reason of the service's own

@@ -1,8 +1,8 @@
-"""What Kubernetes must see held on a node beyond its pods: a placeholder pod (issue 35). Pure.
+"""What Kubernetes must see held on a node beyond its pods: a placeholder pod. Pure.
 
 With placeholders on, kube-scheduler filters nodes with its own plugins and calls the
-service only to bind, which admits through the ledger as ever (Slurm-confirmed). For its
-filter to agree with the ledger, each node where the ledger keeps something from pods
+service only to bind, which admits through the ledger (Slurm-confirmed). For its filter
+to agree with the ledger, each node where the ledger keeps something from pods
 carries one pod of the service's, bound to it, whose CPU and memory requests are what the
 ledger keeps from pods there beyond the pods themselves: Slurm's jobs, manual holdings,
 the reservation, the Kubernetes cap. The scheduler's room on the node (the Node's

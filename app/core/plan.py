@@ -1,10 +1,11 @@
 """What reconciling one ledger node with its Slurm node must do: a pure plan.
 
-Why pure: the Slurm sync's per-node reconcile used to decide and write in one pass
-(health, holdings, push, event interleaved). Here the decision is a function of plain data,
-the ledger's view of the node and Slurm's node and jobs as last read, so every case is a
-table test; app.slurm.reconcile observes, calls ``plan_node`` and applies the plan through
-the ledger and the pusher, in the plan's order (health, holdings, push, drift event).
+Why pure: deciding and writing in one pass (health, holdings, push, event interleaved)
+could only be tested against a ledger and a slurmrestd. Here the decision is a function of
+plain data, the ledger's view of the node and Slurm's node and jobs as last read, so every
+case is a table test; app.slurm.reconcile observes, calls ``plan_node`` and applies the
+plan through the ledger and the pusher, in the plan's order (health, holdings, push, drift
+event).
 
 Invariants:
 - a node Slurm does not list only gets a health reason (nothing to hold or push);

@@ -1,4 +1,4 @@
-"""When a pod's holding may go: only on proof that its containers no longer run.
+"""When a pod's holding may go: only on proof that its containers have stopped.
 
 A pod object deleted from the API says nothing about its containers when its kubelet is
 lost: an operator's ``kubectl delete --force``, or the pod GC after the out-of-service
@@ -7,17 +7,17 @@ a pod gone from the API is released only with a proof, named in the release even
 
 - ``pod-terminal``: its last known phase was Succeeded or Failed;
 - ``containers-stopped``: its last known status had every container terminated;
-- ``node-deleted``: its Node is gone (deleted, or no longer matches the node selector);
+- ``node-deleted``: its Node is gone (deleted, or out of the node selector);
 - ``out-of-service-taint``: its Node carries ``node.kubernetes.io/out-of-service``, an
   operator's word that the node is shut down;
 - ``pod-deleted-node-ready``: deleted while its node was Ready (the kubelet stops, or
   stopped, what runs there: how it always was);
 - ``kubelet-returned``: its holding was kept (an orphaned holding) and the node became
-  Ready again: a returning kubelet kills the containers of pods that no longer exist.
+  Ready again: a returning kubelet kills the containers of pods that are gone from the API.
 
 A pod deleted while its node is NotReady or Unknown, with none of these, keeps its holding.
 A pod still in the API holds, whatever its node's state (a pod stuck Terminating on a Ready
-node holds until its kubelet confirms, as before). Pure: no I/O.
+node holds until its kubelet confirms). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def release_proof(
 ) -> Proof | None:
     """The proof that lets a pod's holding go, or None: it stays.
 
-    ``gone``: the pod object is no longer in the API (or not listed); ``terminal`` and
+    ``gone``: the pod object is gone from the API (or not listed); ``terminal`` and
     ``stopped``: its last known phase was Succeeded/Failed, every container of its last
     known status was terminated; ``node``: its Node's state, None when the Node is gone;
     ``orphaned``: its holding was kept already when the pod went (only names the proof)."""

@@ -206,8 +206,8 @@ class PodInfo:
     phase: str
     requests: Resources
     # DRA claims (spec.resourceClaims, or generated for its extended resources): GPUs the
-    # requests do not count may be the claims' devices, which the extender's bind admits
-    # (issue 23), or pod accounting counts.
+    # requests do not count may be the claims' devices, which the extender's bind admits,
+    # or pod accounting counts.
     claims: bool = False
     claim_refs: tuple[ClaimRef, ...] = ()
     # Its GPU request is allocated through the claim kube-scheduler generated for it

@@ -55,7 +55,7 @@ class Holder:
 
 @dataclass(frozen=True, slots=True)
 class HeldDevice:
-    """A GPU device held by identity (issue 23): its index on the node, and its UUID ("" when
+    """A GPU device held by identity: its index on the node, and its UUID ("" when
     not known), informational only: never checked, not part of what makes a retry the same
     admission. One object per device, as Kubernetes' own DRA allocation results are."""
 
@@ -66,7 +66,7 @@ class HeldDevice:
 @dataclass(frozen=True, slots=True)
 class Holding:
     """What a holder keeps on a node. ``devices``: the GPU devices on the node it holds by
-    identity, by index (issue 23; () = its GPUs are counted only, as ever);
+    identity, by index (() = its GPUs are counted only);
     ``slurm_hold``: the Slurm job that holds those devices for it, once confirmed."""
 
     node: str

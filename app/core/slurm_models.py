@@ -1,6 +1,6 @@
 """What the service needs to know of Slurm, independent of the slurmrestd API version.
 
-Hold jobs (issue 23): a GPU pod's devices are held in Slurm by a job of the service's own,
+Hold jobs: a GPU pod's devices are held in Slurm by a job of the service's own,
 named ``HOLD_JOB_NAME`` with comment ``HOLD_COMMENT_PREFIX + holder id`` (app.slurm.holds).
 Such a job is the pod, already a holding of the ledger's: it is not counted a second time
 as a Slurm job's. Which jobs those are is ``LedgerHolds``'s one answer: a name and a comment

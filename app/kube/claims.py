@@ -1,4 +1,4 @@
-"""A pod's co-managed GPU devices, read from the Kubernetes API (issue 23): its
+"""A pod's co-managed GPU devices, read from the Kubernetes API: its
 ResourceClaims' allocations and the node's ResourceSlices (resource.k8s.io/v1), decided by
 app.core.claims. Used by the extender's bind, before the pod is bound, and by pod
 accounting for a claim pod another scheduler bound."""

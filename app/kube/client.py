@@ -38,7 +38,7 @@ T = TypeVar("T")
 GROUP = "nodeledger.io"
 VERSION = "v1alpha1"
 GENERICNODES = f"/apis/{GROUP}/{VERSION}/genericnodes"
-# Dynamic Resource Allocation, GA in 1.34 (issue 23: a pod's GPU devices).
+# Dynamic Resource Allocation, GA in 1.34: a pod's GPU devices (docs/gpu-identity.md).
 RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 # 150,000 pods from kube-apiserver 1.34 on two cores: 19 s in pages of 500, 11 s in pages
 # of 2,000, 10 s of 5,000 (each page costs the API server a fixed ~40 ms); a page of 2,000

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -103,9 +104,12 @@ class KubeSettings(BaseSettings):
     def _drivers(cls, value: str) -> str:
         return ",".join(d.strip() for d in value.split(",") if d.strip())
 
-    @property
-    def placeholders_namespace(self) -> str:
-        return self.placeholder_namespace or self.lease_namespace
+    @model_validator(mode="after")
+    def _placeholder_namespace(self) -> Self:
+        # Resolved here, so that the one name always holds the namespace the pods are in.
+        if not self.placeholder_namespace:
+            self.placeholder_namespace = self.lease_namespace
+        return self
 
     @property
     def gpu_driver_names(self) -> frozenset[str]:

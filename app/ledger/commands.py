@@ -85,8 +85,8 @@ class LedgerCommands(NodeCommands):
         (app.core.headroom); an admission inside what Slurm was confirmed to withhold is
         HELD at once, else the node's target is set for the gate's push.
 
-        ``devices``: GPU devices on the node that the holder holds by identity (issue 23;
-        app.core.devices has the rules): InvalidDevices when they cannot be the
+        ``devices``: GPU devices on the node that the holder holds by identity
+        (app.core.devices has the rules): InvalidDevices when they cannot be the
         request's GPUs, DeviceTaken when another holding has one. Checked under the same
         row lock as the fit, so of two admissions of one device exactly one gets it. Such
         an admission never skips the gate through the headroom: Slurm must hold the
@@ -303,7 +303,7 @@ class LedgerCommands(NodeCommands):
         self, kind: HolderKind, holder_id: str, *, slurm_hold: str | None = None
     ) -> Holding:
         """PENDING -> HELD once the external system confirmed the hold. ``slurm_hold``: the
-        Slurm job that holds the holding's GPU devices (issue 23), stored with it (None
+        Slurm job that holds the holding's GPU devices, stored with it (None
         keeps what an earlier confirmation stored)."""
         with self.store.write_hot() as repo:
             found, _ = repo.lock_holding_of(holder_id, kind)
@@ -333,7 +333,7 @@ class LedgerCommands(NodeCommands):
                 raise HoldingNotFound(holder_id)
             repo.insert_event(events.released(self.clock(), holding, reason))
             # A pending hold's counts may not be Slurm's yet; a holding that moved meanwhile
-            # is on a node not locked here: either is told to Slurm as before.
+            # is on a node not locked here: so either is told to Slurm, not kept as headroom.
             if (
                 not into_headroom
                 or holding.state is not HoldingState.HELD

@@ -188,7 +188,8 @@ def gate_rejected(now: datetime, holding: Holding, reason: str) -> EventDraft:
         reason,
         holder=holder,
         resources=holding.resources,
-        # The holder in the details as well: what this event carried before it had columns.
+        # The holder in the details as well as in its columns: readers of the event log that
+        # take it from the details (events recorded before the columns existed) still find it.
         details={"holder_kind": holder.kind.value, "holder_id": holder.id},
     )
 

@@ -10,8 +10,8 @@ read their views here.
 
 How: a full load starts an EventFollower (app.ledger.follow) at the end of the log, then
 reads every node and every holding (two queries). A refresh polls the follower and reads
-again only the nodes its events name (two queries per 500 names); a node that is no longer
-in the database leaves the snapshot. Every ledger change records an event naming its node
+again only the nodes its events name (two queries per 500 names); a node gone from the
+database leaves the snapshot. Every ledger change records an event naming its node
 in the same transaction (app.ledger.commands), on whichever replica made it.
 
 Contract:
@@ -304,7 +304,7 @@ class NodeSnapshot:
 
     def _with_nodes(self, loaded: _Loaded, names: set[str]) -> _Loaded:
         fresh = {v.name: v for v in self.ledger.views_named(names)}
-        # A node no longer in the database was deleted: None takes it out.
+        # A node missing from the database was deleted: None takes it out.
         changes = {name: fresh.get(name) for name in names}
         return replace(loaded, views=loaded.views.with_changes(changes))
 

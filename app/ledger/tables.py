@@ -119,7 +119,7 @@ class HoldingRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    # GPU devices held by identity (issue 23): one object per device, by index, as
+    # GPU devices held by identity: one object per device, by index, as
     # device_objects writes them ([] = counted only), and the Slurm job holding them once
     # confirmed. A write that names no device leaves them to the server's default: the
     # common admission's insert is unchanged.

@@ -13,7 +13,7 @@ from Slurm beyond what is held, ``headroom_granted`` what Slurm was confirmed to
 and reservations leave (at least 0 per node). All 0 while the headroom is off.
 Per-node series (``per_node``) cost 8 per node and resource plus one per node; the cluster
 totals are always there.
-``node_gpu_device_holder`` (per node) says which holder has which GPU device (issue 23):
+``node_gpu_device_holder`` (per node) says which holder has which GPU device:
 1 for each device a holding names, labelled with the node, the device's index and the
 holder; one series per device held by identity at most (a node's GPUs), none for GPUs held
 by count. Read from holdings, so only from the node snapshot's views (an integration on,
@@ -120,7 +120,7 @@ class _Families:
         )
         self.gpu_device_holder = gauge(
             "node_gpu_device_holder",
-            "1 for each GPU device held by identity, with its holder (issue 23)",
+            "1 for each GPU device held by identity, with its holder",
             ["node", "device", "holder_kind", "holder"],
         )
         self.cluster_capacity = gauge("cluster_capacity", "Sum of capacities" + unit, ["resource"])

@@ -267,7 +267,7 @@ class Metrics:
         )
         self.placeholder_writes = Counter(
             "nodeledger_kube_placeholder_writes",
-            "Placeholder pod creates, in-place resizes and deletes (issue 35)",
+            "Placeholder pod creates, in-place resizes and deletes",
             registry=r,
         )
         self.placeholders_refused = Gauge(

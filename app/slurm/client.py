@@ -144,7 +144,7 @@ class SlurmClient:
         return Listing(jobs, last_update)
 
     def get_job(self, job_id: str) -> SlurmJob | None:
-        """One job (8.9 KB at any cluster size); None when slurmctld no longer knows it
+        """One job (8.9 KB at any cluster size); None when slurmctld has forgotten it
         (purged MinJobAge after it ended)."""
         try:
             body = self._call("GET", f"job/{job_id}")

@@ -1,6 +1,6 @@
-"""A cordoned Kubernetes Node drains its Slurm node, an uncordon resumes it (issue 34):
-the Slurm half, called by the Kubernetes side's maintenance reconciler
-(app.kube.controllers.maintenance) through its ``SlurmDrains`` port.
+"""A cordoned Kubernetes Node drains its Slurm node, an uncordon resumes it: the Slurm
+half, the ``DrainPort`` that the Kubernetes side's maintenance reconciler
+(app.kube.controllers.maintenance) calls.
 
 Each call reads the node first: the ledger's view of Slurm's state may be a sync step old,
 and neither call may act on a state someone else set meanwhile (an administrator's drain

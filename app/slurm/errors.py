@@ -47,7 +47,8 @@ class SlurmUnavailable(SlurmError):
 
 class SlurmAnswerLost(SlurmUnavailable):
     """The request went out but its answer never came (read timeout, connection cut): an
-    update may still be applied later, after anything sent since (issue 30)."""
+    update may still be applied later, after anything sent since: it proves neither that
+    the update failed nor that it applied."""
 
     code = "slurm_answer_lost"
 

@@ -30,12 +30,12 @@ only when it lists every node, so a single-node read shows them seconds stale ei
 Slurm unreachable or refusing the token: reject with that reason (fail closed) unless
 ``fail_open``, in which case the sync pushes the counts when Slurm is back.
 
-A holding that names GPU devices (issue 23) is not confirmed by counts alone: a lower
+A holding that names GPU devices (docs/gpu-identity.md) is not confirmed by counts alone: a lower
 ``k8sgpu`` says how many GPUs, never which. First a hold job on exactly those devices
 (app.slurm.holds): slurmctld allocates it under its node lock, so of the hold and a job that
 want one device at the same instant exactly one gets it, and a device a job has is refused
 at once. Then the push, as above: the counts withhold the pod's CPUs, memory and GPU count
-too (issue 30; the hold job asks no k8s GRES), so that a hold that ends while the pod runs
+too (the hold job asks no k8s GRES), so that a hold that ends while the pod runs
 (a scancel, a node set DOWN) exposes none of them; an overlap there ends the hold again. It
 fails closed even with ``fail_open``: without the hold nothing keeps a job off the device.
 

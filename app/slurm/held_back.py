@@ -1,20 +1,20 @@
-"""Jobs slurmctld held back because of what Kubernetes held: evaluated again once a count
-rises.
+"""Jobs slurmctld held back because of what Kubernetes held: nudged, so that slurmctld
+evaluates them again, once a count rises.
 
 A queued job that asks for more k8scpu/k8smemory/k8sgpu than any node it may run on has
 *in total* right now (the ledger lowered those totals for pods, or withholds every GPU of
 a node whose GPU pods lost their holds) is marked non-runnable by slurmctld: PENDING,
 Reason=BadConstraints, priority 0 (24.11 and 26.05.3). slurmctld looks at such a job again
 only when node features change (job_mgr.c: "Features have been changed on some node, make
-job eligible to run and test to see if it can run now") or when the job is updated: not
-when the totals come back (still held 280 s after an ``scontrol update`` raised them; a
-node update through slurmrestd sometimes has it look again, not always: three jobs stayed
-held after the GPUs of a resumed node came back, 24.11). The k8s totals are node features
-in all but name, so the leader does what slurmctld does for features: once a node's k8s
-total rose, each such job gets an empty update and slurmctld evaluates it again; one that
-still cannot run is marked again at its next scheduling pass. Each job is updated at most
-once per rise (and once when first seen), so a job that can never run costs one update
-per rise, not one per step.
+job eligible to run and test to see if it can run now") or when the job is updated, not
+when the totals come back (a job stayed held 280 s after an ``scontrol update`` raised
+them; a node update through slurmrestd makes it look again only sometimes: three jobs
+stayed held after the GPUs of a resumed node came back, 24.11).
+The k8s totals are node features in all but name, so the leader does what slurmctld does
+for features: once a node's k8s total rose, each such job gets an empty update (a nudge)
+and slurmctld evaluates it again; one that still cannot run is marked again at its next
+scheduling pass. Each job is nudged at most once per rise (and once when first seen), so a
+job that can never run costs one update per rise, not one per step.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _rose(before: K8sCounts | None, now: K8sCounts) -> bool:
 
 
 class HeldBackJobs:
-    """The leader's: which held-back jobs to update, and the updates."""
+    """The leader's: which held-back jobs to nudge, and the nudges (empty job updates)."""
 
     def __init__(self, client: SlurmClient) -> None:
         self.client = client
@@ -50,8 +50,11 @@ class HeldBackJobs:
         self._rises = 0
         self._updated: dict[str, int] = {}  # job id -> the rise it was last updated after
 
-    def release(self, nodes: Collection[SlurmNode], held_back: Collection[str]) -> list[str]:
-        """Update each held-back job not updated since the last rise; failures, by job."""
+    def nudge(self, nodes: Collection[SlurmNode], held_back: Collection[str]) -> list[str]:
+        """Nudge each held-back job not nudged since the last rise; failures, by job.
+
+        A nudge changes nothing of the job (it releases no hold); it only makes slurmctld
+        evaluate the job again."""
         if not held_back:
             self._totals, self._updated = None, {}
             return []

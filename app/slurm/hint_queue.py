@@ -51,8 +51,6 @@ EVERY_NODE = "*"
 WATCHER_ALIVE = ""  # the heartbeat's row: no Slurm node has an empty name
 RATE = 200.0  # hint posts a second one replica stores as they are
 BURST_SECONDS = 5  # how many seconds of RATE may come at once (a job array starting)
-Row = SlurmJobHintRow
-NodeRow = SlurmNodeHintRow
 
 
 class HintsLimited(NodeledgerError):
@@ -85,7 +83,7 @@ class HintQueue:
         """Job ids that started, ended or were requeued; HintsLimited beyond the rate."""
         self._within_rate()
         with self.db.write_statements() as connection:
-            connection.execute(insert(Row), [{"job_id": j} for j in set(job_ids)])
+            connection.execute(insert(SlurmJobHintRow), [{"job_id": j} for j in set(job_ids)])
         self._wake()
 
     def post_nodes(self, names: Collection[str]) -> None:
@@ -97,7 +95,7 @@ class HintQueue:
             return
         rows = [{"node": n} for n in set(names)] or [{"node": WATCHER_ALIVE}]
         with self.db.write_statements() as connection:
-            connection.execute(insert(NodeRow), rows)
+            connection.execute(insert(SlurmNodeHintRow), rows)
         self._wake()
 
     def _within_rate(self) -> None:
@@ -115,28 +113,30 @@ class HintQueue:
     def _every_node(self) -> None:
         """An ``EVERY_NODE`` hint, unless one is pending: the full listing it brings begins
         once it is taken, after this call, so it covers this hint too."""
-        pending = select(NodeRow.id).where(NodeRow.node == EVERY_NODE).limit(1)
+        pending = select(SlurmNodeHintRow.id).where(SlurmNodeHintRow.node == EVERY_NODE).limit(1)
         with self.db.read_statements() as connection:  # no write lock for that
             missing = connection.execute(pending).first() is None
         if missing:  # two posts may both write one: the take removes every row it read
             with self.db.write_statements() as connection:
-                connection.execute(insert(NodeRow), [{"node": EVERY_NODE}])
+                connection.execute(insert(SlurmNodeHintRow), [{"node": EVERY_NODE}])
         self._wake()
 
     def take(self) -> set[str] | None:
         """The job ids hinted since the last take (removed from the table); None when there
         were more than ``MAX_TAKEN``: every one is dropped, do a full pass instead."""
-        taken = self._take(Row, Row.job_id)
+        taken = self._take(SlurmJobHintRow, SlurmJobHintRow.job_id)
         return None if taken is None else {str(j) for j in taken}
 
     def take_nodes(self) -> set[str] | None:
         """The Slurm nodes hinted since the last take (``WATCHER_ALIVE`` among them after a
         heartbeat); None for a flood or ``EVERY_NODE``: a full listing instead."""
-        taken = self._take(NodeRow, NodeRow.node)
+        taken = self._take(SlurmNodeHintRow, SlurmNodeHintRow.node)
         return None if taken is None or EVERY_NODE in taken else {str(n) for n in taken}
 
     def _take(
-        self, table: type[Row] | type[NodeRow], column: InstrumentedAttribute[Any]
+        self,
+        table: type[SlurmJobHintRow] | type[SlurmNodeHintRow],
+        column: InstrumentedAttribute[Any],
     ) -> list[Any] | None:
         query = select(table.id, column).order_by(table.id).limit(MAX_TAKEN + 1)
         with self.db.read_statements() as connection:  # mostly empty: no write lock for that

@@ -1,4 +1,4 @@
-"""Hold jobs that no holding names, ended by the Slurm sync's leader (issue 23).
+"""Hold jobs that no holding names, ended by the Slurm sync's leader.
 
 A hold job (app.slurm.holds) outlives its holding when the service stopped between Slurm's
 allocation and the ledger's commit, when an allocation's answer was lost, or when a
@@ -13,7 +13,7 @@ A holder whose holding is still PENDING with no hold recorded is mid-admission (
 hold and the commit) and keeps its hold; if that admission was abandoned, its holding is
 released after the pending timeout (app.slurm.abandoned), and the next sweep ends the hold.
 
-The other way round, a holding whose hold job Slurm no longer has (an operator's scancel,
+The other way round, a holding whose hold job Slurm has lost (an operator's scancel,
 slurmd down long enough for Slurm to end its jobs) leaves the pod's device to any job:
 less often (every full pass), the leader holds such devices again, and records the new
 hold. If a job took a device meanwhile the hold is refused; that conflict is recorded as

@@ -1,5 +1,5 @@
 """Hold jobs: a GPU pod's exact devices held in Slurm, so that a pod and a job never share
-one (issue 23, docs/gpu-identity.md).
+one (docs/gpu-identity.md).
 
 Why a job: with one GRES type per device (``gpu:gN`` is ``/dev/nvidiaN``) a job can ask for
 exactly the pod's devices, and slurmctld allocates under its node lock, so of a hold and a
@@ -70,7 +70,7 @@ def hold_tres(devices: Sequence[int]) -> str:
 @dataclass(frozen=True, slots=True)
 class HoldJob:
     """A hold job Slurm has: which holder it holds for, where, and which devices (empty
-    while it is COMPLETING: slurmrestd then no longer details its GRES)."""
+    while it is COMPLETING: slurmrestd then omits its GRES)."""
 
     job_id: str
     holder_id: str
@@ -98,7 +98,7 @@ def hold_for(holds: HoldJobs, slurm_node: str, holding: Holding) -> str:
     """``holds.hold`` for a ledger holding: exactly its devices, with the least CPUs and
     memory a job can have (HOLD_CPUS, HOLD_MEMORY_MB). The pod's own CPUs, memory and GPU
     count are withheld by the pushed counts (app.core.headroom.held), not by its hold job,
-    so that a hold that ends exposes none of them (issue 30)."""
+    so that a hold that ends exposes none of them."""
     return holds.hold(
         slurm_node,
         holding.holder.id,
@@ -162,7 +162,7 @@ class HoldJobs:
         withholds none of the node's GPUs), then wake the scheduler for what it frees (a
         no-op update of its node; without it jobs waiting for the devices wait for the next
         scheduling pass).
-        Idempotent: a job that ended or that Slurm no longer knows is fine. ``slurm_node``:
+        Idempotent: a job that ended or that Slurm has forgotten is fine. ``slurm_node``:
         the hold's node, when the caller knows it (else read from Slurm first)."""
         if slurm_node is None:
             job = self.client.get_job(job_id)

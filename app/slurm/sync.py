@@ -79,7 +79,7 @@ class SlurmSync:
     ) -> None:
         """``full_sync_interval``: seconds between full listings, read in the background,
         when slurmctld sends hints; None: listings every ``interval``, read in the step.
-        ``holds``: the GPU hold jobs (issue 23), whose orphans the leader ends."""
+        ``holds``: the GPU hold jobs (docs/gpu-identity.md), whose orphans the leader ends."""
         self.client = client
         self.ledger = ledger
         self.pusher = pusher
@@ -302,7 +302,7 @@ class SlurmSync:
         failures: list[str] = []
         if changed:
             failures += self.hold_sweep.sweep(self.state.jobs())
-            failures += self.held_back.release(self.state.nodes(), self.state.held_back())
+            failures += self.held_back.nudge(self.state.nodes(), self.state.held_back())
         if changed or renamed or not self._steps % FULL_PASS_EVERY:
             failures += self._pass(views)
         if not self._steps % FULL_PASS_EVERY:

@@ -1,5 +1,5 @@
 """Whether this replica may still admit inside the nodes' grants without asking Slurm
-(the headroom's fast path, app.core.headroom), issue 30.
+(the headroom's fast path, app.core.headroom).
 
 A grant is what a read-back showed Slurm withholding. It stays true only while Slurm keeps
 the counts it was read with, and Slurm can change them without a push: a slurmctld restart

@@ -21,6 +21,7 @@ from app.core.pods import pod_info
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.kube.client import KubeClient
+from app.kube.controllers.discovery import NodeRef
 from app.kube.controllers.placeholders import REFUSED_BOUND, Placeholders
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
@@ -67,7 +68,7 @@ def empty(kube: KubeCluster, name: str) -> None:
 def controller(kube: KubeCluster, ledger: Ledger, node: str, ns: str) -> Placeholders:
     uid = kube.get("node", node)["metadata"]["uid"]  # type: ignore[index]
     placeholders = Placeholders(
-        NodeSnapshot(ledger), KubeClient(kube.kubeconfig), lambda n: (NODE, uid),
+        NodeSnapshot(ledger), KubeClient(kube.kubeconfig), lambda n: NodeRef(NODE, uid),
         None, namespace=ns, image=PAUSE, qps=100, burst=100,
     )  # fmt: skip
     ledger.upsert_node(node, NodeSpec(capacity=NODE))

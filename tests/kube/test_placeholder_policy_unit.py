@@ -17,6 +17,7 @@ from app.core import placeholder
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.kube.client import KubeError
+from app.kube.controllers.discovery import NodeRef
 from app.kube.controllers.placeholders import REFUSED_BOUND, Placeholders
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
@@ -89,7 +90,7 @@ class Clock:
 
 def controller(ledger: Ledger, api: FakeApi, clock: Clock, metrics: Metrics) -> Placeholders:
     return Placeholders(
-        NodeSnapshot(ledger), api, lambda n: (NODE, f"uid-{n}"),  # type: ignore[arg-type]
+        NodeSnapshot(ledger), api, lambda n: NodeRef(NODE, f"uid-{n}"),  # type: ignore[arg-type]
         None, namespace="nl", image="pause", qps=1000, burst=1000, metrics=metrics,
         monotonic=clock,
     )  # fmt: skip

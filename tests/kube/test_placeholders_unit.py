@@ -20,6 +20,7 @@ from app.core.pods import pod_info
 from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
 from app.core.resources import Resources
 from app.kube.client import KubeError
+from app.kube.controllers.discovery import NodeRef
 from app.kube.controllers.placeholders import Placeholder, Placeholders, remove_all
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
@@ -217,7 +218,7 @@ class FakePods:
 
 def controller(ledger: Ledger, pods: FakePods, nodes: dict[str, Resources]) -> Placeholders:
     return Placeholders(
-        NodeSnapshot(ledger), pods, lambda n: (nodes[n], f"uid-{n}") if n in nodes else None,  # type: ignore[arg-type]
+        NodeSnapshot(ledger), pods, lambda n: NodeRef(nodes[n], f"uid-{n}") if n in nodes else None,  # type: ignore[arg-type]
         None, namespace="nl", image="pause", qps=1000, burst=1000,
     )  # fmt: skip
 

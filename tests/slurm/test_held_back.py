@@ -1,4 +1,4 @@
-"""Which jobs slurmctld held back for lowered k8s totals the leader updates, and when
+"""Which jobs slurmctld held back for lowered k8s totals the leader nudges, and when
 (app.slurm.held_back): the rules, with a recording client. On the real clusters:
 tests/slurm/test_queued_jobs.py and tests/gpu/test_lost_hold.py."""
 
@@ -30,7 +30,7 @@ class Recorder:
         self.updated.append(job_id)
 
 
-def releaser() -> tuple[HeldBackJobs, Recorder]:
+def nudger() -> tuple[HeldBackJobs, Recorder]:
     client = Recorder()
     return HeldBackJobs(client), client  # type: ignore[arg-type]
 
@@ -40,15 +40,15 @@ ROSE = [node("n1", "k8scpu:16,k8smemory:32000"), node("n2", "k8smemory:32000")]
 
 
 def test_a_held_back_job_is_updated_once_when_first_seen_and_once_per_rise() -> None:
-    held, client = releaser()
-    assert held.release(LOW, ["7"]) == []
+    held, client = nudger()
+    assert held.nudge(LOW, ["7"]) == []
     assert client.updated == ["7"]  # first seen: a rise may have come before the listing
-    held.release(LOW, ["7"])
+    held.nudge(LOW, ["7"])
     assert client.updated == ["7"]  # no rise: not again
-    held.release(ROSE, ["7", "8"])
+    held.nudge(ROSE, ["7", "8"])
     assert client.updated == ["7", "7", "8"]
-    held.release(ROSE, ["7", "8"])
-    held.release(LOW, ["7", "8"])  # a fall is no reason
+    held.nudge(ROSE, ["7", "8"])
+    held.nudge(LOW, ["7", "8"])  # a fall is no reason
     assert client.updated == ["7", "7", "8"]
 
 
@@ -63,17 +63,17 @@ def test_a_held_back_job_is_updated_once_when_first_seen_and_once_per_rise() -> 
     ids=["cpu", "memory", "gpu", "new-node"],
 )
 def test_every_total_that_rises_counts(after: list[SlurmNode]) -> None:
-    held, client = releaser()
-    held.release(LOW, ["7"])
-    held.release(after, ["7"])
+    held, client = nudger()
+    held.nudge(LOW, ["7"])
+    held.nudge(after, ["7"])
     assert client.updated == ["7", "7"]
 
 
 def test_no_held_back_job_forgets_the_totals() -> None:
-    held, client = releaser()
-    held.release(ROSE, ["7"])
-    held.release(ROSE, [])
-    held.release(ROSE, ["7"])  # held back again: a new episode, evaluated once more
+    held, client = nudger()
+    held.nudge(ROSE, ["7"])
+    held.nudge(ROSE, [])
+    held.nudge(ROSE, ["7"])  # held back again: a new episode, evaluated once more
     assert client.updated == ["7", "7"]
 
 
@@ -86,16 +86,16 @@ DENIED = SlurmRequestError(
 
 
 def test_a_job_gone_meanwhile_is_no_failure_a_refusal_or_outage_is_tried_again() -> None:
-    held, client = releaser()
+    held, client = nudger()
     client.fail = GONE
-    assert held.release(LOW, ["7"]) == []
+    assert held.nudge(LOW, ["7"]) == []
     client.fail = DENIED  # e.g. a token whose user may not update others' jobs
-    [refused] = held.release(ROSE, ["7"])
+    [refused] = held.nudge(ROSE, ["7"])
     assert "Access/permission denied" in refused
     client.fail = SlurmUnavailable("slurmrestd: connection refused")
-    assert held.release(ROSE, ["7"]) == ["job 7: slurmrestd: connection refused"]
+    assert held.nudge(ROSE, ["7"]) == ["job 7: slurmrestd: connection refused"]
     client.fail = None
-    assert held.release(ROSE, ["7"]) == []
+    assert held.nudge(ROSE, ["7"]) == []
     assert client.updated == ["7"]
 
 

@@ -81,7 +81,7 @@ class KubeControllers:
             gpus_from_slurm=bool(settings.gpu_driver_names),
         )
         self.client = client
-        self.placeholder_namespace = namespace = settings.placeholders_namespace
+        self.placeholder_namespace = namespace = settings.placeholder_namespace
         self.accounting = accounting = PodAccounting(
             admissions,
             self.discovery.managed,

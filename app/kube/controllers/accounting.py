@@ -2,7 +2,7 @@
 
 The watch selects bound, unfinished pods (``spec.nodeName!=``, phase not Succeeded or
 Failed), so a pod that finishes or is deleted arrives as DELETED. It is released on proof
-that its containers no longer run (app.core.pod_release), named in the release event; a
+that its containers have stopped (app.core.pod_release), named in the release event; a
 pod deleted while its node is NotReady (a lost kubelet) keeps its holding, an orphaned
 holding, until its Node gets the out-of-service taint, is deleted or is Ready again
 (discovery tells ``nodes_changed``; every sweep looks again too). A bound
@@ -22,13 +22,13 @@ older holding was looked at then, and whatever happens to its pod later is an ev
 Only ``PodInfo`` records and the set of present uids are kept, never pod objects.
 
 A pod with DRA claims may hold GPUs its requests do not count: the devices the extender's
-bind admitted from its claims (issue 23). Its holding stands as it is when node, CPU and
+bind admitted from its claims. Its holding stands as it is when node, CPU and
 memory agree; recording the pod's requests over it would drop those devices. A claim pod
 the ledger does not hold (another scheduler bound it) is recorded with the co-managed GPUs
 its claims were allocated (``claim_gpus``), so that they lower ``k8sgpu``; when they
 cannot be read, it is recorded without them and read again every sweep until they are.
-A plain GPU pod whose request kube-scheduler allocated through DRA (``PodInfo.extended_gpus``,
-issue 33) is such a claim pod: its GPUs are its generated claim's devices, counted once,
+A plain GPU pod whose request kube-scheduler allocated through DRA (``PodInfo.extended_gpus``)
+is such a claim pod: its GPUs are its generated claim's devices, counted once,
 never fewer than it asked (its request counts them while they cannot be read).
 
 A pod resized in place is an admission of what it grew by (Admissions.grow: checked, and
@@ -285,7 +285,7 @@ class PodAccounting:
     def _hold(self, pod: PodInfo) -> None:
         if not self._accountable(pod):
             with self._lock:
-                self._refused.pop(pod.uid, None)  # its node is no longer managed
+                self._refused.pop(pod.uid, None)  # its node is not managed any more
             return
         with self._lock:
             unread = pod.uid in self._unread
@@ -358,7 +358,7 @@ class PodAccounting:
         holder = Holder(HolderKind.POD, pod.uid, pod.display_name)
         resources = self._counted(pod)
         if self.claim_gpus is not None and pod.claims and resources.gpus == 0:
-            gpus = pod.requests.gpus  # while its claims cannot be read: counted, as before
+            gpus = pod.requests.gpus  # while its claims cannot be read: its request
             try:
                 gpus = max(gpus, self.claim_gpus(pod))
             except ClaimDevicesError as exc:

@@ -1,4 +1,4 @@
-"""Slurm jobs' GPU devices as DeviceTaintRules (issue 33; app.core.device_taints decides).
+"""Slurm jobs' GPU devices as DeviceTaintRules (app.core.device_taints decides).
 
 Leader-only, like maintenance. Each time the Slurm sync publishes a new job listing (the
 jobs-by-node map is replaced whole, so a new object is news), and every ``resync_period``,

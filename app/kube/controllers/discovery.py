@@ -3,7 +3,7 @@
 Capacity is the smaller of the Node's allocatable and Slurm's size of its Slurm node (the
 node's `slurm_node_label`, else the same name), because both schedulers must fit; with
 co-managed DRA drivers (NODELEDGER_KUBE_GPU_DRIVERS) GPUs are published in ResourceSlices,
-not as the extended resource, and a node's GPUs are Slurm's (issue 23). Nodes
+not as the extended resource, and a node's GPUs are Slurm's (docs/gpu-identity.md). Nodes
 that disappear leave the ledger (or are cordoned while something still holds on them),
 and their GenericNodes are garbage-collected.
 
@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from app.core.genericnode import MANAGED_BY, new_object
 from app.core.ledger_errors import LedgerError, NodeInUse, NodeNotFound
@@ -95,6 +95,13 @@ class NodeInfo:
     uid: str = ""
 
 
+class NodeRef(NamedTuple):
+    """A managed Node as its placeholder pod needs it (app.kube.controllers.placeholders)."""
+
+    allocatable: Resources  # as kube-scheduler reads it
+    uid: str  # the placeholder pod's owner
+
+
 def node_health(obj: dict[str, Any]) -> NodeHealth:
     """Ready unless its Ready condition says False or Unknown: a Node no kubelet reported
     yet has none (the node lifecycle controller sets Unknown if none comes)."""
@@ -157,12 +164,11 @@ class NodeDiscovery:
             node = self._nodes.get(name)
         return None if node is None else node.health
 
-    def node_ref(self, name: str) -> tuple[Resources, str] | None:
-        """A managed Node's allocatable (as kube-scheduler reads it) and uid; None: no
-        such Node."""
+    def node_ref(self, name: str) -> NodeRef | None:
+        """None: no such managed Node."""
         with self._lock:
             node = self._nodes.get(name)
-        return None if node is None else (node.allocatable, node.uid)
+        return None if node is None else NodeRef(node.allocatable, node.uid)
 
     # WatchHandler[NodeInfo]
     shape = NodeShape

@@ -1,4 +1,4 @@
-"""Whether plain GPU pods are held by device (issue 33): a DeviceClass must map the GPU
+"""Whether plain GPU pods are held by device (KEP-5004): a DeviceClass must map the GPU
 extended resource (``spec.extendedResourceName``, KEP-5004) for kube-scheduler to allocate
 their requests through DRA. Leader-only, looked at once per term and every
 ``resync_period`` (a class may be created later); when none maps it (Kubernetes before

@@ -7,12 +7,12 @@ field the Slurm sync writes, so what any replica's sync saw counts) and discover
 watch (a cordon), and reconciles each node that changed. A taint is patched after a read of
 the Node, conditionally on its resourceVersion (a Node changed meanwhile is read again next
 pass; no one else's taint is lost). Every ``resync_period`` one paginated list of the
-managed Nodes finds taints someone removed or added by hand under our key, and nodes the
-ledger no longer has. A call that fails (either side unreachable) is retried on the next
+managed Nodes finds taints someone removed or added by hand under our key, and nodes gone
+from the ledger. A call that fails (either side unreachable) is retried on the next
 pass, nothing guessed meanwhile.
 
 Turned off (``slurm_taints=False``), it still runs and removes its own taints: a taint the
-service can no longer lift must not outlive the setting.
+service would not lift any more must not outlive the setting.
 
 After each pass it looks at the nodes it was told of (app.core.disagreement): how many
 co-managed nodes one side keeps out and the other not, and since when, as metrics; the
@@ -241,7 +241,7 @@ class Maintenance:
                 f"Slurm node {slurm} resumed: the Node was uncordoned"
                 if done
                 else f"Slurm node {slurm} left drained: the Node was uncordoned, but the "
-                "drain is no longer nodeledger's"
+                "drain is not nodeledger's any more"
             )
         self.record(EventKind.MAINTENANCE, name, message, {"side": "slurm", "action": action})
         self.asked[name] = action

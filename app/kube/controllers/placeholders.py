@@ -1,4 +1,4 @@
-"""Placeholder pods (issue 35): what the ledger keeps from pods on each node beyond the pods
+"""Placeholder pods: what the ledger keeps from pods on each node beyond the pods
 themselves (Slurm's jobs, manual holdings, the cap), as one pod per node that
 kube-scheduler counts like any other (app.core.placeholder). Leader-only.
 
@@ -32,6 +32,7 @@ from app.core.rate import TokenBucket
 from app.core.resources import Resources
 from app.kube.client import KubeClient, KubeError
 from app.kube.controllers.dirty import DirtyNames, write_at_rate
+from app.kube.controllers.discovery import NodeRef
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import NO_METRICS, Metrics
 from app.outages import log_failure
@@ -50,10 +51,8 @@ REFUSED_BOUND = 10.0
 RETRY_REFUSED = 1.0
 RETRY_REFUSED_MAX = 60.0
 
-# A managed Node's allocatable as kube-scheduler reads it, and its uid (the placeholder's
-# owner); None: no such Node.
-NodeInfo = tuple[Resources, str]
-NodeRef = Callable[[str], NodeInfo | None]
+# A managed Node by name; None: no such Node.
+NodeLookup = Callable[[str], NodeRef | None]
 
 
 class Placeholder(NamedTuple):
@@ -85,7 +84,7 @@ class Placeholders:
         self,
         snapshot: NodeSnapshot,
         client: KubeClient,
-        node_ref: NodeRef,
+        node_ref: NodeLookup,
         caps: KubeCaps | None,
         *,
         namespace: str,
@@ -205,12 +204,12 @@ class Placeholders:
     def flush(self, stop: threading.Event) -> None:
         write_at_rate(self._dirty, self.bucket, self.write, stop)
 
-    def desired(self, node: str, ref: tuple[Resources, str] | None) -> Resources:
+    def desired(self, node: str, ref: NodeRef | None) -> Resources:
         """The node's placeholder size, its Node being ``ref`` (None: no such Node)."""
         view = self.snapshot.views().get(node)
         if view is None or ref is None:
             return Resources.ZERO
-        return placeholder.size(view, ref[0], self.caps)
+        return placeholder.size(view, ref.allocatable, self.caps)
 
     def write(self, node: str) -> bool:
         """Bring the node's placeholder to what it should be, and its Node's label to
@@ -228,7 +227,7 @@ class Placeholders:
             self._refused.pop(node, None)  # none is needed, or a failed one waits its turn
         name = placeholder.pod_name(node)
         if have is not None and (have.terminal or want.is_zero()):
-            # A failed one no longer counts for the scheduler: gone, and a new one made
+            # A failed one does not count for the scheduler: gone, and a new one made
             # after RETRY_FAILED.
             if have.terminal:
                 self._failed[node] = self.monotonic() + RETRY_FAILED
@@ -250,11 +249,11 @@ class Placeholders:
             return True
 
     def _create_or_resize(
-        self, node: str, have: Placeholder | None, want: Resources, ref: NodeInfo | None
+        self, node: str, have: Placeholder | None, want: Resources, ref: NodeRef | None
     ) -> bool:
         name = placeholder.pod_name(node)
         if have is None:
-            uid = ref[1] if ref is not None else ""
+            uid = ref.uid if ref is not None else ""
             body = placeholder.pod(node, uid, want, namespace=self.namespace, image=self.image,
                                    priority_class=self.priority_class)  # fmt: skip
             try:

@@ -2,11 +2,11 @@
 app.ledger.snapshot), and bind through the one admission path (Slurm-confirmed), then
 create the Binding. The wire types are in app.kube.extender.wire.
 
-GPU devices (issue 23): with co-managed DRA drivers configured, a pod with ResourceClaims
+GPU devices: with co-managed DRA drivers configured, a pod with ResourceClaims
 is admitted with the devices the scheduler allocated to them (app.kube.claims), and their
 UUIDs where the slices publish them, which the gate holds in Slurm before the Binding is
 created. A plain ``nvidia.com/gpu`` request that kube-scheduler allocated through DRA (the
-claim it generated, issue 33) is held the same way, as those devices. Any doubt about them
+claim it generated, KEP-5004) is held the same way, as those devices. Any doubt about them
 refuses the bind: the scheduler then un-reserves the claims and tries again."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Extender:
         max_staleness: float = 0.0,
         devices: PodDevices | None = None,
     ) -> None:
-        """``devices``: reads a pod's co-managed GPU devices from its claims (issue 23);
+        """``devices``: reads a pod's co-managed GPU devices from its claims;
         None: pods are admitted by their counted GPUs only."""
         self.admissions = admissions
         self.client = client

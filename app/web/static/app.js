@@ -174,7 +174,7 @@ function headroomCell(node) {
   return cell;
 }
 
-// Which holder has which GPU device (issue 23): holdings that name their devices, with each
+// Which holder has which GPU device: holdings that name their devices, with each
 // device's UUID in the tooltip when known. GPUs held by count only are in the GPU bar alone.
 function gpuDevices(node) {
   const held = [];
