@@ -32,7 +32,7 @@ from app.slurm.tokens import StaticToken
 from tests.kube.test_controllers_unit import FakeWatchClient, Recorder
 from tests.metrics.scrape import Scrape, parse
 from tests.slurm.test_client import NODE, OPENAPI
-from tests.slurm.test_push_coalescing import LIMIT, FakeSlurm, HeldSlurm, queued, slurm_node
+from tests.support.fake_slurm import LIMIT, FakeSlurm, HeldSlurm, queued, slurm_node
 from tests.support.realenv import wait_until
 
 GIB = 2**30

@@ -21,7 +21,7 @@ from app.slurm.gate import SlurmGate
 from app.slurm.hold_sweep import HoldSweep, lost, orphans
 from app.slurm.holds import HoldJob
 from app.slurm.push import Pusher
-from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
+from tests.support.fake_slurm import GIB, FakeSlurm, slurm_node
 from tests.support.slurm_cluster import k8s_counts
 
 POD = Holder(HolderKind.POD, "uid-1", "ns/p1")

@@ -15,8 +15,7 @@ from app.slurm.errors import SlurmAnswerLost
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
-from tests.slurm.test_owed_pushes import UnchangedSlurm
-from tests.slurm.test_push_coalescing import slurm_node
+from tests.support.fake_slurm import NodeUpdate, UnchangedSlurm, slurm_node
 
 GIB = 1024**3
 
@@ -33,19 +32,12 @@ class LosingSlurm(UnchangedSlurm):
     def lose_next(self) -> None:
         self._lose = True
 
-    def update_node(
-        self,
-        name: str,
-        *,
-        gres: str | None = None,
-        extra: str | None = None,
-        comment: str | None = None,
-    ) -> None:
+    def before_update(self, name: str, update: NodeUpdate) -> None:
         if self._lose:
             self._lose = False
-            self._late.append((gres, extra))
+            self._late.append((update.gres, update.extra))
             raise SlurmAnswerLost(f"slurmrestd POST node/{name} timed out")
-        super().update_node(name, gres=gres, extra=extra, comment=comment)
+        super().before_update(name, update)
 
     def land_late(self) -> None:
         for gres, extra in self._late:
