@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.core.gres import gres_indices
 from app.core.ledger_errors import AdmissionRejected
 from app.slurm.client import SlurmClient
 from app.slurm.holds import HoldJob, HoldJobs
 from app.slurm.tokens import FileToken
 from tests.slurm.helpers import admit, slurm_holdings
+from tests.support.gpu import devices, gpu_job
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -30,16 +30,6 @@ def holds(slurm: SlurmCluster) -> Iterator[HoldJobs]:
     client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
     yield HoldJobs(client)
     client.close()
-
-
-def devices(slurm: SlurmCluster, job: str) -> tuple[int, ...]:
-    """The GPU devices Slurm gave ``job``, from slurmrestd's gres_detail."""
-    [detail] = slurm.rest("GET", f"job/{job}").json()["jobs"][0]["gres_detail"]
-    return gres_indices(detail, "gpu")
-
-
-def gpu_job(slurm: SlurmCluster, gres: str) -> str:
-    return slurm.sbatch("-w", NODE, "-c", "1", "--mem=100", f"--gres={gres}", "--wrap", "sleep 300")
 
 
 def test_a_hold_keeps_jobs_off_its_device_until_cancelled(
