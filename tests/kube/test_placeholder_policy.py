@@ -25,10 +25,10 @@ from app.kube.controllers.placeholders import REFUSED_BOUND, Placeholders
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from tests.kube.coloc import CRD, PLACEHOLDER_CONFIG, scheduler_config
-from tests.kube.test_chart import CHART, Helm, helm, run  # noqa: F401 (a fixture)
-from tests.kube.test_placeholder_policy_unit import one_pass
+from tests.support.helm import CHART, Helm, run
 from tests.support.kube_cluster import KubeCluster
 from tests.support.net import free_port
+from tests.support.placeholders import one_pass
 from tests.support.realenv import wait_until
 from tests.support.service import running_service
 
@@ -276,7 +276,7 @@ def as_service(kube: KubeCluster, config: Path, *args: str, body: Any = None) ->
 @pytest.mark.kube_api  # ValidatingAdmissionPolicy on the oldest supported minor too
 def test_the_services_token_creates_only_placeholders(
     kube_cluster: KubeCluster,
-    helm: Helm,  # noqa: F811 (the fixture imported above)
+    helm: Helm,
     tmp_path: Path,
 ) -> None:
     """The chart's RBAC and admission policy on the API server: with the service's own

@@ -7,7 +7,6 @@ tests/kube/test_placeholder_policy.py."""
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from app.kube.controllers.placeholders import REFUSED_BOUND, Placeholders
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from app.metrics.registry import Metrics
-from tests.kube.test_placeholders_unit import GIB, NODE, FakePods
+from tests.support.placeholders import GIB, NODE, FakePods, one_pass
 
 FORBIDDEN = 'pods "nodeledger-held-a" is forbidden: violates PodSecurity "restricted:latest"'
 
@@ -93,14 +92,6 @@ def controller(ledger: Ledger, api: FakeApi, clock: Clock, metrics: Metrics) -> 
         None, namespace="nl", image="pause", qps=1000, burst=1000, metrics=metrics,
         monotonic=clock,
     )  # fmt: skip
-
-
-def one_pass(placeholders: Placeholders) -> None:
-    """One pass of the writer's loop (app.kube.controllers.placeholders.run)."""
-    placeholders.snapshot.views(max_age=0)
-    placeholders._retry_failed()
-    placeholders.flush(threading.Event())
-    placeholders._publish()
 
 
 def step(placeholders: Placeholders) -> list[tuple[str, str]]:

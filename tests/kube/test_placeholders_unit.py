@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,14 +18,12 @@ from app.core.decision import decide_admission
 from app.core.pods import pod_info
 from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
 from app.core.resources import Resources
-from app.kube.client import KubeError
 from app.kube.controllers.placeholders import Placeholder, Placeholders, remove_all
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
+from tests.support.placeholders import GIB, NODE, FakePods
 
-GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-NODE = Resources(16000, 32 * GIB, 2)
 
 
 def node(
@@ -173,46 +170,6 @@ def test_the_pod_is_bound_owned_by_its_node_tolerant_and_resizable() -> None:
     patch = placeholder.resize(Resources(500, 2 * GIB))["spec"]["containers"][0]
     quantities = {"cpu": "500m", "memory": str(2 * GIB)}
     assert patch["resources"] == {"requests": quantities, "limits": quantities}
-
-
-class FakePods:
-    """The placeholders' namespace as the API server keeps it; every call recorded."""
-
-    def __init__(self) -> None:
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.calls: list[tuple[str, str]] = []
-        self.conflict = False
-
-    def request(
-        self, method: str, path: str, *, body: Any = None, content_type: str = "", **_: Any
-    ) -> dict[str, Any]:
-        name = path.rsplit("/", 2)[-2] if path.endswith("/resize") else path.rsplit("/", 1)[-1]
-        self.calls.append((method, name if method != "POST" else body["metadata"]["name"]))
-        if method == "POST":
-            name = body["metadata"]["name"]
-            if self.conflict or name in self.pods:
-                raise KubeError("AlreadyExists", 409)
-            self.pods[name] = body
-        elif method == "PATCH":
-            assert path.endswith("/resize")
-            assert content_type == "application/strategic-merge-patch+json"
-            if name not in self.pods:
-                raise KubeError("NotFound", 404)
-            requests = body["spec"]["containers"][0]["resources"]["requests"]
-            self.pods[name]["spec"]["containers"][0]["resources"]["requests"] = requests
-        elif method == "DELETE" and self.pods.pop(name, None) is None:
-            raise KubeError("NotFound", 404)
-        return {}
-
-    def list(self, path: str, decode: Any, shape: Any = None, **query: Any) -> Any:
-        if path == "/api/v1/nodes":
-            return [], "1"  # none labelled refused (tests/kube/test_placeholder_policy_unit.py)
-        assert query == {"labelSelector": f"{placeholder.LABEL}=true"}
-        return [decode(p) for p in self.pods.values()], "1"
-
-    def requests(self, node: str) -> dict[str, str] | None:
-        pod = self.pods.get(placeholder.pod_name(node))
-        return None if pod is None else pod["spec"]["containers"][0]["resources"]["requests"]
 
 
 def controller(ledger: Ledger, pods: FakePods, nodes: dict[str, Resources]) -> Placeholders:

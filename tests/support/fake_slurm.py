@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 
 from app.core.gres import gres_count
 from app.core.slurm_models import JobAllocation, Listing, SlurmJob, SlurmNode
-from app.slurm.errors import SlurmUnavailable
+from app.slurm.errors import (
+    SlurmUnavailable,
+)
 from app.slurm.push import Pusher
 
 GIB = 1024**3
@@ -204,3 +206,14 @@ def queued(pusher: Pusher, node: str) -> int:
     slot, the one place that says a thread has reached ``push`` and is waiting."""
     slot = pusher._slots.get(node)
     return 0 if slot is None else slot.requested
+
+
+# slurmrestd's JSON, for a client on httpx.MockTransport: the OpenAPI paths of the
+# versions it serves, and node n1.
+OPENAPI = {"paths": {f"/slurm/v0.0.{n}/nodes/": {} for n in (40, 41, 42, 46)}}
+
+NODE = {
+    "name": "n1", "cpus": 16, "real_memory": 32000, "alloc_cpus": 2, "alloc_memory": 100,
+    "gres": "k8scpu:16,k8smemory:32000", "gres_used": "k8scpu:0", "state": ["MIXED"],
+    "extra": "", "specialized_memory": 0, "reason": "",
+}  # fmt: skip
