@@ -7,8 +7,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from tests.support.kube_cluster import KubeCluster, cluster_sh
 from tests.support.realenv import REPO
 
@@ -21,10 +19,10 @@ class Helm:
     kube_version: str  # what `helm template --kube-version` renders for: the cluster's
 
 
-@pytest.fixture(scope="module")
-def helm(kube_cluster: KubeCluster) -> Helm:
+def helm_for(kube: KubeCluster) -> Helm:
+    """The helm testenv/kube/cluster.sh installed, rendering for ``kube``'s release."""
     env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh("env"), re.MULTILINE))
-    return Helm(env["HELM"], kube_cluster.version)
+    return Helm(env["HELM"], kube.version)
 
 
 def run(helm: Helm, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
