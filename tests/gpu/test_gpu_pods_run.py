@@ -44,7 +44,7 @@ from tests.support.realenv import unavailable
 from tests.support.service import ServiceProcess, running_service
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
-pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.slow]
+pytestmark = [pytest.mark.deploy, pytest.mark.slurm, pytest.mark.kube, pytest.mark.slow]
 
 NODE = "n1"  # the kubelet node, and the ledger's node; Slurm's n3
 SCHEDULER = "nodeledger"  # the chart's profile name
