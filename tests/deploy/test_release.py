@@ -42,7 +42,13 @@ from tests.support.realenv import wait_until
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.slurm_fixtures import marked
 
-pytestmark = [pytest.mark.deploy, pytest.mark.kube, pytest.mark.slurm, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.deploy,
+    pytest.mark.kube,
+    pytest.mark.slurm,
+    pytest.mark.postgres,
+    pytest.mark.slow,
+]
 
 # A container that runs until told to stop, then takes a few seconds to do so: what a
 # pod's holding must outlast (deletionTimestamp set, containers still running).

@@ -2,7 +2,7 @@
 ledger without any full listing, leaves it once it stops holding its nodes (COMPLETING
 included), moves when requeued; a hinted node's drain or resume reaches it likewise; and an
 older listing never undoes a newer hint. The same against real slurmctld hooks:
-tests/slurm/test_job_hints_cluster.py."""
+tests/slurm/test_job_hints_hooks.py."""
 
 from __future__ import annotations
 

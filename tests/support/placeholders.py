@@ -48,7 +48,7 @@ class FakePods:
 
     def list(self, path: str, decode: Any, shape: Any = None, **query: Any) -> Any:
         if path == "/api/v1/nodes":
-            return [], "1"  # none labelled refused (tests/kube/test_placeholder_policy_unit.py)
+            return [], "1"  # none labelled refused (tests/kube/test_placeholder_policy.py)
         assert query == {"labelSelector": f"{placeholder.LABEL}=true"}
         return [decode(p) for p in self.pods.values()], "1"
 
