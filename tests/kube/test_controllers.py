@@ -22,8 +22,6 @@ from app.core.rate import TokenBucket
 from app.core.records import (
     Holder,
     HolderKind,
-    Holding,
-    HoldingState,
     NodeHeadroom,
     NodeSpec,
     NodeView,
@@ -35,6 +33,7 @@ from app.kube.controllers.mirror import StatusMirror, _Status
 from app.kube.controllers.watch import ListWatch
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
+from tests.support import builders
 from tests.support.fake_kube import FakeStatusClient, FakeWatchClient, Recorder
 from tests.support.headroom import set_headroom
 from tests.support.realenv import wait_until
@@ -47,10 +46,10 @@ def view(name: str, slurm_cpu: int = 0, pod_cpu: int = 0, health: str | None = N
     holdings = []
     for kind, cpu in ((HolderKind.SLURM_JOB, slurm_cpu), (HolderKind.POD, pod_cpu)):
         if cpu:
-            holder = Holder(kind, f"{kind.value}-1")
-            holdings.append(Holding(name, holder, Resources(cpu, GIB), HoldingState.HELD, T0, T0))
+            resources = Resources(cpu, GIB)
+            holdings.append(builders.holding(kind, f"{kind.value}-1", resources, node=name, at=T0))
     spec = NodeSpec(capacity=Resources(16000, 32 * GIB, 2))
-    return NodeView(name, spec, None, health, tuple(holdings), T0, T0)
+    return builders.node_view(spec, *holdings, name=name, health=health, at=T0)
 
 
 def test_filter_keeps_nodes_with_room_and_says_why_for_the_rest() -> None:

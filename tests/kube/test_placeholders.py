@@ -27,12 +27,13 @@ from app.core.caps import CPU_LABEL, KubeCaps
 from app.core.decision import decide_admission
 from app.core.pods import pod_info
 from app.core.quantities import cpu_millis
-from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
+from app.core.records import Holder, HolderKind, NodeSpec, NodeView
 from app.core.resources import Resources
 from app.kube.controllers.placeholders import Placeholder, Placeholders, remove_all
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
 from tests.kube.coloc import NODES, Coloc
+from tests.support import builders
 from tests.support.placeholders import GIB, NODE, FakePods
 from tests.support.service import ServiceProcess
 from tests.support.slurm_cluster import wait_until
@@ -46,12 +47,12 @@ def node(
     reserved: Resources = Resources.ZERO,
     labels: dict[str, str] | None = None,
 ) -> NodeView:
-    held = tuple(
-        Holding("a", Holder(kind, f"{kind.value}-{k}"), amount, HoldingState.HELD, T0, T0)
+    held = [
+        builders.holding(kind, f"{kind.value}-{k}", amount, node="a", at=T0)
         for k, (kind, amount) in enumerate(holdings)
-    )
+    ]
     spec = NodeSpec(capacity=capacity, reserved=reserved, labels=labels or {})
-    return NodeView("a", spec, None, None, held, T0, T0)
+    return builders.node_view(spec, *held, name="a", at=T0)
 
 
 def test_the_size_is_what_slurm_and_manual_holdings_keep_from_pods() -> None:
