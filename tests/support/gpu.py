@@ -153,12 +153,14 @@ class DraNode:
         """A pod asking for one GPU through a ResourceClaim, scheduled by the real
         kube-scheduler: the claim's allocation result and seconds from the pod's creation to
         the allocation being visible."""
-        custom = kube_client.CustomObjectsApi(self.api)
+        # The official client: its objects as Any, its answers read as the JSON they are.
+        custom: Any = kube_client.CustomObjectsApi(self.api)
+        core: Any = kube_client.CoreV1Api(self.api)
         custom.create_namespaced_custom_object(
             *RESOURCE, "default", "resourceclaims", gpu_claim(name)
         )
         started = time.perf_counter()
-        kube_client.CoreV1Api(self.api).create_namespaced_pod("default", gpu_pod(name, name))
+        core.create_namespaced_pod("default", gpu_pod(name, name))
 
         def allocation() -> dict[str, Any] | None:
             claim = custom.get_namespaced_custom_object(
@@ -168,13 +170,14 @@ class DraNode:
             return found
 
         found = wait_until(allocation, 30, 0.005, what=f"claim {name} allocated")
+        assert found is not None  # wait_until returns a truthy value
         return found, time.perf_counter() - started
 
     def device(self, name: str) -> dict[str, Any]:
         """A device of the node's slice, as the API server has it."""
         published = self.kube.get("resourceslice", f"{NODE}-{DRIVER}")
         assert published is not None
-        devices = {d["name"]: d for d in published["spec"]["devices"]}
+        devices: dict[str, dict[str, Any]] = {d["name"]: d for d in published["spec"]["devices"]}
         return devices[name]
 
 
@@ -217,7 +220,7 @@ def dra_gpu_node(kube: KubeCluster) -> Iterator[DraNode]:
     kube.create_node(NODE, cpu=16, memory="32000Mi", labels=labels)
     kube.create(device_class())
     kube.create(device_slice())
-    api = kube_config.new_client_from_config(config_file=str(kube.kubeconfig))
+    api = kube_config.new_client_from_config(config_file=str(kube.kubeconfig))  # type: ignore[no-untyped-call]
     # The client's first call takes ~1 s here (it loads its models): not the scheduler's time.
     kube_client.CoreV1Api(api).list_namespaced_pod("default", limit=1)
     try:
