@@ -5,8 +5,14 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# The suite's workers (pytest-xdist), each with real components of its own
+# (tests/support/workers.py): its tests mostly wait on Slurm and Kubernetes, so three fit two
+# cores. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
+# The tier that needs no real component (docs/development.md).
+FAST_TESTS := not postgres and not slurm and not kube and not deploy
 
-.PHONY: run test venv deps lint testenv testenv-down bench clean image
+.PHONY: run test test-fast venv deps lint testenv testenv-down bench clean image
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,12 +56,22 @@ testenv: deps
 	$(if $(filter 1.37,$(KUBE_VERSIONS)),NODELEDGER_KUBE_NODES=1 NODELEDGER_KUBE_GPU_NODE=1 bash testenv/kube/cluster.sh build >/dev/null)
 
 test: venv lint testenv
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
+test-fast: venv
+	$(BIN)/pytest -m "$(FAST_TESTS)" -n 2 $(PYTEST_ARGS)
+
+# Every worker's components: worker N > 0 has its own run directory, cache and ports.
 testenv-down:
-	-for v in $(KUBE_RELEASES); do NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh down; done
-	-for v in $(SLURM_RELEASES); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh down; done
-	-bash testenv/postgres/pg.sh down
+	-for n in 0 1 2; do \
+	  at=$$([ $$n = 0 ] || echo -worker-$$n); \
+	  export NODELEDGER_RUNDIR=/tmp/nodeledger$$at NODELEDGER_CACHE=$$HOME/.cache/nodeledger$$at \
+	    NODELEDGER_PORT_OFFSET=$$((6000 * n)); \
+	  [ -d "$$NODELEDGER_RUNDIR" ] || continue; \
+	  for v in $(KUBE_RELEASES); do NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh down; done; \
+	  for v in $(SLURM_RELEASES); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh down; done; \
+	  bash testenv/postgres/pg.sh down; \
+	done
 
 # Scenarios and their thresholds: bench/scenarios.toml (`python -m bench` lists them). Both
 # run; the target fails after them if either missed an enforced threshold.

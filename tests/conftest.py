@@ -1,5 +1,8 @@
 """Fixtures shared by every test: real databases and the application.
 
+Under pytest-xdist each worker has real components of its own (tests/support/workers.py);
+the tests marked `deploy` (real kubelets, one cluster with nodes per machine) all run on one.
+
 `database_url` runs a test once on SQLite and once on PostgreSQL (the repo's throwaway
 cluster, or NODELEDGER_TEST_POSTGRES_URL). Real components missing: skip locally, fail in CI.
 """
@@ -17,7 +20,9 @@ from app.db.engine import Database
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.settings import Settings
+from tests.support import workers
 from tests.support.databases import postgres_database, postgres_server_url, sqlite_database
+from tests.support.kube_cluster import KUBE_NEWEST
 from tests.support.realenv import unavailable
 
 pytest_plugins = [
@@ -25,6 +30,14 @@ pytest_plugins = [
     for m in ("tests.support.slurm_fixtures", "tests.support.kube_fixtures")
     if importlib.util.find_spec(m) is not None
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each worker, and a run without workers, on its own components before any test module
+    reads the run directory, cache or ports; not the controller of workers (they would
+    inherit its choice)."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        workers.isolate()
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +84,16 @@ def api(database_url: str) -> Iterator[TestClient]:
     app = create_app(Settings(database_url=database_url, migrate_on_start=False))
     with TestClient(app) as client:
         yield client
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One worker runs each group (`--dist loadgroup`): the deploy tests, which share the
+    machine's one cluster with real nodes, and the tests of each older Kubernetes minor, so
+    that its control plane runs once, not once per worker."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.get_closest_marker("deploy") is not None:
+            item.add_marker(pytest.mark.xdist_group("deploy"))
+        elif params.get("kube_cluster", KUBE_NEWEST) != KUBE_NEWEST:
+            item.add_marker(pytest.mark.xdist_group(f"kube-{params['kube_cluster']}"))

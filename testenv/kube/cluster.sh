@@ -36,7 +36,8 @@
 # log/*.log, *.pid. Ports on 127.0.0.1: etcd 12379 (peer 12380), API server 16443,
 # scheduler 16459. A second control plane (another NODELEDGER_RUNDIR) runs beside the
 # first with NODELEDGER_KUBE_PORT_BASE=P: etcd P, peer P+1, API server P+2, scheduler P+3,
-# and with nodes the controller manager P+4.
+# and with nodes the controller manager P+4; or with NODELEDGER_PORT_OFFSET=O on the
+# default ports + O.
 # NODELEDGER_KUBE_VERSION picks the Kubernetes minor: 1.37 (default), 1.36 or 1.35, each
 # pinned by tools/kube-MINOR/go.mod, with etcd 3.7 (1.37) or 3.6 (tools/etcd-MINOR), cached
 # apart. 1.36 runs in $NODELEDGER_RUNDIR/kube-1.36 on the default ports + 10, 1.35 in
@@ -96,11 +97,13 @@ if [ -n "${NODELEDGER_KUBE_PORT_BASE:-}" ]; then
   API_PORT=$((ETCD_PORT + 2))
   SCHED_PORT=$((ETCD_PORT + 3))
   CM_PORT=$((ETCD_PORT + 4))   # only with nodes
-else
-  ETCD_PORT=$((12379 + PORT_SHIFT))
+else   # the defaults, moved by NODELEDGER_PORT_OFFSET (the suite's workers)
+  OFFSET="${NODELEDGER_PORT_OFFSET:-0}"
+  [[ $OFFSET =~ ^[0-9]+$ ]] || { log "bad NODELEDGER_PORT_OFFSET"; exit 2; }
+  ETCD_PORT=$((12379 + OFFSET + PORT_SHIFT))
   ETCD_PEER_PORT=$((ETCD_PORT + 1))
-  API_PORT=$((16443 + PORT_SHIFT))
-  SCHED_PORT=$((16459 + PORT_SHIFT))
+  API_PORT=$((16443 + OFFSET + PORT_SHIFT))
+  SCHED_PORT=$((16459 + OFFSET + PORT_SHIFT))
   CM_PORT=$((SCHED_PORT + 1))
 fi
 WITH_SCHEDULER="${NODELEDGER_KUBE_SCHEDULER:-true}"
@@ -437,7 +440,8 @@ start_controller_manager() {
     --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
     --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" --cluster-cidr="$POD_PREFIX.0.0/16" \
-    --allocate-node-cidrs=false --profiling=false
+    --allocate-node-cidrs=false --profiling=false \
+    --node-monitor-grace-period=20s   # a lost kubelet is NotReady in 20 s, not 50: tests wait for it
   wait_for 60 "kube-controller-manager healthz" healthz_ok "$CM_PORT" \
     || { logs_tail kube-controller-manager; die "kube-controller-manager did not start"; }
 }

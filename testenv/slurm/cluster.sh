@@ -75,8 +75,11 @@ if ! [[ $NODE_COUNT =~ ^[0-9]+$ ]] || [ "$NODE_COUNT" -lt 3 ] || [ "$NODE_COUNT"
 fi
 
 # Non-default ports. A second cluster of the same version (own NODELEDGER_CACHE and
-# NODELEDGER_RUNDIR) can run beside the first with another NODELEDGER_SLURM_PORT_BASE.
-PORT_BASE="${NODELEDGER_SLURM_PORT_BASE:-$PORTS}"
+# NODELEDGER_RUNDIR) can run beside the first with another NODELEDGER_SLURM_PORT_BASE, or
+# with NODELEDGER_PORT_OFFSET added to every version's default (the suite's workers).
+PORT_OFFSET="${NODELEDGER_PORT_OFFSET:-0}"
+[[ $PORT_OFFSET =~ ^[0-9]+$ ]] || die "NODELEDGER_PORT_OFFSET=$PORT_OFFSET: expected a number"
+PORT_BASE="${NODELEDGER_SLURM_PORT_BASE:-$((PORTS + PORT_OFFSET))}"
 CTLD_PORT=$((PORT_BASE + 17))
 RESTD_PORT=$((PORT_BASE + 20))
 # Ports: slurmctld +17, slurmrestd +20, the scale nodes' closed port +99, node nI +100+I.

@@ -43,10 +43,10 @@ from tests.support.slurm_cluster import SlurmCluster
 from tests.support.slurm_fixtures import marked
 
 pytestmark = [
-    pytest.mark.deploy,
     pytest.mark.kube,
     pytest.mark.slurm,
     pytest.mark.postgres,
+    pytest.mark.deploy,
     pytest.mark.slow,
 ]
 
@@ -740,7 +740,7 @@ def test_a_lost_kubelets_pod_holds_until_the_node_is_out_of_service(
     taint = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
     release.kube.script("kill-kubelet", "n2")
     try:
-        # The node lifecycle controller's grace period (50 s) before it says so.
+        # The node lifecycle controller's grace period (20 s on the test cluster) first.
         wait_until(lambda: ready() != "True", 120, 1, "n2 not Ready")
         release.kube.kubectl("delete", "pod", "stranded", "--force", "--grace-period=0")
         assert release.kube.pod("stranded") is None

@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 from tests.kube.coloc import CRD, scheduler_config
+from tests.support import workers
 from tests.support.gpu import (
     DRIVER,
     GPUS,
@@ -44,7 +45,7 @@ from tests.support.realenv import unavailable
 from tests.support.service import ServiceProcess, running_service
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
-pytestmark = [pytest.mark.deploy, pytest.mark.slurm, pytest.mark.kube, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.deploy, pytest.mark.slow]
 
 NODE = "n1"  # the kubelet node, and the ledger's node; Slurm's n3
 SCHEDULER = "nodeledger"  # the chart's profile name
@@ -53,7 +54,7 @@ IMAGE = "registry.nodeledger.test/busybox:1.35"  # testenv/images, imported into
 # machine: tests/deploy's runs in its own module, before or after this one).
 _BASE = os.environ.get("NODELEDGER_KUBE_PORT_BASE")
 KUBE_ENV = {
-    "NODELEDGER_RUNDIR": f"{os.environ.get('NODELEDGER_RUNDIR', '/tmp/nodeledger')}/gpu-node",
+    "NODELEDGER_RUNDIR": str(workers.main_rundir() / "gpu-node"),
     "NODELEDGER_KUBE_PORT_BASE": str(int(_BASE) + 40) if _BASE else "13500",
     "NODELEDGER_KUBE_NODES": "1",
     "NODELEDGER_KUBE_GPU_NODE": "1",

@@ -57,7 +57,11 @@ pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.slow]
 
 SECONDS = 20.0  # of racing per run, then until contested
 PODS_IN_FLIGHT = 2
-JOBS_QUEUED = 2  # churning GPU jobs kept submitted at once
+# Churning GPU jobs kept submitted at once: one, so that beside the two standing jobs a
+# device is always left for the pods. Two kept both free devices busy: a pod refused for
+# room waits in kube-scheduler's unschedulable queue, and under load the race could end
+# with too few pods bound to prove anything.
+JOBS_QUEUED = 1
 STANDING = (0, 1)  # devices the standing jobs hold throughout
 JOB_NAME = "gpu-race-e2e"
 

@@ -22,7 +22,7 @@ from tests.support.net import free_port
 from tests.support.oci import SERVICE_BUILD, TEST_IMAGES_BUILD, OciImage, build, read_image
 from tests.support.realenv import REPO, unavailable, wait_until
 
-pytestmark = [pytest.mark.deploy, pytest.mark.slow]  # OCI images built
+pytestmark = [pytest.mark.deploy, pytest.mark.slow]
 
 PREFIX = "opt/nodeledger"
 SITE = f"{PREFIX}/lib/python3.13/site-packages"

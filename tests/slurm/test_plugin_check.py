@@ -17,13 +17,14 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.slurm.errors import SlurmError
 from app.slurm.plugins import JOB_SUBMIT, PLUGIN, PluginCheck, plugin_status
+from tests.support import workers
 from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import SlurmCluster, cluster_sh, seed_cache, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
 VERSION = "26.05"
 # Beside the session's clusters and the scale clusters (17400+, 17600+).
-PORT_BASE = int(os.environ.get("NODELEDGER_SLURM_PORT_BASE", "17200")) + 300
+PORT_BASE = int(os.environ.get("NODELEDGER_SLURM_PORT_BASE") or workers.port(17200)) + 300
 RUNDIR = Path(os.environ.get("NODELEDGER_RUNDIR", "/tmp/nodeledger")) / "plugin-check"
 
 

@@ -29,6 +29,7 @@ import pytest
 from app.core.records import Holder, HolderKind, Recording
 from app.core.resources import Resources
 from app.ledger.service import Ledger
+from tests.support import workers
 from tests.support.realenv import unavailable
 from tests.support.service import ServiceProcess, running_service
 from tests.support.slurm_cluster import (
@@ -36,7 +37,6 @@ from tests.support.slurm_cluster import (
     SlurmCluster,
     cluster_sh,
     k8s_counts,
-    main_cache,
     scale_env,
     seed_cache,
     wait_until,
@@ -64,7 +64,10 @@ def big_slurm() -> Iterator[SlurmCluster]:
     """The cluster of 1,003 nodes beside the test clusters (own cache copied from theirs,
     ports, run directory), 1,000 held jobs queued; taken down at the end."""
     env = scale_env(
-        SCALE_NODES, Path(f"{main_cache()}-scale-test"), "/tmp/nodeledger-scale-test", PORT_BASE
+        SCALE_NODES,
+        Path(f"{workers.cache()}-scale-test"),
+        f"{workers.rundir()}-scale-test",
+        workers.port(PORT_BASE),
     )
     try:
         seed_cache(VERSION, Path(env["NODELEDGER_CACHE"]))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import ssl
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from tests.support import workers
 from tests.support.kube_cluster import KubeCluster, cluster_sh, pinned_version
 from tests.support.oci import SERVICE_BUILD, build
 from tests.support.realenv import REPO, run_script, wait_until
@@ -32,7 +32,7 @@ from tests.support.slurm_cluster import SlurmCluster, main_cache, seed_cache
 
 HOST_IP = "10.231.0.1"  # the nodes' bridge on the host (testenv/kube/nodes.sh)
 # Beside the test clusters' run directory; only one cluster with nodes runs on a machine.
-RUNDIR = f"{os.environ.get('NODELEDGER_RUNDIR', '/tmp/nodeledger')}/deploy"
+RUNDIR = str(workers.main_rundir() / "deploy")
 NODES = ("n1", "n2", "n3")
 GPU_NODE = "n3"  # Slurm's n3 has the GPUs (testenv/slurm/cluster.sh)
 GPU_DRIVER = "gpu.nodeledger.test"  # the plugin's (testenv/kube/tools/gpu-plugin)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import httpx
 
 from tests.support.realenv import REPO, run_script, wait_until
+from tests.support.workers import main_cache
 
 SCRIPT = Path(REPO) / "testenv" / "slurm" / "cluster.sh"
 __all__ = [
@@ -55,11 +56,6 @@ def cluster_sh(
     """``env``: more for the script (a cluster of its own: scale_env)."""
     env = {**(env or {}), "NODELEDGER_SLURM_VERSION": version}
     return run_script(SCRIPT, *args, timeout=timeout, check=check, env=env)
-
-
-def main_cache() -> Path:
-    """Where cluster.sh caches the test clusters' chroots."""
-    return Path(os.environ.get("NODELEDGER_CACHE", Path.home() / ".cache" / "nodeledger"))
 
 
 def scale_env(nodes: int, cache: Path, rundir: str, port_base: int) -> dict[str, str]:
