@@ -1,7 +1,6 @@
 """Fixtures shared by the GPU tests on real parts: node gpu-1 with four devices published
-through DRA (``dra_node``), and `nodeledger serve` with the Kubernetes and Slurm
-integrations and the co-managed driver, gpu-1 discovered with Slurm's GPUs, optionally
-with the nodeledger kube-scheduler calling its extender (``gpu_service``)."""
+through DRA (``dra_node``) and a slurmrestd client (``client``). The `nodeledger serve`
+they run, and what else they share with the benches, is in tests/support/gpu.py."""
 
 from __future__ import annotations
 
@@ -11,10 +10,7 @@ import pytest
 
 from app.slurm.client import SlurmClient
 from app.slurm.tokens import FileToken
-from tests.support.gpu import (
-    DraNode,
-    dra_gpu_node,
-)
+from tests.support.gpu import DraNode, dra_gpu_node
 from tests.support.kube_cluster import KubeCluster
 from tests.support.slurm_cluster import SlurmCluster
 
