@@ -20,21 +20,24 @@ from typing import Any
 import httpx
 
 from bench._stats import timed
-from tests.gpu.conftest import SCHEDULER, GpuService, gpu_service
-from tests.gpu.conftest import dra_gpu_node as dra_node
-from tests.gpu.test_device_taints import OURS
-from tests.gpu.test_extended_resources import mapping_class, plain_pod
-from tests.gpu.test_gpu_identity import (
+from tests.support.bulk import fill, node_name
+from tests.support.databases import migrated, postgres_database, postgres_server_url
+from tests.support.gpu import (
     NODE,
+    OURS,
     RESOURCE,
+    SCHEDULER,
     SLURM_NODE,
     TEST_LABEL,
     DraNode,
+    GpuService,
     gpu_claim,
     gpu_pod,
+    gpu_service,
+    mapping_class,
+    plain_pod,
 )
-from tests.support.bulk import fill, node_name
-from tests.support.databases import migrated, postgres_database, postgres_server_url
+from tests.support.gpu import dra_gpu_node as dra_node
 from tests.support.kube_cluster import KubeCluster
 from tests.support.kube_cluster import cluster_sh as kube_cluster_sh
 from tests.support.net import free_port

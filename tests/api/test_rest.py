@@ -12,20 +12,10 @@ from app.core.ledger_errors import InvalidRequest
 from app.core.records import HolderKind
 from app.core.resources import Resources
 from app.ledger.service import SnapshotEntry
+from tests.support.api import NODE, pod
 from tests.support.headroom import set_headroom
 
 GIB = 2**30
-NODE = {"capacity": {"cpu": "8", "memory": "16Gi", "gpu": 2}, "reserved": {"cpu": "500m"}}
-
-
-def pod(
-    uid: str, cpu: Any = "1500m", memory: Any = "2Gi", gpu: Any = 0, node: str = "n1"
-) -> dict[str, Any]:
-    return {
-        "node": node,
-        "holder": {"kind": "pod", "namespace": "ns", "name": f"p-{uid}", "uid": uid},
-        "requests": {"cpu": cpu, "memory": memory, "gpu": gpu},
-    }
 
 
 @pytest.fixture

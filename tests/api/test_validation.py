@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.api.test_rest import NODE, pod
+from tests.support.api import NODE, pod
 from tests.support.strategies import json_values
 
 

@@ -10,16 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.arithmetic import Shortfall, diff_snapshot, shortfalls
-from app.core.records import Holder, HolderKind, Holding, HoldingState, NodeSpec, NodeView
+from app.core.records import HolderKind, Holding, NodeSpec, NodeView
 from app.core.resources import Resources
 from app.core.verdict import verdict
+from tests.support.builders import holding, node_view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GiB = 2**30
-
-
-def holding(kind: HolderKind, hid: str, r: Resources) -> Holding:
-    return Holding("n1", Holder(kind, hid), r, HoldingState.HELD, T0, T0)
 
 
 def node(
@@ -29,7 +26,8 @@ def node(
     cordon: str | None = None,
     health: str | None = None,
 ) -> NodeView:
-    return NodeView("n1", NodeSpec(capacity, reserved), cordon, health, holdings, T0, T0)
+    spec = NodeSpec(capacity, reserved)
+    return node_view(spec, *holdings, cordon=cordon, health=health, at=T0)
 
 
 SHORTFALLS = [

@@ -15,11 +15,8 @@ from app.core.counts import SlurmUnits, hides_usage, slurm_usage
 from app.core.device_taints import DeviceId, wanted_rules
 from app.core.plan import plan_node
 from app.core.records import (
-    HeldDevice,
-    Holder,
     HolderKind,
     Holding,
-    HoldingState,
     NodeSpec,
     NodeView,
 )
@@ -33,6 +30,7 @@ from app.core.slurm_models import (
     SlurmNode,
     hold_comment,
 )
+from tests.support import builders
 
 MIB = 2**20
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -46,10 +44,8 @@ NODE = SlurmNode(
 
 def pod(hold: str | None) -> Holding:
     """The pod the ledger holds device 0 for, with its hold job's id as recorded."""
-    return Holding(
-        "n1", Holder(HolderKind.POD, "pod-a"), Resources(1000, 0, 1), HoldingState.HELD, T0, T0,
-        devices=(HeldDevice(0),), slurm_hold=hold,
-    )  # fmt: skip
+    gpu = Resources(1000, 0, 1)
+    return builders.holding(HolderKind.POD, "pod-a", gpu, at=T0, devices=(0,), slurm_hold=hold)
 
 
 def hold_job(job_id: str, user: str) -> SlurmJob:

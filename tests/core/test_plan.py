@@ -19,7 +19,6 @@ from app.core.plan import (
     slurm_snapshot,
 )
 from app.core.records import (
-    HeldDevice,
     Holder,
     HolderKind,
     Holding,
@@ -30,6 +29,7 @@ from app.core.records import (
 )
 from app.core.resources import Resources
 from app.core.slurm_models import JobAllocation, LedgerHolds, SlurmJob, SlurmNode
+from tests.support import builders
 
 MIB = 2**20
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -48,14 +48,12 @@ def job(job_id: str = "7", on: str = "n1", cpus: int = 2, user: str = "alice") -
 
 
 def holding(kind: HolderKind, holder_id: str, cpus: int, mb: int = 0) -> Holding:
-    return Holding(
-        "n1", Holder(kind, holder_id), Resources(cpus * 1000, mb * MIB), HoldingState.HELD, T0, T0
-    )
+    return builders.holding(kind, holder_id, Resources(cpus * 1000, mb * MIB), at=T0)
 
 
 def view(*holdings: Holding, health: str | None = None, alias: str | None = None) -> NodeView:
     spec = NodeSpec(capacity=Resources(16000, 32000 * MIB), slurm_name=alias)
-    return NodeView("n1", spec, None, health, holdings, T0, T0)
+    return builders.node_view(spec, *holdings, health=health, at=T0)
 
 
 JOB_7 = holding(HolderKind.SLURM_JOB, "7", 2, 1000)
@@ -297,15 +295,15 @@ GPU_COUNT_POD = Holding(
 
 
 def device_pod(hold: str | None, confirmed: datetime = T0) -> Holding:
-    return Holding(
-        "n1", Holder(HolderKind.POD, "gpu-pod"), Resources(1000, 0, 1), HoldingState.HELD,
-        confirmed, confirmed, devices=(HeldDevice(0),), slurm_hold=hold,
-    )  # fmt: skip
+    gpu = Resources(1000, 0, 1)
+    return builders.holding(
+        HolderKind.POD, "gpu-pod", gpu, at=confirmed, devices=(0,), slurm_hold=hold
+    )
 
 
 def gpu_view(*holdings: Holding, health: str | None = None) -> NodeView:
     spec = NodeSpec(capacity=Resources(16000, 32000 * MIB, 4))
-    return NodeView("n1", spec, None, health, holdings, T0, T0)
+    return builders.node_view(spec, *holdings, health=health, at=T0)
 
 
 def hold_job(job_id: str = "8") -> SlurmJob:

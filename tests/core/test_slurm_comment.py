@@ -8,32 +8,31 @@ import pytest
 
 from app.core.counts import withheld
 from app.core.records import (
-    Holder,
     HolderKind,
     Holding,
-    HoldingState,
     NodeHeadroom,
     NodeSpec,
     NodeView,
 )
 from app.core.resources import Resources
 from app.core.slurm_comment import node_comment, ours
+from tests.support import builders
 
 GIB = 1024**3
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
 
 
 def holding(kind: HolderKind, name: str, cpu_millis: int, gpus: int = 0) -> Holding:
-    holder = Holder(kind, f"uid-{name}", name)
     resources = Resources(cpu_millis, GIB, gpus)
-    return Holding("n1", holder, resources, HoldingState.HELD, NOW, NOW)
+    return builders.holding(kind, f"uid-{name}", resources, name=name, at=NOW)
 
 
 def view(
     *holdings: Holding, target: Resources = Resources.ZERO, health: str | None = None
 ) -> NodeView:
     spec = NodeSpec(capacity=Resources(16_000, 64 * GIB, 4))
-    return NodeView("n1", spec, None, health, holdings, NOW, NOW, NodeHeadroom(target=target))
+    headroom = NodeHeadroom(target=target)
+    return builders.node_view(spec, *holdings, health=health, at=NOW, headroom=headroom)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from app.core.quantities import cpu_millis, memory_bytes
-from tests.gpu.test_gpu_identity import job_gpus
 from tests.support.deploy import (
     FULLNAME,
     GPU_CLASS,
@@ -38,6 +37,7 @@ from tests.support.deploy import (
     caller,
     wait_rollout,
 )
+from tests.support.gpu import job_gpus
 from tests.support.realenv import wait_until
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.slurm_fixtures import marked

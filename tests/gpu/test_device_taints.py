@@ -15,44 +15,24 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.gpu.conftest import GpuService, gpu_service
-from tests.gpu.test_gpu_identity import DRIVER, NODE, SLURM_NODE, DraNode, job_gpus
+from tests.support.gpu import (
+    DRIVER,
+    NODE,
+    OURS,
+    SLURM_NODE,
+    DraNode,
+    Tainting,
+    gpu_service,
+    job_gpus,
+    skip_without_device_taints,
+)
 from tests.support.service import running_service
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube]
-
-OURS = "app.kubernetes.io/managed-by=nodeledger"
-
-
-class Tainting(GpuService):
-    def rules(self) -> dict[str, dict[str, Any]]:
-        """Our DeviceTaintRules by name, as `kubectl get` shows them."""
-        listed = self.dra.kube.kubectl_json("get", "devicetaintrules", "-l", OURS)
-        return {r["metadata"]["name"]: r for r in listed.get("items", [])}
-
-    def gpus(self) -> list[dict[str, Any]]:
-        """The GenericNode's status.gpus, as `kubectl get` shows it."""
-        found = self.dra.kube.kubectl_json("get", "genericnodes", NODE)
-        gpus: list[dict[str, Any]] = found.get("status", {}).get("gpus", [])
-        return gpus
-
-
-def skip_without_device_taints(dra: DraNode) -> None:
-    kube = dra.kube
-    served = kube.kubectl("api-resources", "--api-group=resource.k8s.io", "-o", "wide")
-    if not any(
-        line.split()[:1] == ["devicetaintrules"] and "resource.k8s.io/v1 " in line + " "
-        for line in served.splitlines()
-    ):
-        pytest.skip(
-            f"Kubernetes {kube.version} serves no resource.k8s.io/v1 DeviceTaintRule "
-            "(GA in 1.37): the service falls back to no taints there"
-        )
 
 
 @pytest.fixture

@@ -24,54 +24,27 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gpu.conftest import SCHEDULER, GpuService, gpu_service
-from tests.gpu.test_device_taints import OURS, Tainting, skip_without_device_taints
-from tests.gpu.test_gpu_identity import (
+from tests.support.gpu import (
+    CLASS,
     DRIVER,
+    GPU,
     NODE,
+    OURS,
     SLURM_NODE,
-    TEST_LABEL,
     DraNode,
+    GpuService,
+    Tainting,
+    gpu_service,
     job_gpus,
-    labelled,
+    mapping_class,
+    plain_pod,
+    skip_without_device_taints,
 )
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube]
 
-GPU = "nvidia.com/gpu"
-CLASS = "gpu-extended"
 FALLBACK = f"plain {GPU} pods counted, not held by device"
-
-
-def mapping_class() -> dict[str, Any]:
-    """What a site creates (or the chart's kube.gpuDeviceClass): the co-managed driver's
-    devices for plain nvidia.com/gpu requests."""
-    selector = {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
-    return labelled("DeviceClass", CLASS, {"selectors": [selector], "extendedResourceName": GPU})
-
-
-def plain_pod(name: str, gpus: int = 1) -> dict[str, Any]:
-    """A pod of the old shape: no claim, a GPU by count."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": TEST_LABEL},
-        "spec": {
-            "schedulerName": SCHEDULER,
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "requests": {"cpu": "1", "memory": "1Gi"},
-                        "limits": {GPU: str(gpus)},
-                    },
-                }
-            ],
-        },
-    }
 
 
 class PlainGpus(Tainting):

@@ -22,14 +22,16 @@ from typing import Any
 import pytest
 from kubernetes import client as kube_client
 
-from tests.gpu.conftest import SCHEDULER, GpuService, gpu_service
-from tests.gpu.test_gpu_identity import (
+from tests.support.gpu import (
     NODE,
     RESOURCE,
+    SCHEDULER,
     SLURM_NODE,
     DraNode,
+    GpuService,
     gpu_claim,
     gpu_pod,
+    gpu_service,
     job_gpus,
 )
 from tests.support.slurm_cluster import SlurmCluster, wait_until

@@ -20,51 +20,28 @@ reason only).
 
 from __future__ import annotations
 
-import re
-import time
 import uuid
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from kubernetes import client as kube_client
 
-from app.core.gres import split_items
 from tests.slurm.helpers import admit, gres
-from tests.support.kube_cluster import KubeCluster
+from tests.support.gpu import (
+    DRIVER,
+    GPUS,
+    IDENTIFIED_OR_COUNTED,
+    NODE,
+    SLURM_NODE,
+    DraNode,
+    SharedGpu,
+    gpu_indices,
+    job_gpus,
+)
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.kube_api]
 
-NODE = "gpu-1"  # the ledger's node, the Kubernetes node of that name; Slurm's n3
-SLURM_NODE = "n3"
-GPUS = 4  # /dev/nvidia0-3 in the Slurm cluster (testenv/slurm/cluster.sh)
-DRIVER = "gpu.nodeledger.test"  # the stand-in DRA driver: nothing runs behind it
-RESOURCE = ("resource.k8s.io", "v1")
-TEST_LABEL = {"nodeledger.io/test": "gpu-identity"}  # swept before and after
 NVIDIA_MAJOR = 195
-# Marks a claim kube-scheduler generated for a pod's extended resources (KEP-5004).
-EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
-
-
-class SharedGpu(AssertionError):
-    """Two holders on one physical device: what issue 23 fixes. The xfail is for this only,
-    any other failure (a component missing, a timeout) stays a failure."""
-
-
-def gpu_indices(detail: str) -> set[int]:
-    """The device indices in a job's GRES detail for one node, e.g. ``gpu:2(IDX:0,2)``,
-    ``gpu:1(IDX:0-1)``, ``gpu:g0:1(IDX:0)``; other GRES (``k8scpu(CNT:2)``) ignored."""
-    indices: set[int] = set()
-    for item in split_items(detail):
-        match = re.match(r"^gpu(?::[^(]*)?\(IDX:([^)]*)\)$", item)
-        if not match:
-            continue
-        for part in filter(None, match.group(1).split(",")):
-            first, _, last = part.partition("-")
-            indices.update(range(int(first), int(last or first) + 1))
-    return indices
 
 
 @pytest.mark.parametrize(
@@ -84,129 +61,6 @@ def test_gpu_indices_reads_slurms_gres_detail(detail: str, expected: set[int]) -
 # ---------------------------------------------------------------------------- Kubernetes
 
 
-def labelled(kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "/".join(RESOURCE),
-        "kind": kind,
-        "metadata": {"name": name, "labels": TEST_LABEL, **meta},
-        "spec": spec,
-    }
-
-
-def device_slice() -> dict[str, Any]:
-    """The node's devices as a DRA driver publishes them: one pool, one slice."""
-    devices = [
-        {
-            "name": f"gpu{i}",
-            "attributes": {
-                "index": {"int": i},
-                "uuid": {"string": f"GPU-00000000-0000-0000-0000-{i:012d}"},
-            },
-        }
-        for i in range(GPUS)
-    ]
-    spec = {
-        "driver": DRIVER,
-        "nodeName": NODE,
-        "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
-        "devices": devices,
-    }
-    return labelled("ResourceSlice", f"{NODE}-{DRIVER}", spec)
-
-
-def device_class() -> dict[str, Any]:
-    selector = {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
-    return labelled("DeviceClass", DRIVER, {"selectors": [selector]})
-
-
-def gpu_claim(name: str) -> dict[str, Any]:
-    request = {"name": "gpu", "exactly": {"deviceClassName": DRIVER, "count": 1}}
-    return labelled(
-        "ResourceClaim", name, {"devices": {"requests": [request]}}, namespace="default"
-    )
-
-
-def gpu_pod(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": TEST_LABEL},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "requests": {"cpu": "1", "memory": "1Gi"},
-                        "claims": [{"name": "gpu"}],
-                    },
-                }
-            ],
-        },
-    }
-
-
-def sweep(kube: KubeCluster) -> None:
-    """Remove what this test creates. Nothing else would: without a controller manager no
-    one drops the claim's delete-protection finalizer the scheduler added, nor deletes the
-    claims kube-scheduler generated for pods' extended resources (unlabelled, they name
-    their pod as owner; an allocated claim left would keep its device from later tests)."""
-    selector = ",".join(f"{k}={v}" for k, v in TEST_LABEL.items())
-    kube.kubectl("delete", "pods", "-n", "default", "-l", selector,
-                 "--grace-period=0", "--force", "--wait=false", check=False)  # fmt: skip
-    listed = kube.kubectl_json("get", "resourceclaims", "-n", "default")
-    claims = [
-        f"resourceclaim/{c['metadata']['name']}"
-        for c in listed.get("items", [])
-        if c["metadata"].get("labels", {}).items() >= TEST_LABEL.items()
-        or c["metadata"].get("annotations", {}).get(EXTENDED_CLAIM) == "true"
-    ]
-    for claim in claims:
-        kube.kubectl("patch", claim, "-n", "default", "--type=merge",
-                     "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
-        kube.kubectl("delete", claim, "-n", "default", "--wait=false", check=False)
-    for kind in ("resourceslices", "deviceclasses"):
-        kube.kubectl("delete", kind, "-l", selector, "--wait=false", check=False)
-    kube.delete_node(NODE)
-    wait_until(lambda: kube.get("node", NODE) is None, 30, what=f"node {NODE} gone")
-
-
-@dataclass(frozen=True)
-class DraNode:
-    kube: KubeCluster
-    api: Any  # kubernetes.client.ApiClient: the pod is created and its claim polled with it
-
-    def allocate(self, name: str) -> tuple[dict[str, Any], float]:
-        """A pod asking for one GPU through a ResourceClaim, scheduled by the real
-        kube-scheduler: the claim's allocation result and seconds from the pod's creation to
-        the allocation being visible."""
-        custom = kube_client.CustomObjectsApi(self.api)
-        custom.create_namespaced_custom_object(
-            *RESOURCE, "default", "resourceclaims", gpu_claim(name)
-        )
-        started = time.perf_counter()
-        kube_client.CoreV1Api(self.api).create_namespaced_pod("default", gpu_pod(name, name))
-
-        def allocation() -> dict[str, Any] | None:
-            claim = custom.get_namespaced_custom_object(
-                *RESOURCE, "default", "resourceclaims", name
-            )
-            found: dict[str, Any] | None = claim.get("status", {}).get("allocation")
-            return found
-
-        found = wait_until(allocation, 30, 0.005, what=f"claim {name} allocated")
-        return found, time.perf_counter() - started
-
-    def device(self, name: str) -> dict[str, Any]:
-        """A device of the node's slice, as the API server has it."""
-        published = self.kube.get("resourceslice", f"{NODE}-{DRIVER}")
-        assert published is not None
-        devices = {d["name"]: d for d in published["spec"]["devices"]}
-        return devices[name]
-
-
 # ---------------------------------------------------------------------------- Slurm
 
 
@@ -217,30 +71,7 @@ def character_devices(slurm: SlurmCluster) -> dict[str, str]:
     return {line.split()[0]: line.split(" ", 1)[1] for line in out.splitlines() if line}
 
 
-def job_gpus(slurm: SlurmCluster, job: str) -> tuple[str, set[int]]:
-    """The job's GRES detail on its node as slurmrestd shows it, and the indices in it."""
-    body = slurm.rest("GET", f"job/{job}").json()
-    detail: list[str] = body["jobs"][0]["gres_detail"]
-    return detail[0], gpu_indices(detail[0])
-
-
 # ---------------------------------------------------------------------------- the test
-
-# The fix (each admission names its device, held in Slurm by a hold job) and the broken
-# variant it is proven against (counted GPUs), which must keep failing, for that reason only.
-IDENTIFIED_OR_COUNTED = pytest.mark.parametrize(
-    "identified",
-    [
-        pytest.param(True, id="identified"),
-        pytest.param(
-            False,
-            id="counted",
-            marks=pytest.mark.xfail(
-                strict=True, raises=SharedGpu, reason="counted GPUs collide (the broken variant)"
-            ),
-        ),
-    ],
-)
 
 
 @IDENTIFIED_OR_COUNTED

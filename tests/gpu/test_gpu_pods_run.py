@@ -28,7 +28,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gpu.test_gpu_identity import (
+from tests.kube.coloc import CRD, scheduler_config
+from tests.support import workers
+from tests.support.gpu import (
     DRIVER,
     GPUS,
     SLURM_NODE,
@@ -37,8 +39,6 @@ from tests.gpu.test_gpu_identity import (
     gpu_claim,
     job_gpus,
 )
-from tests.kube.coloc import CRD, scheduler_config
-from tests.support import workers
 from tests.support.kube_cluster import KubeCluster, cluster_sh
 from tests.support.net import free_port
 from tests.support.realenv import unavailable

@@ -24,22 +24,21 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.core.slurm_models import HOLD_COMMENT_PREFIX
 from app.main import create_app
-from tests.gpu.test_gpu_identity import (
+from tests.slurm.helpers import admit
+from tests.support.gpu import (
     GPUS,
     IDENTIFIED_OR_COUNTED,
     NODE,
     SLURM_NODE,
+    Going,
     SharedGpu,
-    gpu_indices,
+    running_gpus,
 )
-from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
@@ -86,23 +85,6 @@ class Race:
             return enough and (self.identified or bool(self.shared))
 
 
-class Contested(Protocol):
-    def contested(self) -> bool: ...
-
-
-class Going:
-    """The race goes on for ``seconds``, and then until it was contested (a busy machine
-    makes fewer rounds a second), at most ``limit`` seconds in all."""
-
-    def __init__(self, race: Contested, seconds: float, *, limit: float) -> None:
-        start = time.monotonic()
-        self.race, self.until, self.limit = race, start + seconds, start + limit
-
-    def __call__(self) -> bool:
-        now = time.monotonic()
-        return now < self.limit and (now < self.until or not self.race.contested())
-
-
 def run_pods(race: Race, api: TestClient, seed: int, going: Going) -> None:
     rng = random.Random(seed)
     while going():
@@ -136,25 +118,6 @@ def run_jobs(race: Race, slurm: SlurmCluster, seed: int, going: Going) -> None:
             with race.lock:
                 race.jobs.add(job)
         time.sleep(0.1)
-
-
-def running_gpus(
-    slurm: SlurmCluster, name: str = "gpu-race"
-) -> tuple[dict[str, set[int]], dict[str, tuple[str, set[int]]]]:
-    """Running jobs on the node: the devices of the race's jobs (named ``name``), and each
-    other job's (a hold job's) holder and devices, from one slurmrestd listing."""
-    jobs: dict[str, set[int]] = {}
-    holds: dict[str, tuple[str, set[int]]] = {}
-    for job in slurm.rest("GET", "jobs/").json()["jobs"]:
-        if "RUNNING" not in job["job_state"] or job.get("nodes") != SLURM_NODE:
-            continue
-        indices = gpu_indices(job["gres_detail"][0]) if job.get("gres_detail") else set()
-        if job["name"] == name:
-            jobs[str(job["job_id"])] = indices
-        else:
-            holder = (job.get("comment") or "").removeprefix(HOLD_COMMENT_PREFIX)
-            holds[str(job["job_id"])] = (holder, indices)
-    return jobs, holds
 
 
 def sample(race: Race, slurm: SlurmCluster, going: Going) -> None:

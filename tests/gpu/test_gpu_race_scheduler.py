@@ -36,17 +36,21 @@ import httpx
 import pytest
 from kubernetes import client as kube_client
 
-from tests.gpu.conftest import SCHEDULER, GpuService, gpu_service
-from tests.gpu.test_device_taints import OURS, skip_without_device_taints
-from tests.gpu.test_gpu_identity import (
+from tests.support.gpu import (
+    OURS,
     RESOURCE,
+    SCHEDULER,
     SLURM_NODE,
     DraNode,
+    Going,
+    GpuService,
     SharedGpu,
     gpu_claim,
     gpu_pod,
+    gpu_service,
+    running_gpus,
+    skip_without_device_taints,
 )
-from tests.gpu.test_gpu_race import Going, running_gpus
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.kube, pytest.mark.slow]

@@ -33,16 +33,8 @@ from fastapi.testclient import TestClient
 
 from app.core.records import EventKind
 from app.slurm.client import SlurmClient
-from tests.gpu.test_lost_hold import (
-    JOB,
-    NODE,
-    SLURM_NODE,
-    Sampler,
-    admit_pod,
-    current_hold,
-    running,
-)
 from tests.slurm.helpers import events
+from tests.support.gpu_holds import JOB, NODE, SLURM_NODE, Sampler, admit_pod, current_hold, running
 from tests.support.slurm_cluster import SlurmCluster, k8s_counts, wait_until
 
 pytestmark = pytest.mark.slurm

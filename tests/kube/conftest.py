@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.kube.coloc import Coloc, coloc_env
+from tests.support.helm import Helm, helm_for
 from tests.support.kube_cluster import KUBE_NEWEST, KubeCluster
 from tests.support.service import ServiceProcess
 from tests.support.slurm_cluster import SlurmCluster
@@ -48,3 +49,9 @@ def env(
     """Control plane + Slurm + nodes + `nodeledger serve` + the extender scheduler."""
     with coloc_env(kube_cluster, slurm, sqlite_url, tmp_path, placeholders=placeholders) as both:
         yield both
+
+
+@pytest.fixture(scope="module")
+def helm(kube_cluster: KubeCluster) -> Helm:
+    """helm for the chart's tests, rendering for the module's control plane."""
+    return helm_for(kube_cluster)

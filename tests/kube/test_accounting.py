@@ -37,7 +37,7 @@ from app.slurm.gate import SlurmGate
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from tests.metrics.scrape import parse
-from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.fake_slurm import FakeSlurm, slurm_node
 from tests.support.slurm_cluster import k8s_counts
 
 GIB = 2**30

@@ -6,9 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,36 +16,14 @@ import yaml
 from app.core.caps import KubeCaps
 from app.core.resources import Resources
 from app.slurm.settings import SlurmSettings
-from tests.support.kube_cluster import KubeCluster, cluster_sh
-from tests.support.realenv import REPO
+from tests.support.helm import CHART, Helm, run
+from tests.support.kube_cluster import KubeCluster
 
 # The render and the install on every supported release (--kube-version: the cluster's).
 pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
-CHART = Path(REPO) / "charts" / "nodeledger"
 # Nodes: patch only, for Slurm's taint of the service's own key (app.core.maintenance);
 # events: create only (why a pod's resize is not admitted).
 WRITABLE = (["pods/binding"], ["events"], ["genericnodes"], ["genericnodes/status"], ["nodes"])
-
-
-@dataclass(frozen=True)
-class Helm:
-    path: str
-    kube_version: str  # what `helm template --kube-version` renders for: the cluster's
-
-
-@pytest.fixture(scope="module")
-def helm(kube_cluster: KubeCluster) -> Helm:
-    env = dict(re.findall(r"^export (\w+)=(.*)$", cluster_sh("env"), re.MULTILINE))
-    return Helm(env["HELM"], kube_cluster.version)
-
-
-def run(helm: Helm, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [helm.path, *args], capture_output=True, text=True, timeout=120, check=False
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)}: {result.stderr}")
-    return result
 
 
 def render(helm: Helm, *sets: str) -> list[dict[str, Any]]:

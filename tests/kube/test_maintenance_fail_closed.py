@@ -31,7 +31,7 @@ from app.slurm.errors import SlurmError, SlurmRequestError, SlurmUnavailable
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
-from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.fake_slurm import FakeSlurm, NodeUpdate, slurm_node
 
 T0 = datetime(2026, 11, 27, 1, 40, tzinfo=UTC)
 OTHERS = {"key": "example.com/rack", "value": "7", "effect": "NoSchedule"}
@@ -64,16 +64,17 @@ class Slurmrestd(FakeSlurm):
         self._answer("GET jobs/")
         return Listing((), 1)
 
-    def update_node(self, name: str, **fields: Any) -> None:
+    def before_update(self, name: str, update: NodeUpdate) -> None:
         self._answer(f"POST node/{name}")
-        state, reason = fields.pop("state", None), fields.pop("reason", None)
-        super().update_node(name, **fields)
-        if state == "DRAIN":
-            self.drain(reason or "")
-        elif state == "RESUME":
+
+    def store(self, name: str, update: NodeUpdate) -> None:
+        super().store(name, update)
+        if update.state == "DRAIN":
+            self.drain(update.reason or "")
+        elif update.state == "RESUME":
             self.resume()
-        if state is not None:
-            self.state_updates.append(state)
+        if update.state is not None:
+            self.state_updates.append(update.state)
 
     def drain(self, reason: str) -> None:
         """As ``scontrol update state=drain`` (an administrator, or the service)."""

@@ -17,9 +17,9 @@ from app.kube.client import KubeClient
 from app.kube.controllers.watch import ListWatch
 from app.loops import Stop
 from tests.support.kube_cluster import KubeCluster, wait_until
+from tests.support.watch import PODS, Seen
 
 pytestmark = [pytest.mark.kube, pytest.mark.kube_api]
-PODS = "/api/v1/namespaces/default/pods"
 
 
 class CountingClient(KubeClient):
@@ -98,29 +98,6 @@ def test_a_list_in_small_pages_returns_every_object_once(
     # One snapshot: every page has the resourceVersion the list returns.
     assert {p["resourceVersion"] for p in client.pages} == {version}
     assert not client.pages[-1].get("continue")
-
-
-class Seen:
-    """A watch handler that records what it was given."""
-
-    shape = PodShape
-
-    def __init__(self) -> None:
-        self.listed: list[str] = []
-        self.events: list[tuple[str, str]] = []
-        self.changed = threading.Event()
-
-    def decode(self, obj: dict[str, Any]) -> str:
-        return str(obj["metadata"]["name"])
-
-    def key(self, item: str) -> str:
-        return item
-
-    def resync(self, items: list[str]) -> None:
-        self.listed = items
-
-    def on_event(self, kind: str, item: str) -> None:
-        self.events.append((kind, item))
 
 
 def test_the_watch_continues_from_the_paged_list_without_losing_or_repeating(

@@ -1,11 +1,17 @@
-"""Placeholder pods against cluster policy on the real API server, which enforces Pod Security
+"""Placeholder pods against cluster policy, with fakes: their shape passes Pod Security
+"restricted" and a LimitRange, and a create or resize the API server refuses is tried again
+with a backoff, and keeps its node from the chart's scheduler (a Node label), in /readyz
+and in a metric once it has lasted REFUSED_BOUND.
+
+The tests marked kube run the same on the real API server, which enforces Pod Security
 admission, LimitRanges, ResourceQuotas and ValidatingAdmissionPolicies itself (no kubelet
 needed): the placeholders controller in-process over a SQLite ledger, writing through the
-service's own client. The fakes: tests/kube/test_placeholder_policy_unit.py."""
+service's own client."""
 
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,33 +21,218 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from app.core import placeholder
 from app.core.pods import pod_info
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
-from app.kube.client import KubeClient
+from app.db.engine import Database
+from app.kube.client import KubeClient, KubeError
 from app.kube.controllers.discovery import NodeRef
 from app.kube.controllers.placeholders import REFUSED_BOUND, Placeholders
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
+from app.metrics.registry import Metrics
 from tests.kube.coloc import CRD, PLACEHOLDER_CONFIG, scheduler_config
-from tests.kube.test_chart import CHART, Helm, helm, run  # noqa: F401 (a fixture)
-from tests.kube.test_placeholder_policy_unit import one_pass
+from tests.support.helm import CHART, Helm, run
 from tests.support.kube_cluster import KubeCluster
 from tests.support.net import free_port
+from tests.support.placeholders import GIB, NODE, FakePods, one_pass
 from tests.support.realenv import wait_until
 from tests.support.service import running_service
 
-pytestmark = [pytest.mark.kube]
-GIB = 2**30
-NODE = Resources(16000, 32 * GIB)
+FORBIDDEN = 'pods "nodeledger-held-a" is forbidden: violates PodSecurity "restricted:latest"'
+
+
+def test_the_pod_passes_pod_security_restricted_and_any_limit_range() -> None:
+    pod = placeholder.pod("kn1", "u", Resources(1500, GIB), namespace="nl", image="pause")
+    spec = pod["spec"]
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65535,
+        "runAsGroup": 65535,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    [container] = spec["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    resources = container["resources"]
+    assert resources["limits"] == resources["requests"]  # nothing for a LimitRange to add
+    # The shape the chart's admission policy allows: no token, volume, host namespace or
+    # other ServiceAccount, one container of the image.
+    assert spec["automountServiceAccountToken"] is False
+    assert not {"volumes", "serviceAccountName", "hostNetwork", "hostPID", "hostIPC"} & set(spec)
+    assert not {"command", "args", "env", "envFrom", "volumeMounts"} & set(container)
+    assert container["image"] == "pause"
+
+
+class FakeApi(FakePods):
+    """FakePods, and the Nodes' refused label; ``refuse``: what every create or resize of a
+    placeholder raises (None: they go through)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.labelled: set[str] = set()
+        self.refuse: KubeError | None = None
+
+    def request(self, method: str, path: str, *, body: Any = None, **kw: Any) -> dict[str, Any]:
+        if path.startswith("/api/v1/nodes/"):
+            node = path.rsplit("/", 1)[-1]
+            self.calls.append((method, node))
+            value = body["metadata"]["labels"][placeholder.REFUSED_LABEL]
+            (self.labelled.add if value == "true" else self.labelled.discard)(node)
+            return {}
+        if self.refuse is not None and method in ("POST", "PATCH"):
+            self.calls.append((method, "refused"))
+            raise self.refuse
+        return super().request(method, path, body=body, **kw)
+
+    def list(self, path: str, decode: Any, shape: Any = None, **query: Any) -> Any:
+        if path == "/api/v1/nodes":
+            assert query == {"labelSelector": f"{placeholder.REFUSED_LABEL}=true"}
+            return [decode({"metadata": {"name": n}}) for n in sorted(self.labelled)], "1"
+        return super().list(path, decode, shape, **query)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_api_controller(
+    ledger: Ledger, api: FakeApi, clock: Clock, metrics: Metrics
+) -> Placeholders:
+    return Placeholders(
+        NodeSnapshot(ledger), api, lambda n: NodeRef(NODE, f"uid-{n}"),  # type: ignore[arg-type]
+        None, namespace="nl", image="pause", qps=1000, burst=1000, metrics=metrics,
+        monotonic=clock,
+    )  # fmt: skip
+
+
+def step(placeholders: Placeholders) -> list[tuple[str, str]]:
+    """One pass; its calls."""
+    calls: list[tuple[str, str]] = placeholders.client.calls  # type: ignore[attr-defined]
+    before = len(calls)
+    one_pass(placeholders)
+    return calls[before:]
+
+
+@pytest.fixture
+def refused(ledger: Ledger) -> tuple[Placeholders, FakeApi, Clock, Metrics]:
+    ledger.upsert_node("a", NodeSpec(capacity=NODE))
+    ledger.upsert_node("b", NodeSpec(capacity=NODE))
+    ledger.admit("a", Holder(HolderKind.MANUAL, "m1"), Resources(4000, GIB))
+    api, clock, metrics = FakeApi(), Clock(), Metrics(CollectorRegistry())
+    placeholders = fake_api_controller(ledger, api, clock, metrics)
+    placeholders.snapshot.subscribe(placeholders.mark)
+    placeholders.resync([])
+    placeholders.find_labelled()
+    return placeholders, api, clock, metrics
+
+
+def gauge(metrics: Metrics) -> float | None:
+    return metrics.registry.get_sample_value("nodeledger_kube_placeholders_refused")
+
+
+def test_a_refused_placeholder_keeps_its_node_from_the_scheduler_within_the_bound(
+    refused: tuple[Placeholders, FakeApi, Clock, Metrics], caplog: pytest.LogCaptureFixture
+) -> None:
+    placeholders, api, clock, metrics = refused
+    api.refuse = KubeError(f"POST pods: 403 {FORBIDDEN}", 403)
+    caplog.set_level(logging.WARNING)
+    assert step(placeholders) == [("POST", "refused")]  # said, not raised
+    assert step(placeholders) == []  # no loop at the write rate: tried again after 1 s
+    clock.now += 1
+    assert step(placeholders) == [("POST", "refused")]
+    clock.now += 2
+    assert step(placeholders) == [("POST", "refused")]  # then after 2 s, 4 s, ...
+    assert (api.labelled, placeholders.refusals, gauge(metrics)) == (set(), None, 0)
+    clock.now += REFUSED_BOUND - 3  # the bound since the first refusal
+    assert ("PATCH", "a") in step(placeholders)
+    assert api.labelled == {"a"}  # the chart's scheduler's node affinity keeps pods off
+    assert placeholders.refusals is not None
+    assert "on 1 node(s)" in placeholders.refusals
+    assert FORBIDDEN in placeholders.refusals
+    assert gauge(metrics) == 1
+    assert sum("refused, tried again" in r.message for r in caplog.records) == 1
+    # The policy is lifted: the next try creates it, and the node is back.
+    api.refuse = None
+    clock.now += 60
+    assert step(placeholders) == [("POST", "nodeledger-held-a"), ("PATCH", "a")]
+    assert (api.labelled, placeholders.refusals, gauge(metrics)) == (set(), None, 0)
+    assert api.requests("a") == {"cpu": "4000m", "memory": str(GIB)}
+
+
+def test_a_node_that_needs_no_placeholder_any_more_is_back_at_once(
+    refused: tuple[Placeholders, FakeApi, Clock, Metrics], ledger: Ledger
+) -> None:
+    placeholders, api, clock, _ = refused
+    api.refuse = KubeError(f"POST pods: 403 {FORBIDDEN}", 403)
+    step(placeholders)
+    clock.now += REFUSED_BOUND
+    step(placeholders)
+    assert api.labelled == {"a"}
+    ledger.release("m1", HolderKind.MANUAL)
+    assert step(placeholders) == [("PATCH", "a")]
+    assert api.labelled == set()
+
+
+def test_a_refused_resize_is_made_again_at_its_size(
+    refused: tuple[Placeholders, FakeApi, Clock, Metrics], ledger: Ledger
+) -> None:
+    """A resize the API server refuses (a change of QoS class, as limits equal requests, when
+    CPU or memory crosses zero; a placeholder of an older shape): deleted, and made again
+    on its DELETED event."""
+    placeholders, api, clock, _ = refused
+    assert step(placeholders) == [("POST", "nodeledger-held-a")]
+    ledger.admit("a", Holder(HolderKind.MANUAL, "m2"), Resources(1000, 0))
+    api.refuse = KubeError("PATCH pods/resize: 422 Pod QOS Class may not change", 422)
+    assert step(placeholders) == [("PATCH", "refused"), ("DELETE", "nodeledger-held-a")]
+    api.refuse = None
+    body = api.pods.get("nodeledger-held-a") or placeholder.pod("a", "", NODE, namespace="nl",
+                                                                 image="pause")  # fmt: skip
+    placeholders.on_event("DELETED", placeholders.decode(body))
+    clock.now += 1
+    assert step(placeholders) == [("POST", "nodeledger-held-a")]
+    assert api.requests("a") == {"cpu": "5000m", "memory": str(GIB)}
+    assert placeholders._refused == {}
+
+
+def test_an_outage_is_no_refusal_and_a_former_leaders_label_goes(
+    refused: tuple[Placeholders, FakeApi, Clock, Metrics], ledger: Ledger
+) -> None:
+    placeholders, api, _, _ = refused
+    api.refuse = KubeError("POST pods: connection refused", None)
+    with pytest.raises(KubeError):  # the run loop's log_failure: one DEBUG line an outage
+        step(placeholders)
+    assert placeholders._refused == {}
+    # A Node labelled by the last leader, whose placeholder is fine now.
+    api.refuse = None
+    api.labelled.add("b")
+    placeholders.find_labelled()
+    assert sorted(step(placeholders)) == [("PATCH", "b"), ("POST", "nodeledger-held-a")]
+    assert api.labelled == set()
+
+
+KUBE_NODE = Resources(16000, 32 * GIB)  # the real Node's capacity
+
+
 PAUSE = "registry.k8s.io/pause:3.10.1"  # the chart's default kube.placeholders.image
 
 
 @pytest.fixture
-def database_url(sqlite_url: str) -> str:
-    return sqlite_url  # the ledger is not what these test
+def sqlite_ledger(sqlite_url: str) -> Iterator[Ledger]:
+    """The real API server's tests' ledger, on SQLite alone: the ledger is not what they test."""
+    database = Database.from_url(sqlite_url, pool_size=20)
+    yield Ledger(database)
+    database.dispose()
 
 
 @pytest.fixture
@@ -68,10 +259,10 @@ def empty(kube: KubeCluster, name: str) -> None:
 def controller(kube: KubeCluster, ledger: Ledger, node: str, ns: str) -> Placeholders:
     uid = kube.get("node", node)["metadata"]["uid"]  # type: ignore[index]
     placeholders = Placeholders(
-        NodeSnapshot(ledger), KubeClient(kube.kubeconfig), lambda n: NodeRef(NODE, uid),
+        NodeSnapshot(ledger), KubeClient(kube.kubeconfig), lambda n: NodeRef(KUBE_NODE, uid),
         None, namespace=ns, image=PAUSE, qps=100, burst=100,
     )  # fmt: skip
-    ledger.upsert_node(node, NodeSpec(capacity=NODE))
+    ledger.upsert_node(node, NodeSpec(capacity=KUBE_NODE))
     placeholders.snapshot.subscribe(placeholders.mark)
     relist(placeholders)
     placeholders.find_labelled()
@@ -109,13 +300,15 @@ LIMIT_RANGE = {
 }
 
 
+@pytest.mark.kube
 @pytest.mark.kube_api  # Pod Security, LimitRange and the resize subresource, on every minor
 def test_placeholders_pass_pod_security_restricted_and_a_limit_range(
-    kube_cluster: KubeCluster, ledger: Ledger, node: str
+    kube_cluster: KubeCluster, sqlite_ledger: Ledger, node: str
 ) -> None:
     """Created, resized up and down in memory and CPU, and made again when a resource
     crosses zero (a change of QoS class, which no resize may make), in a namespace that
     enforces Pod Security "restricted" and has a LimitRange."""
+    ledger = sqlite_ledger
     ns = "nl-restricted"
     namespace(kube_cluster, ns, LIMIT_RANGE, **{"pod-security.kubernetes.io/enforce": "restricted"})
     try:
@@ -150,6 +343,7 @@ def labels_of(kube: KubeCluster, node: str) -> dict[str, str]:
     return labels
 
 
+@pytest.mark.kube
 def test_a_refused_placeholder_keeps_its_node_from_the_scheduler_and_says_so(
     kube_cluster: KubeCluster, sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -211,6 +405,7 @@ def test_a_refused_placeholder_keeps_its_node_from_the_scheduler_and_says_so(
         kube_cluster.kubectl("delete", "genericnodes", "--all", check=False)
 
 
+@pytest.mark.kube
 def test_the_charts_scheduler_keeps_off_a_node_whose_placeholder_is_refused(
     kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
@@ -251,9 +446,6 @@ def test_the_charts_scheduler_keeps_off_a_node_whose_placeholder_is_refused(
         kube_cluster.delete_node("kp3")
 
 
-# ------------------------------------------------------------- the service's identity
-
-
 def token_kubeconfig(kube: KubeCluster, token: str, path: Path) -> Path:
     """The admin kubeconfig's cluster, with a bearer token for its only credential."""
     config = yaml.safe_load(kube.kubeconfig.read_text())
@@ -274,10 +466,11 @@ def as_service(kube: KubeCluster, config: Path, *args: str, body: Any = None) ->
     return "" if result.returncode == 0 else result.stderr
 
 
+@pytest.mark.kube
 @pytest.mark.kube_api  # ValidatingAdmissionPolicy on the oldest supported minor too
 def test_the_services_token_creates_only_placeholders(
     kube_cluster: KubeCluster,
-    helm: Helm,  # noqa: F811 (the fixture imported above)
+    helm: Helm,
     tmp_path: Path,
 ) -> None:
     """The chart's RBAC and admission policy on the API server: with the service's own

@@ -15,8 +15,8 @@ import pytest
 from app.kube.client import KubeClient
 from app.kube.controllers.watch import ListWatch
 from app.loops import Stop
-from tests.kube.test_paging import PODS, Seen
 from tests.support.kube_cluster import KubeCluster
+from tests.support.watch import PODS, Seen
 
 pytestmark = pytest.mark.kube
 QUIET = 300  # the watch's server timeout: far longer than any stop may take

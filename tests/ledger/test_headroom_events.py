@@ -16,7 +16,7 @@ from app.ledger.snapshot import NodeSnapshot
 from app.slurm.gate import SlurmGate
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
-from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.fake_slurm import FakeSlurm, slurm_node
 
 MIB = 2**20
 CPU = Resources(1000)

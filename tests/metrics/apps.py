@@ -11,44 +11,17 @@ from fastapi.testclient import TestClient
 from app.admission.service import AdmissionGate
 from app.bootstrap import Services, build_services
 from app.core.caps import KubeCaps
-from app.core.slurm_models import SlurmNode
 from app.ledger.service import Ledger
 from app.main import create_app
 from app.metrics.registry import Metrics
 from app.metrics.settings import MetricsSettings
 from app.settings import Settings
-from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
-from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.fake_slurm import FlakySlurm, slurm_node
 
 NODE_N1 = {"capacity": {"cpu": "16", "memory": "32000Mi", "gpu": 0}}
-
-
-class FlakySlurm(FakeSlurm):
-    """The fake slurmrestd, which can be switched off (every call: unreachable)."""
-
-    def __init__(self, node: SlurmNode) -> None:
-        super().__init__(node, latency=0)
-        self.down = False
-
-    def get_node(self, name: str) -> SlurmNode:
-        if self.down:
-            raise SlurmUnavailable(f"slurmrestd GET node/{name}: slurmrestd unreachable")
-        return super().get_node(name)
-
-    def update_node(
-        self,
-        name: str,
-        *,
-        gres: str | None = None,
-        extra: str | None = None,
-        comment: str | None = None,
-    ) -> None:
-        if self.down:
-            raise SlurmUnavailable(f"slurmrestd POST node/{name}: slurmrestd unreachable")
-        super().update_node(name, gres=gres, extra=extra, comment=comment)
 
 
 @dataclass

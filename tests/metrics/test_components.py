@@ -29,10 +29,9 @@ from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from app.slurm.tokens import StaticToken
-from tests.kube.test_controllers_unit import FakeWatchClient, Recorder
 from tests.metrics.scrape import Scrape, parse
-from tests.slurm.test_client import NODE, OPENAPI
-from tests.slurm.test_push_coalescing import LIMIT, FakeSlurm, HeldSlurm, queued, slurm_node
+from tests.support.fake_kube import FakeWatchClient, Recorder
+from tests.support.fake_slurm import LIMIT, NODE, OPENAPI, FakeSlurm, HeldSlurm, queued, slurm_node
 from tests.support.realenv import wait_until
 
 GIB = 2**30

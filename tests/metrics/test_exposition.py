@@ -24,10 +24,10 @@ from app.main import create_app
 from app.metrics.settings import MetricsSettings
 from app.settings import Settings
 from tests.auth.fakes import READER_TOKEN, STATIC_ENTRIES, bearer, write_tokens
-from tests.kube.test_controllers_unit import FakeStatusClient
 from tests.metrics.apps import MakeApp
 from tests.metrics.scrape import scrape
 from tests.slurm.helpers import admit
+from tests.support.fake_kube import FakeStatusClient
 from tests.support.headroom import set_headroom
 
 GIB = 2**30

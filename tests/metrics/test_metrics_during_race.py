@@ -18,9 +18,9 @@ from app.main import create_app
 from app.metrics.settings import MetricsSettings
 from tests.metrics.scrape import Scrape, scrape
 from tests.slurm.helpers import admit
-from tests.slurm.test_race import NODE, check_invariant, slurm_use
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
+from tests.support.slurm_race import NODE, check_invariant, slurm_use
 
 pytestmark = pytest.mark.slurm
 ROUNDS = 3

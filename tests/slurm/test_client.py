@@ -19,13 +19,7 @@ from app.slurm.errors import (
 )
 from app.slurm.payloads import newest_supported, parse_job, parse_node
 from app.slurm.tokens import FileToken, StaticToken
-
-OPENAPI = {"paths": {f"/slurm/v0.0.{n}/nodes/": {} for n in (40, 41, 42, 46)}}
-NODE = {
-    "name": "n1", "cpus": 16, "real_memory": 32000, "alloc_cpus": 2, "alloc_memory": 100,
-    "gres": "k8scpu:16,k8smemory:32000", "gres_used": "k8scpu:0", "state": ["MIXED"],
-    "extra": "", "specialized_memory": 0, "reason": "",
-}  # fmt: skip
+from tests.support.fake_slurm import NODE, OPENAPI
 
 
 def client(handler: Any, **kwargs: Any) -> SlurmClient:

@@ -21,7 +21,8 @@ from app.slurm.gate import SlurmGate
 from app.slurm.hold_sweep import HoldSweep, lost, orphans
 from app.slurm.holds import HoldJob
 from app.slurm.push import Pusher
-from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
+from tests.support import builders
+from tests.support.fake_slurm import GIB, FakeSlurm, slurm_node
 from tests.support.slurm_cluster import k8s_counts
 
 POD = Holder(HolderKind.POD, "uid-1", "ns/p1")
@@ -142,24 +143,25 @@ def test_a_release_ends_the_hold_job(gpu_ledger: Ledger) -> None:
     assert holds.held == {}
 
 
+AT = datetime(2026, 11, 25, tzinfo=UTC)
+
+
 def _holding(holder: str, state: HoldingState, hold: str | None) -> Holding:
-    at = datetime(2026, 11, 25, tzinfo=UTC)
     resources = Resources(1000, GIB, 1)
-    pod = Holder(HolderKind.POD, holder)
-    return Holding("n1", pod, resources, state, at, at, (HeldDevice(0),), hold)
+    return builders.holding(
+        HolderKind.POD, holder, resources, state=state, at=AT, devices=(0,), slurm_hold=hold
+    )
 
 
 def _counted(holder: str) -> Holding:
-    at = datetime(2026, 11, 25, tzinfo=UTC)
-    pod = Holder(HolderKind.POD, holder)
-    return Holding("n1", pod, Resources(2000, GIB, 1), HoldingState.HELD, at, at)
+    return builders.holding(HolderKind.POD, holder, Resources(2000, GIB, 1), at=AT)
 
 
 def _manual(holder: str, hold: str) -> Holding:
-    at = datetime(2026, 11, 25, tzinfo=UTC)
-    manual = Holder(HolderKind.MANUAL, holder)
     resources = Resources(1000, GIB, 1)
-    return Holding("n1", manual, resources, HoldingState.HELD, at, at, (HeldDevice(1),), hold)
+    return builders.holding(
+        HolderKind.MANUAL, holder, resources, at=AT, devices=(1,), slurm_hold=hold
+    )
 
 
 @pytest.mark.parametrize(

@@ -15,19 +15,12 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.slurm.helpers import admit, events, gres
-from tests.slurm.test_race import slurm_use
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
+from tests.support.slurm_race import slurm_use, sync_check, within
 
 pytestmark = pytest.mark.slurm
 HEADROOM = {"headroom_cpu": "2", "headroom_memory": "4Gi", "headroom_idle_seconds": 600}
-
-
-def within(api: TestClient, node: str) -> list[str]:
-    """The pods admitted inside the node's headroom, from the ledger's events."""
-    return [
-        e["holder_id"] for e in events(api, node, "admitted") if e["details"].get("within_headroom")
-    ]
 
 
 def pods_cpus(api: TestClient, node: str) -> int:
@@ -166,11 +159,6 @@ def test_the_headroom_survives_a_slurmctld_restart_or_reconfigure(
     fill_up(api, slurm, "n1", first=2, jobs=12)
     assert within(api, "n1")[:2] == ["f3", "f4"]  # f2 through Slurm, which granted again
     slurm.scancel(job)
-
-
-def sync_check(api: TestClient) -> str:
-    """The sync's line in /readyz."""
-    return str(api.get("/readyz").json()["checks"].get("slurm", ""))
 
 
 def voided(api: TestClient, node: str) -> bool:

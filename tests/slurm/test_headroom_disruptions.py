@@ -27,10 +27,9 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.slurm.helpers import admit, gres
-from tests.slurm.test_headroom import sync_check, within
-from tests.slurm.test_race import check_invariant, slurm_use
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
+from tests.support.slurm_race import check_invariant, slurm_use, sync_check, within
 
 pytestmark = pytest.mark.slurm
 NODE = "n1"

@@ -33,7 +33,7 @@ from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
-from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
+from tests.support.fake_slurm import GIB, FakeSlurm, NodeUpdate, slurm_node
 
 REPLICAS = 3
 CPUS = 16
@@ -78,15 +78,7 @@ class SlurmModel(FakeSlurm):
         if used * 1000 + pods > CPUS * 1000:
             self.violations.append(f"{what}: jobs use {used} CPUs, pods hold {pods}m")
 
-    def update_node(
-        self,
-        name: str,
-        *,
-        gres: str | None = None,
-        extra: str | None = None,
-        comment: str | None = None,
-    ) -> None:
-        super().update_node(name, gres=gres, extra=extra, comment=comment)
+    def after_update(self, name: str, update: NodeUpdate) -> None:
         self.fill()
 
     def fill(self) -> None:

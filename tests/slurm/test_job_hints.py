@@ -2,11 +2,10 @@
 ledger without any full listing, leaves it once it stops holding its nodes (COMPLETING
 included), moves when requeued; a hinted node's drain or resume reaches it likewise; and an
 older listing never undoes a newer hint. The same against real slurmctld hooks:
-tests/slurm/test_job_hints_cluster.py."""
+tests/slurm/test_job_hints_hooks.py."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from app.bootstrap import build_services
 from app.core.records import HolderKind, NodeSpec, NodeView
 from app.core.resources import Resources
-from app.core.slurm_models import JobAllocation, Listing, SlurmJob, SlurmNode
+from app.core.slurm_models import JobAllocation, SlurmJob, SlurmNode
 from app.db.engine import Database
 from app.ledger.service import Ledger
 from app.main import create_app
@@ -31,10 +30,8 @@ from app.slurm.hint_queue import WATCHER_ALIVE, HintQueue
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
-from tests.slurm.test_push_coalescing import FakeSlurm, slurm_node
+from tests.support.fake_slurm import MIB, TwoNodeSlurm, slurm_node
 from tests.support.realenv import wait_until
-
-MIB = 2**20
 
 
 def job(job_id: str, node: str, *states: str, cpus: int = 2) -> SlurmJob:
@@ -42,60 +39,9 @@ def job(job_id: str, node: str, *states: str, cpus: int = 2) -> SlurmJob:
     return SlurmJob(job_id, "wrap", "alice", frozenset(states or {"RUNNING"}), (allocation,))
 
 
-class Cluster(FakeSlurm):
-    """Nodes n1, n2 and their jobs; listings are counted, and can be held up mid-read
-    (``hold_listing``) to reproduce a listing that began before a hint."""
-
-    def __init__(self) -> None:
-        super().__init__(slurm_node(), latency=0)
-        self.nodes = {n: slurm_node(name=n) for n in ("n1", "n2")}
-        self.jobs: dict[str, SlurmJob] = {}
-        self.listings = 0
-        self.node_reads = 0
-        self.ctld_started = 1000
-        self.hold_listing = threading.Event()
-        self.hold_listing.set()
-        self._listed_jobs: tuple[SlurmJob, ...] = ()
-
-    def get_nodes(self, update_time: int | None = None) -> Listing[SlurmNode]:
-        self.listings += 1
-        # The listing's moment, answered once let go.
-        nodes, self._listed_jobs = tuple(self.nodes.values()), tuple(self.jobs.values())
-        self.hold_listing.wait(10)
-        return Listing(nodes, self.listings)
-
-    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob]:
-        return Listing(self._listed_jobs, self.listings)
-
-    def get_node(self, name: str) -> SlurmNode:
-        self.node_reads += 1
-        return self.nodes[name]
-
-    def update_node(
-        self,
-        name: str,
-        *,
-        gres: str | None = None,
-        extra: str | None = None,
-        comment: str | None = None,
-    ) -> None:
-        if gres is not None:
-            self.nodes[name] = replace(self.nodes[name], gres=gres)
-        if extra is not None:
-            self.nodes[name] = replace(self.nodes[name], extra=extra)
-        if comment is not None:
-            self.nodes[name] = replace(self.nodes[name], comment=comment)
-
-    def get_job(self, job_id: str) -> SlurmJob | None:
-        return self.jobs.get(job_id)
-
-    def started_at(self) -> int:
-        return self.ctld_started
-
-
 @pytest.fixture
-def slurm() -> Cluster:
-    return Cluster()
+def slurm() -> TwoNodeSlurm:
+    return TwoNodeSlurm()
 
 
 @pytest.fixture
@@ -104,7 +50,7 @@ def hints(database: Database) -> HintQueue:
 
 
 @pytest.fixture
-def sync(ledger: Ledger, slurm: Cluster, hints: HintQueue) -> Iterator[SlurmSync]:
+def sync(ledger: Ledger, slurm: TwoNodeSlurm, hints: HintQueue) -> Iterator[SlurmSync]:
     for name in ("n1", "n2"):
         ledger.upsert_node(name, NodeSpec(capacity=Resources(16000, 32000 * MIB)))
     sync = slurm_sync(ledger, slurm, hints, full_sync_interval=300)
@@ -113,7 +59,7 @@ def sync(ledger: Ledger, slurm: Cluster, hints: HintQueue) -> Iterator[SlurmSync
     sync.stop()
 
 
-def slurm_sync(ledger: Ledger, slurm: Cluster, hints: HintQueue, **options: Any) -> SlurmSync:
+def slurm_sync(ledger: Ledger, slurm: TwoNodeSlurm, hints: HintQueue, **options: Any) -> SlurmSync:
     """A sync of ``slurm`` taking ``hints``; ``options``: SlurmSync's keywords."""
     return SlurmSync(
         slurm,  # type: ignore[arg-type]
@@ -144,7 +90,7 @@ def held(ledger: Ledger, node: str) -> dict[str, int]:
 
 
 def test_a_hinted_start_reaches_the_ledger_with_no_listing(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     listings = slurm.listings
     slurm.jobs["7"] = job("7", "n1", "RUNNING", "CONFIGURING")
@@ -156,7 +102,9 @@ def test_a_hinted_start_reaches_the_ledger_with_no_listing(
     assert slurm.listings == listings
 
 
-def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: HintQueue) -> None:
+def test_a_hint_wakes_the_running_loop(
+    ledger: Ledger, slurm: TwoNodeSlurm, hints: HintQueue
+) -> None:
     """Steps 10 minutes apart: only the hint's wake-up can explain a holding within 30 s
     (generous, for a busy machine; it takes milliseconds)."""
     ledger.upsert_node("n1", NodeSpec(capacity=Resources(16000, 32000 * MIB)))
@@ -174,7 +122,7 @@ def test_a_hint_wakes_the_running_loop(ledger: Ledger, slurm: Cluster, hints: Hi
 
 
 def test_a_job_hinted_while_completing_is_released_once_it_lets_go(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     slurm.jobs["7"] = job("7", "n1")
     hints.post([7])
@@ -189,7 +137,7 @@ def test_a_job_hinted_while_completing_is_released_once_it_lets_go(
 
 
 def test_a_requeued_job_moves(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     slurm.jobs["7"] = job("7", "n1")
     hints.post([7])
@@ -205,7 +153,7 @@ def test_a_requeued_job_moves(
 
 
 def test_an_older_listing_never_undoes_a_newer_hint(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     slurm.jobs["8"] = job("8", "n2")
     hints.post([8])
@@ -227,7 +175,7 @@ def test_an_older_listing_never_undoes_a_newer_hint(
 
 
 def test_a_job_listed_as_allocated_before_its_hint_is_not_counted_twice(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     """The node reports the CPUs of a job the job listing missed (``node:n1``); when the
     job's hint comes, those CPUs are the job's, not on top of it."""
@@ -241,7 +189,7 @@ def test_a_job_listed_as_allocated_before_its_hint_is_not_counted_twice(
 
 
 def test_a_flood_of_hints_becomes_one_full_listing(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, monkeypatch: pytest.MonkeyPatch
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(hint_queue_module, "MAX_TAKEN", 3)
     hints.post([1, 2, 3, 4])
@@ -253,7 +201,7 @@ def test_a_flood_of_hints_becomes_one_full_listing(
 
 
 def test_a_standby_leaves_hints_for_the_leader(
-    ledger: Ledger, slurm: Cluster, hints: HintQueue, database: Database
+    ledger: Ledger, slurm: TwoNodeSlurm, hints: HintQueue, database: Database
 ) -> None:
     class Standby:
         def check(self) -> bool:
@@ -286,7 +234,7 @@ def drained(name: str, reason: str = "hw") -> SlurmNode:
 
 
 def test_a_hinted_drain_and_resume_reach_the_ledger_with_no_listing(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     listings = slurm.listings
     slurm.nodes["n2"] = drained("n2")
@@ -303,7 +251,7 @@ def test_a_hinted_drain_and_resume_reach_the_ledger_with_no_listing(
 
 
 def test_an_older_listing_never_undoes_a_newer_node_hint(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     slurm.ctld_started += 1  # a restart: a listing at once, although not due
     slurm.hold_listing.clear()
@@ -321,7 +269,7 @@ def test_an_older_listing_never_undoes_a_newer_node_hint(
 
 
 def test_every_node_hinted_is_one_full_listing(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     slurm.nodes["n1"], slurm.nodes["n2"] = drained("n1"), drained("n2")
     hints.post_nodes(["*", "n1"])
@@ -335,7 +283,7 @@ def test_every_node_hinted_is_one_full_listing(
 
 
 def test_a_node_hint_for_a_node_the_ledger_lacks_is_dropped(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue
 ) -> None:
     hints.post_nodes(["n9"])  # not in the ledger: no read
     reads = slurm.node_reads
@@ -345,7 +293,7 @@ def test_a_node_hint_for_a_node_the_ledger_lacks_is_dropped(
 
 
 def test_the_watchers_heartbeat_reads_nothing(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue
 ) -> None:
     hints.post_nodes([])  # the plugin's heartbeat: no node changed
     reads, listings = slurm.node_reads, slurm.listings
@@ -358,7 +306,7 @@ def test_the_watchers_heartbeat_reads_nothing(
 
 
 def test_node_hints_gone_quiet_show_in_health_and_metrics(
-    ledger: Ledger, slurm: Cluster, hints: HintQueue
+    ledger: Ledger, slurm: TwoNodeSlurm, hints: HintQueue
 ) -> None:
     """The plugin posts at least every minute: three minutes of silence mean its watcher
     stopped or its hook fails. Ready still (the full listing brings node states), but
@@ -479,7 +427,7 @@ def test_hints_without_the_slurm_integration_are_409(
 
 
 def test_a_node_pushed_for_drift_is_not_pushed_again_by_every_full_pass(
-    sync: SlurmSync, slurm: Cluster, monkeypatch: pytest.MonkeyPatch
+    sync: SlurmSync, slurm: TwoNodeSlurm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The push's read-back replaces the listing's node. Found at 1,003 nodes: each full
     pass pushed (read) every node the last listing showed drifted, seconds in which hints
@@ -495,7 +443,7 @@ def test_a_node_pushed_for_drift_is_not_pushed_again_by_every_full_pass(
 
 
 def test_hints_are_applied_during_a_long_full_pass(
-    sync: SlurmSync, slurm: Cluster, hints: HintQueue, ledger: Ledger
+    sync: SlurmSync, slurm: TwoNodeSlurm, hints: HintQueue, ledger: Ledger
 ) -> None:
     """A full pass that pushes every node (after a slurmctld restart) takes minutes at
     15,000 nodes: a hint posted meanwhile is applied within it, not after it."""

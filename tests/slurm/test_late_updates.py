@@ -1,8 +1,10 @@
 """An update whose answer was lost may land after a newer push (issue 30): the node stays
 owed, so the sync reads it back and pushes again, even while the listings say nothing
 changed (304, as with job hints between full passes). A fake slurmrestd that keeps a lost
-update and applies it when the test says; a real SQLite ledger. The real cluster's part,
-that slurmrestd applies an update the client gave up on, is in test_failures.py."""
+update and applies it when the test says; a real SQLite ledger.
+
+The test marked slurm proves on the real cluster what makes a late update possible:
+slurmrestd applies a node update the client gave up on, once it runs again."""
 
 from __future__ import annotations
 
@@ -11,12 +13,16 @@ import pytest
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
 from app.ledger.service import Ledger
+from app.slurm.client import SlurmClient
 from app.slurm.errors import SlurmAnswerLost
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
-from tests.slurm.test_owed_pushes import UnchangedSlurm
-from tests.slurm.test_push_coalescing import slurm_node
+from app.slurm.tokens import FileToken
+from tests.slurm.helpers import gres
+from tests.support.fake_slurm import NodeUpdate, UnchangedSlurm, slurm_node
+from tests.support.realenv import wait_until
+from tests.support.slurm_cluster import SlurmCluster
 
 GIB = 1024**3
 
@@ -28,28 +34,21 @@ class LosingSlurm(UnchangedSlurm):
     def __init__(self) -> None:
         super().__init__(slurm_node())
         self._lose = False
-        self._late: list[tuple[str | None, str | None]] = []
+        self._late: list[NodeUpdate] = []
 
     def lose_next(self) -> None:
         self._lose = True
 
-    def update_node(
-        self,
-        name: str,
-        *,
-        gres: str | None = None,
-        extra: str | None = None,
-        comment: str | None = None,
-    ) -> None:
+    def before_update(self, name: str, update: NodeUpdate) -> None:
         if self._lose:
             self._lose = False
-            self._late.append((gres, extra))
+            self._late.append(update)
             raise SlurmAnswerLost(f"slurmrestd POST node/{name} timed out")
-        super().update_node(name, gres=gres, extra=extra, comment=comment)
+        super().before_update(name, update)
 
     def land_late(self) -> None:
-        for gres, extra in self._late:
-            super().update_node("n1", gres=gres, extra=extra)
+        for late in self._late:
+            super().update_node("n1", gres=late.gres, extra=late.extra)
         self._late.clear()
 
 
@@ -96,3 +95,19 @@ def test_a_late_update_is_undone_by_the_next_sync_step(ledger: Ledger) -> None:
     sync.step()  # past the window: nothing late can come any more
     assert pusher.owed() == []
     assert slurm.node.gres == "k8scpu:12,k8smemory:30976"
+
+
+@pytest.mark.slurm
+def test_an_update_whose_answer_was_lost_lands_later(slurm: SlurmCluster) -> None:
+    client = SlurmClient(slurm.url, FileToken(slurm.token_file), timeout=1.0, retries=3)
+    assert client.version  # negotiated while slurmrestd answers
+    assert gres(slurm, "n1")["k8scpu"] == 16
+    slurm.pause_restd()  # accepts connections, answers nothing
+    try:
+        with pytest.raises(SlurmAnswerLost):
+            client.update_node("n1", gres="k8scpu:3,k8smemory:32000")
+        assert gres(slurm, "n1")["k8scpu"] == 16  # slurmctld has not seen it yet
+    finally:
+        slurm.resume_restd()
+    # The client gave up (and, the answer being lost, did not retry), yet it lands.
+    wait_until(lambda: gres(slurm, "n1")["k8scpu"] == 3, timeout=60, what="the late update")

@@ -11,7 +11,7 @@ import pytest
 from app.core.slurm_models import Listing, SlurmJob, SlurmNode
 from app.slurm.listings import ListingReader
 from app.slurm.state import SlurmState
-from tests.slurm.test_push_coalescing import slurm_node
+from tests.support.fake_slurm import slurm_node
 
 LISTED = datetime(2026, 11, 27, 1, 0, tzinfo=UTC)
 

@@ -14,13 +14,13 @@ from app.ledger.service import Ledger
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
-from tests.slurm.test_job_hints import MIB, Cluster
+from tests.support.fake_slurm import MIB, TwoNodeSlurm
 
 
 def test_registered_nodes_are_sized_by_slurm_and_unusable_ones_never_admissible(
     ledger: Ledger,
 ) -> None:
-    slurm = Cluster()
+    slurm = TwoNodeSlurm()
     down = frozenset({"DOWN", "NOT_RESPONDING"})
     slurm.nodes["n2"] = replace(slurm.nodes["n2"], states=down, reason="no slurmd")
     pusher = Pusher(slurm, ledger)  # type: ignore[arg-type]

@@ -8,32 +8,15 @@ from app.admission.service import AdmissionRequest, Admissions
 from app.core.caps import KubeCaps
 from app.core.records import Holder, HolderKind, NodeSpec
 from app.core.resources import Resources
-from app.core.slurm_models import Listing, SlurmJob, SlurmNode
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
-from app.slurm.errors import SlurmUnavailable
 from app.slurm.gate import SlurmGate
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import FULL_PASS_EVERY, SlurmSync
-from tests.metrics.apps import FlakySlurm
-from tests.slurm.test_push_coalescing import slurm_node
+from tests.support.fake_slurm import UnchangedSlurm, slurm_node
 
 GIB = 1024**3
-
-
-class UnchangedSlurm(FlakySlurm):
-    """Listings answer "unchanged since update_time" (None, HTTP 304) after the first."""
-
-    def get_nodes(self, update_time: int | None = None) -> Listing[SlurmNode] | None:
-        if self.down:
-            raise SlurmUnavailable("slurmrestd GET nodes/: unreachable")
-        return None if update_time else Listing((self.get_node("n1"),), 1)
-
-    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob] | None:
-        if self.down:
-            raise SlurmUnavailable("slurmrestd GET jobs/: unreachable")
-        return None if update_time else Listing((), 1)
 
 
 def test_a_fail_open_admission_is_pushed_by_the_next_sync_step_that_reaches_slurm(

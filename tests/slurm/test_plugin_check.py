@@ -96,8 +96,6 @@ def plugins_ok(api: TestClient) -> str | None:
     return None
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
 class RefusingConf:
     """A slurmrestd client whose ``GET conf`` is refused (say, a token without the rights)."""
 
@@ -113,6 +111,8 @@ def test_a_check_that_cannot_work_says_why_once(caplog: pytest.LogCaptureFixture
     assert warnings == ["checking Slurm's plugins failed: slurmrestd GET conf: HTTP 403: Forbidden"]
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_without_the_plugin_26_05_admits_nothing_and_says_why(
     cluster_env: None, sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -3,9 +3,6 @@ state (a fake slurmrestd with latency, a real SQLite ledger)."""
 
 from __future__ import annotations
 
-import re
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -13,116 +10,17 @@ import pytest
 
 from app.admission.service import AdmissionRequest, Admissions
 from app.core.caps import KubeCaps
-from app.core.gres import gres_count
 from app.core.ledger_errors import AdmissionRejected
 from app.core.plan import health_reason, slurm_snapshot
 from app.core.records import Holder, HolderKind, NodeSpec, SnapshotEntry
 from app.core.resources import Resources
-from app.core.slurm_models import JobAllocation, LedgerHolds, Listing, SlurmJob, SlurmNode
+from app.core.slurm_models import JobAllocation, LedgerHolds, SlurmJob
 from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
+from tests.support.fake_slurm import GIB, LIMIT, FakeSlurm, HeldSlurm, queued, slurm_node
 from tests.support.realenv import wait_until
-
-GIB = 1024**3
-LIMIT = 60.0  # seconds: generous, for a loaded machine; a pass never waits this long
-
-
-def shown(gres: str) -> str:
-    """A GRES string as Slurm shows it: a k8s count of 0 left out (app.core.counts,
-    hides_usage), from ``gres`` and ``gres_used`` alike."""
-    return ",".join(e for e in gres.split(",") if e and not re.fullmatch(r"k8s\w+:0", e))
-
-
-class FakeSlurm:
-    """Just enough of SlurmClient: one node whose update takes a while. Its jobs are what
-    the node's ``gres_used`` says (every job asks k8s GRES equal to its allocation); the
-    job listing shows them as one job."""
-
-    user_name = "slurm"  # slurmrestd's X-SLURM-USER-NAME: the hold jobs' user
-
-    def __init__(self, node: SlurmNode, latency: float = 0.01) -> None:
-        self.node = node
-        self.latency = latency
-        self.updates: list[str] = []
-        self._lock = threading.Lock()
-
-    def get_node(self, name: str) -> SlurmNode:
-        with self._lock:
-            return replace(
-                self.node, gres=shown(self.node.gres), gres_used=shown(self.node.gres_used)
-            )
-
-    def get_jobs(self, update_time: int | None = None) -> Listing[SlurmJob]:
-        with self._lock:
-            used, name = self.node.gres_used, self.node.name
-        cpus, memory_mb = gres_count(used, "k8scpu"), gres_count(used, "k8smemory")
-        allocation = JobAllocation(name, cpus, memory_mb, gres_count(used, "k8sgpu"))
-        return Listing((SlurmJob("1", "jobs", "alice", frozenset({"RUNNING"}), (allocation,)),), 1)
-
-    def update_node(
-        self,
-        name: str,
-        *,
-        gres: str | None = None,
-        extra: str | None = None,
-        comment: str | None = None,
-    ) -> None:
-        time.sleep(self.latency)
-        with self._lock:
-            if gres is not None:
-                self.updates.append(gres)
-                self.node = replace(self.node, gres=gres)
-            if extra is not None:
-                self.node = replace(self.node, extra=extra)
-            if comment is not None:
-                self.node = replace(self.node, comment=comment)
-
-
-class HeldSlurm(FakeSlurm):
-    """A FakeSlurm whose first call waits for ``release``: the push making it holds the
-    node's slot, so the test can line every other push up behind it and they overlap
-    whatever the scheduler does (a busy machine may otherwise run them one by one)."""
-
-    def __init__(self, node: SlurmNode) -> None:
-        super().__init__(node, latency=0)
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def get_node(self, name: str) -> SlurmNode:
-        self._hold()
-        return super().get_node(name)
-
-    def update_node(
-        self,
-        name: str,
-        *,
-        gres: str | None = None,
-        extra: str | None = None,
-        comment: str | None = None,
-    ) -> None:
-        self._hold()
-        super().update_node(name, gres=gres, extra=extra, comment=comment)
-
-    def _hold(self) -> None:
-        if not self.entered.is_set():
-            self.entered.set()
-            assert self.release.wait(LIMIT), "the test never released the first push"
-
-
-def queued(pusher: Pusher, node: str) -> int:
-    """How many pushes to ``node`` have been asked for: a peek at the pusher's private
-    slot, the one place that says a thread has reached ``push`` and is waiting."""
-    slot = pusher._slots.get(node)
-    return 0 if slot is None else slot.requested
-
-
-def slurm_node(**changes: object) -> SlurmNode:
-    node = SlurmNode(
-        "n1", 16, 32000, 0, 0, 0, "k8scpu:16,k8smemory:32000", "", frozenset({"IDLE"}), "", ""
-    )  # fmt: skip
-    return replace(node, **changes)  # type: ignore[arg-type]
 
 
 def test_a_burst_of_admissions_costs_few_pushes_and_ends_exact(ledger: Ledger) -> None:

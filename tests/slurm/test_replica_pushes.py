@@ -25,7 +25,7 @@ from app.ledger.service import Ledger
 from app.slurm.gate import SlurmGate
 from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
-from tests.slurm.test_push_coalescing import GIB, FakeSlurm, slurm_node
+from tests.support.fake_slurm import GIB, FakeSlurm, NodeUpdate, slurm_node
 
 REPLICAS = 3
 
@@ -39,22 +39,14 @@ class OverlapWatch(FakeSlurm):
         self.most_in_flight = 0
         self._count = threading.Lock()
 
-    def update_node(
-        self,
-        name: str,
-        *,
-        gres: str | None = None,
-        extra: str | None = None,
-        comment: str | None = None,
-    ) -> None:
+    def before_update(self, name: str, update: NodeUpdate) -> None:
         with self._count:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            super().update_node(name, gres=gres, extra=extra, comment=comment)
-        finally:
-            with self._count:
-                self.in_flight -= 1
+
+    def after_update(self, name: str, update: NodeUpdate) -> None:
+        with self._count:
+            self.in_flight -= 1
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from app.core.resources import Resources
 from app.core.slurm_models import JobAllocation, Listing, SlurmJob
 from app.slurm.state import SlurmState
-from tests.slurm.test_push_coalescing import slurm_node
+from tests.support.fake_slurm import slurm_node
 
 MIB = 2**20
 

@@ -29,7 +29,6 @@ import pytest
 from app.core.records import Holder, HolderKind, Recording
 from app.core.resources import Resources
 from app.ledger.service import Ledger
-from tests.slurm.test_job_hints_cluster import ADMIN_TOKEN, hook_posting_to, service_env
 from tests.support import workers
 from tests.support.realenv import unavailable
 from tests.support.service import ServiceProcess, running_service
@@ -43,6 +42,7 @@ from tests.support.slurm_cluster import (
     wait_until,
 )
 from tests.support.slurm_fixtures import QUEUE_MARKER
+from tests.support.slurm_hooks import ADMIN_TOKEN, hook_posting_to, service_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

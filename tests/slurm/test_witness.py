@@ -25,8 +25,7 @@ from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from app.slurm.sync import SlurmSync
 from app.slurm.witness import SlurmWitness
-from tests.slurm.test_owed_pushes import UnchangedSlurm
-from tests.slurm.test_push_coalescing import slurm_node
+from tests.support.fake_slurm import UnchangedSlurm, slurm_node
 
 GIB = 1024**3
 POLICY = HeadroomPolicy(amount=Resources(2000, 4 * GIB), low_water=0, idle_seconds=3600)

@@ -266,9 +266,11 @@ def test_filter_sort_and_paging(service: ServiceProcess, page: Page) -> None:
     assert "sort=free_cpu" in page.url
 
 
-def test_protected_reads_show_a_message_until_a_token_is_given(
-    sqlite_url: str, tmp_path: Path, page: Page
-) -> None:
+@pytest.fixture
+def protected_service(sqlite_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
+    """A service whose reads need a token. A fixture (asked for before ``page``) so that
+    the tab closes before the service stops: a poll in between would log a refused
+    connection and fail the test."""
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps([{"user": "ops", "token": TOKEN, "allow": ["*"]}]))
     env = {
@@ -276,23 +278,29 @@ def test_protected_reads_show_a_message_until_a_token_is_given(
         "NODELEDGER_AUTH_TOKEN_FILE": str(tokens),
         "NODELEDGER_AUTH_PROTECT_READS": "true",
     }
-    with running_service(sqlite_url, tmp_path, env=env) as service:
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        api = httpx.Client(base_url=service.url, timeout=10, headers=headers)
-        put_node(api, "n1", "8", "16Gi")
+    with running_service(sqlite_url, tmp_path, env=env) as running:
+        yield running
 
-        page.goto(f"{service.url}/")
-        problem = page.get_by_role("alert")
-        expect(problem).to_contain_text("HTTP 401")
-        expect(problem).to_contain_text("NODELEDGER_AUTH_PROTECT_READS")
-        expect(page.locator("#nodes tbody tr")).to_have_count(0)
-        expect(page.locator("#status")).to_have_text("Not updated")
-        expect(page.get_by_label("Bearer token")).to_be_visible()
-        page.screenshot(path=str(artifacts() / "unauthorized.png"))
 
-        page.get_by_label("Bearer token").fill(TOKEN)
-        page.get_by_role("button", name="Use token").click()
-        expect(page.locator('#nodes tr[data-node="n1"]')).to_have_count(1)
-        expect(problem).to_be_hidden()
-        expect(page.get_by_label("Bearer token")).to_be_hidden()
-        expect(page.locator("#events")).to_contain_text("node created")
+def test_protected_reads_show_a_message_until_a_token_is_given(
+    protected_service: ServiceProcess, page: Page
+) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    api = httpx.Client(base_url=protected_service.url, timeout=10, headers=headers)
+    put_node(api, "n1", "8", "16Gi")
+
+    page.goto(f"{protected_service.url}/")
+    problem = page.get_by_role("alert")
+    expect(problem).to_contain_text("HTTP 401")
+    expect(problem).to_contain_text("NODELEDGER_AUTH_PROTECT_READS")
+    expect(page.locator("#nodes tbody tr")).to_have_count(0)
+    expect(page.locator("#status")).to_have_text("Not updated")
+    expect(page.get_by_label("Bearer token")).to_be_visible()
+    page.screenshot(path=str(artifacts() / "unauthorized.png"))
+
+    page.get_by_label("Bearer token").fill(TOKEN)
+    page.get_by_role("button", name="Use token").click()
+    expect(page.locator('#nodes tr[data-node="n1"]')).to_have_count(1)
+    expect(problem).to_be_hidden()
+    expect(page.get_by_label("Bearer token")).to_be_hidden()
+    expect(page.locator("#events")).to_contain_text("node created")

@@ -7,7 +7,6 @@ ledger shows within a second of Slurm."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,11 +20,10 @@ from tests.support.databases import migrated
 from tests.support.service import ServiceProcess, running_service
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import LEDGER_NODES
+from tests.support.slurm_hooks import ADMIN_TOKEN, hook_posting_to, service_env
 
 pytestmark = pytest.mark.slurm
 
-HOOK_TOKEN = "slurmctld-hint-token-0123456789"
-ADMIN_TOKEN = "test-admin-token-0123456789"
 WITHIN = 1.5  # seconds from Slurm's change to the ledger's (the target is ~1 s)
 JOB = ("-c", "2", "--mem=1000", "--gres=k8scpu:2,k8smemory:1000")
 
@@ -66,43 +64,6 @@ class Hinted:
         assert self.slurm.hint_config is not None
         log = self.slurm.hint_config.parent.parent.parent / "srv/run/log/hint.log"
         return log.read_text() if log.exists() else ""
-
-
-@contextmanager
-def hook_posting_to(slurm: SlurmCluster, url: str) -> Iterator[None]:
-    """slurmctld's hint hook posts to ``url`` (with HOOK_TOKEN) until the context ends."""
-    config = slurm.hint_config
-    if config is None:
-        pytest.fail("this Slurm test cluster has no job hint hook (testenv/slurm/cluster.sh)")
-    token = config.with_name("nodeledger-hint.token")
-    token.write_text(HOOK_TOKEN)
-    config.write_text(
-        f"url={url}\ntoken_file=/etc/slurm/{token.name}\ntimeout=2\nlog=/srv/run/log/hint.log\n"
-    )
-    try:
-        yield
-    finally:
-        config.unlink(missing_ok=True)
-        token.unlink(missing_ok=True)
-
-
-def service_env(slurm: SlurmCluster, tmp_path: Path) -> dict[str, str]:
-    tokens = tmp_path / "tokens.json"
-    tokens.write_text(
-        json.dumps(
-            [
-                {"user": "slurmctld", "token": HOOK_TOKEN, "allow": ["create jobhints"]},
-                {"user": "test", "token": ADMIN_TOKEN, "allow": ["*"]},
-            ]
-        )
-    )
-    return {
-        **slurm.service_env,
-        "NODELEDGER_SLURM_FULL_SYNC_INTERVAL": "300",
-        "NODELEDGER_AUTH_MODE": "static",
-        "NODELEDGER_AUTH_TOKEN_FILE": str(tokens),
-        "NODELEDGER_LOG_LEVEL": "info",
-    }
 
 
 @contextmanager

@@ -22,8 +22,6 @@ from app.core.rate import TokenBucket
 from app.core.records import (
     Holder,
     HolderKind,
-    Holding,
-    HoldingState,
     NodeHeadroom,
     NodeSpec,
     NodeView,
@@ -35,6 +33,8 @@ from app.kube.controllers.mirror import StatusMirror, _Status
 from app.kube.controllers.watch import ListWatch
 from app.ledger.service import Ledger
 from app.ledger.snapshot import NodeSnapshot
+from tests.support import builders
+from tests.support.fake_kube import FakeStatusClient, FakeWatchClient, Recorder
 from tests.support.headroom import set_headroom
 from tests.support.realenv import wait_until
 
@@ -46,10 +46,10 @@ def view(name: str, slurm_cpu: int = 0, pod_cpu: int = 0, health: str | None = N
     holdings = []
     for kind, cpu in ((HolderKind.SLURM_JOB, slurm_cpu), (HolderKind.POD, pod_cpu)):
         if cpu:
-            holder = Holder(kind, f"{kind.value}-1")
-            holdings.append(Holding(name, holder, Resources(cpu, GIB), HoldingState.HELD, T0, T0))
+            resources = Resources(cpu, GIB)
+            holdings.append(builders.holding(kind, f"{kind.value}-1", resources, node=name, at=T0))
     spec = NodeSpec(capacity=Resources(16000, 32 * GIB, 2))
-    return NodeView(name, spec, None, health, tuple(holdings), T0, T0)
+    return builders.node_view(spec, *holdings, name=name, health=health, at=T0)
 
 
 def test_filter_keeps_nodes_with_room_and_says_why_for_the_rest() -> None:
@@ -143,52 +143,6 @@ def test_token_bucket_spreads_a_thousand_writes() -> None:
     assert written <= 50 + 20 + 1  # burst, then the rate
 
 
-class FakeWatchClient:
-    """Lists return 'rv-N'; the first watch ends in 410 Gone, the second yields events."""
-
-    def __init__(self) -> None:
-        self.lists = 0
-        self.watches = 0
-        self.watched_from: list[str] = []
-
-    def list(
-        self, path: str, decode: Callable[[dict[str, Any]], Any], shape: Any = None, **query: Any
-    ) -> tuple[list[Any], str]:
-        self.lists += 1
-        return [decode({"metadata": {"name": "x", "resourceVersion": "1"}})], f"rv-{self.lists}"
-
-    def watch(self, path: str, version: str, timeout: int, **query: Any) -> Any:
-        self.watches += 1
-        self.watched_from.append(version)
-        if self.watches == 1:
-            yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
-        else:
-            yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "5"}}}
-            yield {"type": "ADDED", "object": {"metadata": {"name": "y", "resourceVersion": "6"}}}
-
-
-class Recorder:
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop = stop
-        self.resyncs: list[list[str]] = []
-        self.events: list[tuple[str, str]] = []
-
-    shape = None
-
-    def decode(self, obj: dict[str, Any]) -> str:
-        return str(obj["metadata"]["name"])
-
-    def key(self, name: str) -> str:
-        return name
-
-    def resync(self, items: list[str]) -> None:
-        self.resyncs.append(items)
-
-    def on_event(self, kind: str, name: str) -> None:
-        self.events.append((kind, name))
-        self.stop.set()
-
-
 def test_an_expired_watch_relists_and_the_handler_resyncs() -> None:
     stop = threading.Event()
     client, handler = FakeWatchClient(), Recorder(stop)
@@ -237,28 +191,6 @@ def test_the_periodic_resync_is_of_what_the_watch_kept_not_a_new_list() -> None:
     assert client.lists == 1
     assert handler.resyncs == [["x", "z"], ["x", "z"], ["z", "y"]]
     assert handler.events == [("DELETED", "x"), ("ADDED", "y")]
-
-
-class FakeStatusClient:
-    """GenericNodes as Kubernetes keeps them: LIST returns their statuses, a status PATCH
-    merges into one (and is counted)."""
-
-    def __init__(self, *names: str) -> None:
-        self.objects: dict[str, dict[str, Any]] = {n: {} for n in names}
-        self.writes: list[dict[str, Any]] = []
-        self.written: list[str] = []
-
-    def list(
-        self, path: str, decode: Callable[[dict[str, Any]], Any], shape: Any = None, **query: Any
-    ) -> tuple[list[Any], str]:
-        objects = [{"metadata": {"name": n}, "status": s} for n, s in self.objects.items()]
-        return [decode(o) for o in objects], "1"
-
-    def patch_status(self, path: str, status: dict[str, Any]) -> None:
-        name = path.rsplit("/", 2)[-2] if path.endswith("/status") else path.rsplit("/", 1)[-1]
-        self.objects.setdefault(name, {}).update(status)
-        self.writes.append(status)
-        self.written.append(name)
 
 
 def mirror_of(ledger: Ledger, client: FakeStatusClient, now: list[datetime]) -> StatusMirror:

@@ -36,7 +36,7 @@ from app.kube.client import KubeError
 from app.kube.controllers.accounting import PodAccounting
 from app.kube.controllers.extended_resources import ExtendedResourceMapping
 from app.ledger.clock import utcnow
-from tests.kube.test_extender_devices import (
+from tests.support.extender import (
     DRIVER,
     NODE,
     UID,

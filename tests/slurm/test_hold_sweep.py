@@ -21,7 +21,7 @@ from app.slurm.hold_sweep import HoldSweep
 from app.slurm.holds import HoldJobs
 from app.slurm.tokens import FileToken
 from tests.slurm.helpers import admit, events, slurm_holdings
-from tests.slurm.test_holds_cluster import devices, gpu_job
+from tests.support.gpu import devices, gpu_job
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
 
