@@ -440,7 +440,9 @@ MpiDefault=none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SlurmctldTimeout=30
-SlurmdTimeout=60
+# Every SlurmdTimeout/3 s slurmctld pings the nodes silent for as long: a stopped slurmd is
+# found NOT_RESPONDING within 2/3 of it, and DOWN after it (60 made tests wait ~40 s).
+SlurmdTimeout=30
 MessageTimeout=10
 InactiveLimit=0
 KillWait=2
