@@ -440,8 +440,9 @@ MpiDefault=none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SlurmctldTimeout=30
-# Every SlurmdTimeout/3 s slurmctld pings the nodes silent for as long: a stopped slurmd is
-# found NOT_RESPONDING within 2/3 of it, and DOWN after it (60 made tests wait ~40 s).
+# Every SlurmdTimeout/3 s slurmctld pings the nodes silent for as long, and a ping fails
+# after MessageTimeout: a stopped slurmd is NOT_RESPONDING within ~2/3 SlurmdTimeout +
+# MessageTimeout (tests wait for it), DOWN after SlurmdTimeout.
 SlurmdTimeout=30
 MessageTimeout=10
 InactiveLimit=0
