@@ -20,7 +20,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -92,15 +92,27 @@ class Contested(Protocol):
 
 class Going:
     """The race goes on for ``seconds``, and then until it was contested (a busy machine
-    makes fewer rounds a second), at most ``limit`` seconds in all."""
+    makes fewer rounds a second), at most ``limit`` seconds in all; it ends at once when
+    ``failed`` says the run fails whatever comes next (a device seen shared: the broken
+    variant has shown its collision, more racing proves nothing more)."""
 
-    def __init__(self, race: Contested, seconds: float, *, limit: float) -> None:
+    def __init__(
+        self,
+        race: Contested,
+        seconds: float,
+        *,
+        limit: float,
+        failed: Callable[[], bool] = lambda: False,
+    ) -> None:
         start = time.monotonic()
         self.race, self.until, self.limit = race, start + seconds, start + limit
+        self.failed = failed
 
     def __call__(self) -> bool:
         now = time.monotonic()
-        return now < self.limit and (now < self.until or not self.race.contested())
+        if now >= self.limit or self.failed():
+            return False
+        return now < self.until or not self.race.contested()
 
 
 def run_pods(race: Race, api: TestClient, seed: int, going: Going) -> None:
@@ -183,7 +195,7 @@ def test_gpu_pods_and_jobs_racing_never_share_a_device(
     replicas: list[TestClient], slurm: SlurmCluster, identified: bool
 ) -> None:
     race = Race(identified)
-    going = Going(race, SECONDS, limit=SECONDS * 10)
+    going = Going(race, SECONDS, limit=SECONDS * 10, failed=lambda: bool(race.shared))
     with ThreadPoolExecutor(max_workers=PODS_IN_FLIGHT + 2) as pool:
         work = [
             pool.submit(run_pods, race, replicas[i % 2], seed=i, going=going)
