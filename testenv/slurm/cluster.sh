@@ -443,7 +443,10 @@ MpiDefault=none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SlurmctldTimeout=30
-SlurmdTimeout=60
+# Every SlurmdTimeout/3 s slurmctld pings the nodes silent for as long, and a ping fails
+# after MessageTimeout: a stopped slurmd is NOT_RESPONDING within ~2/3 SlurmdTimeout +
+# MessageTimeout (tests wait for it), DOWN after SlurmdTimeout.
+SlurmdTimeout=30
 MessageTimeout=10
 InactiveLimit=0
 KillWait=2

@@ -146,7 +146,7 @@ def test_gpu_pods_and_jobs_racing_never_share_a_device(
     replicas: list[TestClient], slurm: SlurmCluster, identified: bool
 ) -> None:
     race = Race(identified)
-    going = Going(race, SECONDS, limit=SECONDS * 10)
+    going = Going(race, SECONDS, limit=SECONDS * 10, failed=lambda: bool(race.shared))
     with ThreadPoolExecutor(max_workers=PODS_IN_FLIGHT + 2) as pool:
         work = [
             pool.submit(run_pods, race, replicas[i % 2], seed=i, going=going)

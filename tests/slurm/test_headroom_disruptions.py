@@ -11,7 +11,8 @@ Slurm then, and Slurm's running jobs plus the pods must fit the node. Before iss
 was confirmed within the grant: 14 CPUs of jobs beside 3 of pods, on 16.
 
 The sync runs every 30 s, so that its own drift repair (app.slurm.reconcile) cannot come
-first: only the witness decides.
+first: only the witness decides. The nodes are in the ledger before the service starts, so
+that its first step marks them for the jobs queue, not the one 30 s later.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from tests.slurm.helpers import admit, gres
 from tests.support.slurm_cluster import SlurmCluster, wait_until
-from tests.support.slurm_fixtures import register_nodes, slurm_settings
+from tests.support.slurm_fixtures import register_nodes, service_with_nodes, slurm_settings
 from tests.support.slurm_race import check_invariant, slurm_use, sync_check, within
 
 pytestmark = pytest.mark.slurm
@@ -79,8 +80,7 @@ def test_no_admission_skips_slurm_on_a_grant_slurmctld_lost(
     ctld_restored: SlurmCluster, sqlite_url: str, stop: str
 ) -> None:
     slurm = ctld_restored
-    with TestClient(create_app(slurm_settings(slurm, sqlite_url, **SETTINGS))) as api:
-        register_nodes(api, slurm)
+    with service_with_nodes(slurm_settings(slurm, sqlite_url, **SETTINGS), slurm) as api:
         assert admit(api, NODE, "p1", "1", "1Gi").status_code == 201  # through Slurm
         assert gres(slurm, NODE)["k8scpu"] == 13  # 1 CPU + 2 of headroom withheld
         assert admit(api, NODE, "p2", "500m", "512Mi").status_code == 201

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -386,15 +386,27 @@ class Contested(Protocol):
 
 class Going:
     """The race goes on for ``seconds``, and then until it was contested (a busy machine
-    makes fewer rounds a second), at most ``limit`` seconds in all."""
+    makes fewer rounds a second), at most ``limit`` seconds in all; it ends at once when
+    ``failed`` says the run fails whatever comes next (a device seen shared: the broken
+    variant has shown its collision, more racing proves nothing more)."""
 
-    def __init__(self, race: Contested, seconds: float, *, limit: float) -> None:
+    def __init__(
+        self,
+        race: Contested,
+        seconds: float,
+        *,
+        limit: float,
+        failed: Callable[[], bool] = lambda: False,
+    ) -> None:
         start = time.monotonic()
         self.race, self.until, self.limit = race, start + seconds, start + limit
+        self.failed = failed
 
     def __call__(self) -> bool:
         now = time.monotonic()
-        return now < self.limit and (now < self.until or not self.race.contested())
+        if now >= self.limit or self.failed():
+            return False
+        return now < self.until or not self.race.contested()
 
 
 def running_gpus(

@@ -3,6 +3,7 @@ and a service wired to it (sync running, admissions confirmed by Slurm)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +73,18 @@ def register_nodes(api: TestClient, cluster: SlurmCluster | None = None) -> None
     settings = api.app.state.settings.slurm
     if cluster is not None and settings.enabled and settings.jobs_queue:
         wait_until(lambda: marked(cluster), 60, what="every Slurm node marked for the jobs queue")
+
+
+@contextlib.contextmanager
+def service_with_nodes(settings: Settings, cluster: SlurmCluster) -> Iterator[TestClient]:
+    """The service of ``settings`` on a database that has the test nodes before it starts
+    (registered by the service with Slurm off): its sync's first step, at start, marks
+    them, where ``register_nodes`` waits for the next step (a long ``sync_interval``)."""
+    with TestClient(create_app(Settings(database_url=settings.database_url))) as plain:
+        register_nodes(plain)
+    with TestClient(create_app(settings)) as api:
+        register_nodes(api, cluster)  # in place already: waits for the marks alone
+        yield api
 
 
 @pytest.fixture
