@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,35 @@ def test_the_workers_ports_stay_below_the_ephemeral_range() -> None:
     top = highest_default + (workers.MAX_WORKERS - 1) * workers.PORT_STRIDE
     assert top < 32768  # Linux's first ephemeral port: a client's socket could take ours
     assert highest_default - 12379 < workers.PORT_STRIDE  # etcd's default: ranges disjoint
+
+
+def test_xdist_keeps_a_group_on_one_worker(tmp_path: Path) -> None:
+    """What `--dist loadgroup` must do for the deploy tests and the older minors' (a
+    pytest that xdist cannot rename items in spreads them: pytest 9.2 with xdist 3.8)."""
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n"
+        "        if item.name.startswith('test_grouped'):\n"
+        "            item.add_marker(pytest.mark.xdist_group('together'))\n"
+    )
+    (tmp_path / "test_spread.py").write_text(
+        "import os, pathlib\n"
+        + "".join(
+            f"def test_{kind}_{i}():\n"
+            f"    with open(pathlib.Path(__file__).with_name('ran'), 'a') as ran:\n"
+            f"        ran.write('{kind} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+            for kind in ("grouped", "free")
+            for i in range(6)
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-q",
+         "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = [line.split() for line in (tmp_path / "ran").read_text().splitlines()]
+    assert len(ran) == 12
+    assert len({worker for kind, worker in ran if kind == "grouped"}) == 1, ran
