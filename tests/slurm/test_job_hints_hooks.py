@@ -3,7 +3,7 @@ as PrologSlurmctld/EpilogSlurmctld, and its node_features/k8s_resources plugin r
 hook when a node's state changes; the hook posts to a real `nodeledger serve` (static auth,
 the hook's token may only ``create jobhints``). The service's full listing runs every 300 s
 and its first one is over before the jobs start, so only the hints can explain what the
-ledger shows within a second of Slurm."""
+ledger shows within seconds of Slurm (about one when the machine is quiet)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ from tests.support.slurm_hooks import ADMIN_TOKEN, hook_posting_to, service_env
 
 pytestmark = pytest.mark.slurm
 
-WITHIN = 1.5  # seconds from Slurm's change to the ledger's (the target is ~1 s)
+# Seconds from Slurm's change to the ledger's: about 1 s (bench/maintenance.py measures it);
+# bound far above that, for a busy machine, and far below the 300 s listing a lost hint waits for.
+WITHIN = 30.0
 JOB = ("-c", "2", "--mem=1000", "--gres=k8scpu:2,k8smemory:1000")
 
 

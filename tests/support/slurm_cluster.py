@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from tests.support import workers
 from tests.support.realenv import REPO, run_script, wait_until
 from tests.support.workers import main_cache
 
@@ -53,7 +54,10 @@ def cluster_sh(
     check: bool = True,
     env: Mapping[str, str] | None = None,
 ) -> str:
-    """``env``: more for the script (a cluster of its own: scale_env)."""
+    """``env``: more for the script (a cluster of its own: scale_env). Without a cache of
+    its own, the script runs on this worker's copy of the release's chroot (seed_cache)."""
+    if "NODELEDGER_CACHE" not in (env or {}):
+        seed_cache(version, workers.cache())
     env = {**(env or {}), "NODELEDGER_SLURM_VERSION": version}
     return run_script(SCRIPT, *args, timeout=timeout, check=check, env=env)
 

@@ -13,13 +13,11 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from app.slurm.settings import SlurmSettings
-from tests.support import workers
 from tests.support.realenv import unavailable
 from tests.support.slurm_cluster import (
     SLURM_VERSIONS,
     SlurmCluster,
     cluster_sh,
-    seed_cache,
     wait_until,
 )
 
@@ -33,7 +31,6 @@ def slurm_cluster(request: pytest.FixtureRequest) -> SlurmCluster:
     """A cluster of each supported release: every test that uses one runs on each."""
     version: str = request.param
     try:
-        seed_cache(version, workers.cache())  # a worker's own copy of the chroot
         cluster_sh(version, "up", timeout=1800)
         return SlurmCluster.from_env(version)
     except Exception as exc:  # any failure to start means the cluster is unavailable
