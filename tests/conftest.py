@@ -22,7 +22,6 @@ from app.main import create_app
 from app.settings import Settings
 from tests.support import workers
 from tests.support.databases import postgres_database, postgres_server_url, sqlite_database
-from tests.support.kube_cluster import KUBE_NEWEST
 from tests.support.realenv import unavailable
 
 pytest_plugins = [
@@ -88,12 +87,8 @@ def api(database_url: str) -> Iterator[TestClient]:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """One worker runs each group (`--dist loadgroup`): the deploy tests, which share the
-    machine's one cluster with real nodes, and the tests of each older Kubernetes minor, so
-    that its control plane runs once, not once per worker."""
+    """The deploy tests share the machine's one cluster with real nodes: one worker runs
+    them all (`--dist loadgroup`; the older Kubernetes minors' groups: kube_fixtures)."""
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
         if item.get_closest_marker("deploy") is not None:
             item.add_marker(pytest.mark.xdist_group("deploy"))
-        elif params.get("kube_cluster", KUBE_NEWEST) != KUBE_NEWEST:
-            item.add_marker(pytest.mark.xdist_group(f"kube-{params['kube_cluster']}"))

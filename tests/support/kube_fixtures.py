@@ -26,10 +26,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On an older minor a kube_api test that also crosses Slurm runs with the newest Slurm
     release only: the Kubernetes API does not change with Slurm's, and the pairs add minutes
-    to a run that must fit CI's 90 minutes cold."""
+    to a run that must fit CI's 90 minutes cold. One worker runs each older minor's tests
+    (`--dist loadgroup`), so that its control plane runs once, not once per worker."""
     newest_slurm = newest(SLURM_VERSIONS)
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
@@ -37,6 +39,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         params = getattr(getattr(item, "callspec", None), "params", {})
         older_kube = params.get("kube_cluster", KUBE_NEWEST) != KUBE_NEWEST
         other_slurm = params.get("slurm_cluster", newest_slurm) != newest_slurm
+        if older_kube:
+            item.add_marker(pytest.mark.xdist_group(f"kube-{params['kube_cluster']}"))
         (drop if older_kube and other_slurm else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -3,6 +3,7 @@ by tests."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -57,9 +58,15 @@ def cluster_sh(
     """``env``: more for the script (a cluster of its own: scale_env). Without a cache of
     its own, the script runs on this worker's copy of the release's chroot (seed_cache)."""
     if "NODELEDGER_CACHE" not in (env or {}):
-        seed_cache(version, workers.cache())
+        seeded(version, workers.cache())
     env = {**(env or {}), "NODELEDGER_SLURM_VERSION": version}
     return run_script(SCRIPT, *args, timeout=timeout, check=check, env=env)
+
+
+@functools.cache
+def seeded(version: str, cache: Path) -> None:
+    """seed_cache once per process: cluster_sh runs for every scontrol a test sends."""
+    seed_cache(version, cache)
 
 
 def scale_env(nodes: int, cache: Path, rundir: str, port_base: int) -> dict[str, str]:
