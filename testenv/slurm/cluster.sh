@@ -366,19 +366,21 @@ install_upstream() {
 
 # ---------------------------------------------------------------------------- runtime
 
+# The scans below run in every wait loop: one find, and bash builtins per process (a
+# readlink per process in /proc forked a thousand times per scan).
 daemon_pids() {   # every process whose root is the chroot
-  local p root
-  for p in /proc/[0-9]*; do
-    root=$(readlink "$p/root" 2>/dev/null) || continue
-    [ "$root" = "$ROOT" ] && echo "${p#/proc/}"
-  done
+  local p
+  while read -r p; do
+    echo "${p#/proc/}"
+  done < <(find /proc/[0-9]* -maxdepth 1 -name root -lname "$ROOT" -printf '%h\n' 2>/dev/null)
   return 0
 }
 
 cluster_pids() {  # cluster_pids REGEX: this cluster's processes whose command line matches
-  local p
+  local p argv
   for p in $(daemon_pids); do
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | sed 's/ $//' | grep -qE -- "$1" && echo "$p"
+    mapfile -d '' -t argv 2>/dev/null <"/proc/$p/cmdline" || continue
+    [[ "${argv[*]}" =~ $1 ]] && echo "$p"
   done
   return 0
 }
@@ -392,12 +394,11 @@ kill_cluster() {  # kill_cluster SIGNAL [REGEX]: signal this cluster's processes
   [ -z "$pids" ] || kill "-$1" $pids 2>/dev/null || true
 }
 
-anchor_pid() {    # a process inside the cluster's mount namespace
-  local pid
-  pid=$(pgrep -f "^/usr/sbin/munged" | while read -r p; do
-    [ "$(readlink "/proc/$p/root" 2>/dev/null)" = "$ROOT" ] && echo "$p"; done | head -n 1)
-  [ -n "$pid" ] || die "the cluster is not running (cluster.sh up)"
-  echo "$pid"
+anchor_pid() {    # a process inside the cluster's mount namespace (tests/support/slurm_cluster.py too)
+  local pids
+  pids=$(cluster_pids '^/usr/sbin/munged( |$)')
+  [ -n "$pids" ] || die "the cluster is not running (cluster.sh up)"
+  echo "${pids%%$'\n'*}"
 }
 
 in_cluster() {    # run in the daemons' mount namespace, inside the chroot

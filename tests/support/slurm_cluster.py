@@ -44,6 +44,14 @@ SLURM_VERSIONS = tuple(
 )
 # Offered by every supported release: 24.11 v0.0.40-42, 25.11 v0.0.41-44, 26.05 v0.0.42-45.
 REST_API = "v0.0.42"
+# What cluster.sh's in_cluster gives a command inside the chroot (env -i).
+IN_CLUSTER_ENV = (
+    "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME=/root",
+    "SLURM_CONF=/etc/slurm/slurm.conf",
+)
+MUNGED = "/usr/sbin/munged"  # started first, stopped last: the cluster's mount namespace
+_ANCHORS: dict[Path | None, int] = {}  # chroot -> its munged's pid
 # n3's four GPUs, one GRES type per device (gN is /dev/nvidiaN; cluster.sh, issue 23).
 N3_GPUS = "gpu:g0:1,gpu:g1:1,gpu:g2:1,gpu:g3:1"
 
@@ -165,7 +173,42 @@ class SlurmCluster:
         return self.token_file.read_text().strip()
 
     def run(self, *args: str, check: bool = True) -> str:
-        return self.script("exec", *args, check=check, timeout=60)
+        """A command inside the cluster, as `cluster.sh exec` runs it (the daemons' mount
+        namespace, the chroot, a clean environment), started from here: the tests send
+        thousands of them, and the script costs a dozen processes each."""
+        if self.chroot is None:
+            return self.script("exec", *args, check=check, timeout=60)
+        command = ["nsenter", "-t", str(self.anchor()), "-m", "chroot", str(self.chroot)]
+        command += ["/usr/bin/env", "-i", *IN_CLUSTER_ENV, *args]
+        result = subprocess.run(
+            command, cwd="/", capture_output=True, text=True, timeout=60, check=False
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(args)} on Slurm {self.version} failed:\n{result.stderr[-3000:]}"
+            )
+        return result.stdout
+
+    def anchor(self) -> int:
+        """A process in the daemons' mount namespace (their munged), as cluster.sh finds it;
+        remembered while it runs."""
+        pid = _ANCHORS.get(self.chroot)
+        if pid is not None and self._argv(pid)[:1] == [MUNGED]:
+            return pid
+        pids = [pid for pid, argv in self.processes().items() if argv[0] == MUNGED]
+        if not pids:
+            raise RuntimeError(f"the Slurm {self.version} cluster is not running (cluster.sh up)")
+        _ANCHORS[self.chroot] = pids[0]
+        return pids[0]
+
+    def _argv(self, pid: int) -> list[str]:
+        """``pid``'s command line if it is one of this cluster's processes, else []."""
+        try:
+            if os.readlink(f"/proc/{pid}/root") != str(self.chroot):
+                return []
+            return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            return []  # gone, or a zombie
 
     def sbatch(self, *args: str) -> str:
         out = self.run("sbatch", "--parsable", "-o", "/dev/null", *args)
@@ -212,16 +255,9 @@ class SlurmCluster:
         """This cluster's processes (another cluster may run beside it): pid -> argv."""
         assert self.chroot is not None, "cluster.sh env names no SLURM_CHROOT"
         found = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if os.readlink(entry / "root") != str(self.chroot):
-                    continue
-                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            except OSError:
-                continue  # gone meanwhile, or a zombie
-            found[int(entry.name)] = argv
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (argv := self._argv(int(entry))):
+                found[int(entry)] = argv
         return found
 
     def ctld_pids(self) -> list[int]:
