@@ -28,7 +28,7 @@ pytest_plugins = [
     m
     for m in ("tests.support.slurm_fixtures", "tests.support.kube_fixtures")
     if importlib.util.find_spec(m) is not None
-]
+] + ["tests.support.ordering", "tests.support.timeline"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -82,6 +82,7 @@ def test_the_workers_ports_stay_below_the_ephemeral_range() -> None:
     assert highest_default - 12379 < workers.PORT_STRIDE  # etcd's default: ranges disjoint
 
 
+@pytest.mark.slow  # a pytest of its own on three workers
 def test_xdist_keeps_a_group_on_one_worker(tmp_path: Path) -> None:
     """What `--dist loadgroup` must do for the deploy tests and the older minors' (a
     pytest that xdist cannot rename items in spreads them: pytest 9.2 with xdist 3.8)."""
