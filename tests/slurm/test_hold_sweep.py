@@ -6,6 +6,7 @@ commented as a hold job is Slurm's: counted by the sync and the gate, never ende
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import httpx
@@ -23,7 +24,7 @@ from app.slurm.tokens import FileToken
 from tests.slurm.helpers import admit, events, slurm_holdings
 from tests.support.gpu import devices, gpu_job
 from tests.support.slurm_cluster import SlurmCluster, wait_until
-from tests.support.slurm_fixtures import register_nodes, slurm_settings
+from tests.support.slurm_fixtures import FEATURES, register_nodes, slurm_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -74,13 +75,19 @@ def test_a_cancelled_hold_is_held_again_on_the_same_device(
     assert any("held again" in e["message"] for e in drift), drift
 
 
-@pytest.fixture
-def quiet_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
+@contextlib.contextmanager
+def quiet_service(slurm: SlurmCluster, url: str, **features: object) -> Iterator[TestClient]:
     """The service with a sync that steps once at start and then not for an hour: nothing
     but the test's own sweep reacts to a hold that ends (a running sync would withhold
     every GPU of the node first, app.core.counts.withheld, and the job would wait)."""
-    with TestClient(create_app(slurm_settings(slurm, sqlite_url, sync_interval=3600))) as api:
+    with TestClient(create_app(slurm_settings(slurm, url, sync_interval=3600, **features))) as api:
         register_nodes(api)  # no sync step to mark the nodes: the job gets no constraint
+        yield api
+
+
+@pytest.fixture
+def quiet_api(slurm: SlurmCluster, sqlite_url: str) -> Iterator[TestClient]:
+    with quiet_service(slurm, sqlite_url) as api:
         yield api
 
 
@@ -130,14 +137,22 @@ def manual(api: TestClient, holder: str, cpu: str) -> httpx.Response:
     return api.post("/v1/admissions", json=body)
 
 
+@pytest.mark.parametrize("feature", list(FEATURES))
 @pytest.mark.parametrize("holder", ["anchor", "no-holding"])
 def test_a_users_job_named_as_a_hold_is_confirmed_against_and_never_ended(
-    slurm: SlurmCluster, quiet_api: TestClient, holder: str
+    slurm: SlurmCluster, sqlite_url: str, holder: str, feature: str
 ) -> None:
     """The gate's path (the sync lists once, before the job): a 15-CPU admission leaves
     k8scpu at 0, which Slurm then hides from gres_used, so the job listing tells what jobs
     use. ``holder``: the comment names a holder with a holding that names no hold job (the
-    sweep kept such a job), or none (the sweep ended it)."""
+    sweep kept such a job), or none (the sweep ended it). With each of FEATURES."""
+    with quiet_service(slurm, sqlite_url, **FEATURES[feature]) as quiet_api:
+        forged_job_is_confirmed_against(slurm, quiet_api, holder)
+
+
+def forged_job_is_confirmed_against(
+    slurm: SlurmCluster, quiet_api: TestClient, holder: str
+) -> None:
     assert manual(quiet_api, "anchor", "1").status_code == 201
     job = forged_hold(slurm, holder)
     client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
@@ -153,15 +168,18 @@ def test_a_users_job_named_as_a_hold_is_confirmed_against_and_never_ended(
 
 
 def test_a_users_job_named_as_a_hold_is_held_by_slurm_in_the_ledger(
-    slurm: SlurmCluster, slurm_api: TestClient
+    slurm: SlurmCluster, features_api: TestClient
 ) -> None:
     """The sync's path: the job becomes a Slurm job's holding, and the admission that would
-    not fit beside it is refused by the ledger."""
-    assert manual(slurm_api, "anchor", "1").status_code == 201
+    not fit beside it is refused by the ledger, with the headroom on and the jobs queue off
+    too."""
+    assert manual(features_api, "anchor", "1").status_code == 201
     job = forged_hold(slurm, "anchor")
-    wait_until(lambda: job in slurm_holdings(slurm_api, "n1"), 60, what=f"job {job} in the ledger")
-    node = slurm_api.get("/v1/nodes/n1").json()
+    wait_until(
+        lambda: job in slurm_holdings(features_api, "n1"), 60, what=f"job {job} in the ledger"
+    )
+    node = features_api.get("/v1/nodes/n1").json()
     assert node["held_by_slurm"]["cpu_millis"] == 8000, node
-    refused = manual(slurm_api, "fill", "15")
+    refused = manual(features_api, "fill", "15")
     assert refused.status_code == 409, refused.text
     assert slurm.job_state(job) == "RUNNING"

@@ -17,14 +17,11 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import SlurmCluster, wait_until
-from tests.support.slurm_fixtures import marked, register_nodes, slurm_settings
+from tests.support.slurm_fixtures import HEADROOM, marked, register_nodes, slurm_settings
 from tests.support.slurm_race import NODE, check_invariant
 
 pytestmark = pytest.mark.slurm
 ROUNDS = 8
-
-
-HEADROOM: dict[str, object] = {"headroom_cpu": "2", "headroom_memory": "4Gi"}
 
 
 # The jobs queue is on by default (the test clusters run extra_constraints); off, a job

@@ -104,6 +104,28 @@ def queue_api(
         yield api
 
 
+# The service's features that change what it asks Slurm: each on and off, for the tests
+# of a promise no feature may break (the defaults: the jobs queue on, the headroom off).
+HEADROOM: dict[str, object] = {"headroom_cpu": "2", "headroom_memory": "4Gi"}
+FEATURES: dict[str, dict[str, object]] = {
+    "defaults": {},
+    "headroom on": HEADROOM,
+    "no jobs queue": {"jobs_queue": False},
+}
+
+
+@pytest.fixture(params=list(FEATURES))
+def features_api(
+    request: pytest.FixtureRequest, slurm: SlurmCluster, sqlite_url: str
+) -> Iterator[TestClient]:
+    """``slurm_api`` with each of FEATURES."""
+    with TestClient(
+        create_app(slurm_settings(slurm, sqlite_url, **FEATURES[request.param]))
+    ) as api:
+        register_nodes(api, slurm)
+        yield api
+
+
 @pytest.fixture
 def restd_restarted(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
     """The cluster, with slurmrestd started again after the test (which may stop it)."""
