@@ -16,6 +16,7 @@ import base64
 import json
 import ssl
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,16 +100,25 @@ def _client(kubeconfig: Path) -> httpx.Client:
 
 
 class KubeHttp:
-    """One kept-alive client to the API server of ``kubeconfig``, opened at first use."""
+    """One kept-alive client to the API server of ``kubeconfig``, opened at first use;
+    tests send through it from several threads at once (httpx.Client is thread-safe)."""
 
     def __init__(self, kubeconfig: Path) -> None:
         self.kubeconfig = kubeconfig
         self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    def client(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                self._client = _client(self.kubeconfig)
+            return self._client
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def request(
         self,
@@ -122,9 +132,7 @@ class KubeHttp:
     ) -> dict[str, Any] | None:
         """The response's object; None for a 404 when ``missing_ok``; RuntimeError with
         the API's message for any other failure (as a failed kubectl raised)."""
-        if self._client is None:
-            self._client = _client(self.kubeconfig)
-        response = self._client.request(
+        response = self.client().request(
             method,
             path,
             params=params,
