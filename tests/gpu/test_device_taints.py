@@ -41,13 +41,13 @@ def tainting(
 ) -> Iterator[Tainting]:
     skip_without_device_taints(dra_node)
     kube = dra_node.kube
-    kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
+    kube.delete("devicetaintrules", labels=OURS)
     try:
         with gpu_service(Tainting, dra_node, slurm, sqlite_url, tmp_path,
                          name="device-taints") as found:  # fmt: skip
             yield found
     finally:
-        kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
+        kube.delete("devicetaintrules", labels=OURS)
 
 
 def test_a_device_a_slurm_job_holds_is_tainted_and_no_pod_is_allocated_it(

@@ -102,13 +102,13 @@ def plain(
     skip_without_device_taints(dra_node)  # 1.37: the mapping (GA) and the taints
     kube = dra_node.kube
     kube.create(mapping_class())
-    kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
+    kube.delete("devicetaintrules", labels=OURS)
     try:
         with gpu_service(PlainGpus, dra_node, slurm, sqlite_url, tmp_path,
                          name="plain-gpus", scheduler=True) as found:  # fmt: skip
             yield found
     finally:
-        kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
+        kube.delete("devicetaintrules", labels=OURS)
 
 
 def test_plain_gpu_pods_are_allocated_a_device_each_and_held_by_it(plain: PlainGpus) -> None:

@@ -158,7 +158,7 @@ def gpu_node(
             kube.stop_scheduler(SCHEDULER)
         with contextlib.suppress(Exception):
             sweep(kube)
-        kube.kubectl("delete", "genericnodes", "--all", check=False)
+        kube.delete("genericnodes")
 
 
 def gpu_pod(name: str, claim: str) -> dict[str, Any]:

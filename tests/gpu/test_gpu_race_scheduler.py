@@ -249,7 +249,7 @@ def racing(
     taints, placeholders = request.param
     skip_without_device_taints(dra_node)
     kube = dra_node.kube
-    kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
+    kube.delete("devicetaintrules", labels=OURS)
     setting = {"NODELEDGER_KUBE_GPU_DEVICE_TAINTS": str(taints).lower()}
     try:
         with gpu_service(GpuService, dra_node, slurm, sqlite_url, tmp_path,
@@ -258,7 +258,7 @@ def racing(
             yield found, taints
     finally:
         slurm.run("scancel", "-n", JOB_NAME, check=False)
-        kube.kubectl("delete", "devicetaintrules", "-l", OURS, check=False)
+        kube.delete("devicetaintrules", labels=OURS)
 
 
 def test_gpu_pods_through_the_scheduler_and_jobs_never_share_a_device(

@@ -5,7 +5,6 @@ integrations on, and a second kube-scheduler using the documented extender confi
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,9 +104,8 @@ class Coloc:
         return str(created["metadata"]["uid"])
 
     def events_for(self, pod: str) -> str:
-        out = self.kube.kubectl("get", "events", "-n", "default", "--field-selector",
-                                f"involvedObject.name={pod}", "-o", "json")  # fmt: skip
-        return " ".join(e.get("message", "") for e in json.loads(out)["items"])
+        listed = self.kube.list("events", "default", fields=f"involvedObject.name={pod}")
+        return " ".join(e.get("message", "") for e in listed["items"])
 
     def gres(self, slurm_node: str) -> dict[str, int]:
         return self.slurm.k8s_counts(slurm_node)
@@ -190,10 +188,8 @@ def coloc_env(
     finally:
         with contextlib.suppress(Exception):
             kube.stop_scheduler("nodeledger")
-        kube.kubectl(
-            "delete", "pods", "--all", "-n", "default", "--grace-period=0", "--force", check=False
-        )
+        kube.delete("pods", namespace="default", force=True)
         for name in NODES:
             with contextlib.suppress(Exception):
                 kube.delete_node(name)
-        kube.kubectl("delete", "genericnodes", "--all", check=False)
+        kube.delete("genericnodes")

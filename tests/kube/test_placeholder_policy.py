@@ -402,7 +402,7 @@ def test_a_refused_placeholder_keeps_its_node_from_the_scheduler_and_says_so(
     finally:
         empty(kube_cluster, ns)
         kube_cluster.delete_node("kp2")
-        kube_cluster.kubectl("delete", "genericnodes", "--all", check=False)
+        kube_cluster.delete("genericnodes")
 
 
 @pytest.mark.kube

@@ -9,7 +9,6 @@ configuration; on real kubelets: tests/deploy/test_release.py."""
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -359,9 +358,8 @@ def race_pod(name: str, cpus: int) -> dict[str, Any]:
 
 def bound_pod_cpus(coloc: Coloc) -> dict[str, int]:
     """Kubernetes node -> the CPUs (millicores) of the race's pods bound to it."""
-    out = coloc.kube.kubectl("get", "pods", "-n", "default", "-l", "race=burst", "-o", "json")
     cpus: dict[str, int] = dict.fromkeys(NODES, 0)
-    for pod in json.loads(out)["items"]:
+    for pod in coloc.kube.list("pods", "default", labels="race=burst")["items"]:
         node = pod["spec"].get("nodeName")
         if node:
             requests = pod["spec"]["containers"][0]["resources"]["requests"]
@@ -421,8 +419,7 @@ def test_a_burst_of_pods_against_sbatch_jobs_never_oversubscribes_a_node(coloc: 
             bound_total += sum(1 for v in bound_pod_cpus(coloc).values() if v)
         finally:
             coloc.slurm.scancel(*job_ids)
-            coloc.kube.kubectl("delete", "pods", "-n", "default", "-l", "race=burst",
-                               "--grace-period=0", "--force", check=False)  # fmt: skip
+            coloc.kube.delete("pods", namespace="default", labels="race=burst", force=True)
             wait_until(lambda: not coloc.pod_holdings(), 60, what="the round's pods released")
     # Not vacuous: pods were bound and jobs ran beside them.
     assert bound_total > 0

@@ -51,7 +51,7 @@ def names(kube_cluster: KubeCluster, sqlite_url: str) -> Iterator[list[str]]:
     names = [f"{prefix}-{i}" for i in range(NODES)]
     yield names
     for name in names:
-        kube_cluster.kubectl("delete", "genericnode", name, "--ignore-not-found", check=False)
+        kube_cluster.delete("genericnode", name)
 
 
 def resync(mirror: StatusMirror, client: CountingClient) -> list[str]:

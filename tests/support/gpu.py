@@ -125,9 +125,8 @@ def sweep(kube: KubeCluster) -> None:
     claims kube-scheduler generated for pods' extended resources (unlabelled, they name
     their pod as owner; an allocated claim left would keep its device from later tests)."""
     selector = ",".join(f"{k}={v}" for k, v in TEST_LABEL.items())
-    kube.kubectl("delete", "pods", "-n", "default", "-l", selector,
-                 "--grace-period=0", "--force", "--wait=false", check=False)  # fmt: skip
-    listed = kube.kubectl_json("get", "resourceclaims", "-n", "default")
+    kube.delete("pods", namespace="default", labels=selector, force=True)
+    listed = kube.list("resourceclaims", "default")
     claims = [
         f"resourceclaim/{c['metadata']['name']}"
         for c in listed.get("items", [])
@@ -138,8 +137,8 @@ def sweep(kube: KubeCluster) -> None:
         kube.kubectl("patch", claim, "-n", "default", "--type=merge",
                      "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
         kube.kubectl("delete", claim, "-n", "default", "--wait=false", check=False)
-    for kind in ("resourceslices", "deviceclasses"):
-        kube.kubectl("delete", kind, "-l", selector, "--wait=false", check=False)
+    kube.delete("resourceslices", labels=selector)
+    kube.kubectl("delete", "deviceclasses", "-l", selector, "--wait=false", check=False)
     kube.delete_node(NODE)
     wait_until(lambda: kube.get("node", NODE) is None, 30, what=f"node {NODE} gone")
 
@@ -314,7 +313,7 @@ def gpu_service(
         if scheduler:
             with contextlib.suppress(Exception):
                 kube.stop_scheduler(SCHEDULER)
-        kube.kubectl("delete", "genericnodes", "--all", check=False)
+        kube.delete("genericnodes")
 
 
 OURS = "app.kubernetes.io/managed-by=nodeledger"
@@ -323,12 +322,13 @@ OURS = "app.kubernetes.io/managed-by=nodeledger"
 class Tainting(GpuService):
     def rules(self) -> dict[str, dict[str, Any]]:
         """Our DeviceTaintRules by name, as `kubectl get` shows them."""
-        listed = self.dra.kube.kubectl_json("get", "devicetaintrules", "-l", OURS)
+        listed = self.dra.kube.list("devicetaintrules", labels=OURS)
         return {r["metadata"]["name"]: r for r in listed.get("items", [])}
 
     def gpus(self) -> list[dict[str, Any]]:
         """The GenericNode's status.gpus, as `kubectl get` shows it."""
-        found = self.dra.kube.kubectl_json("get", "genericnodes", NODE)
+        found = self.dra.kube.get("genericnode", NODE)
+        assert found is not None, f"no GenericNode {NODE}"
         gpus: list[dict[str, Any]] = found.get("status", {}).get("gpus", [])
         return gpus
 

@@ -8,6 +8,7 @@ One control plane per supported Kubernetes minor (KUBE_VERSIONS), side by side.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.support.kube_http import KubeHttp, resource
 from tests.support.realenv import REPO, newest, run_script, wait_until
 
 SCRIPT = Path(REPO) / "testenv" / "kube" / "cluster.sh"
@@ -74,6 +76,14 @@ class KubeCluster:
     kubectl_bin: str = "kubectl"
     # cluster.sh's environment beyond the defaults (the cluster with nodes: tests/deploy).
     script_env: Mapping[str, str] = field(default_factory=dict)
+    # The plumbing's requests (get, list, create, status, delete) for the kinds kube_http
+    # knows: in process, kubectl's start-up cost saved on each.
+    http: KubeHttp = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        http = KubeHttp(self.kubeconfig)
+        object.__setattr__(self, "http", http)  # frozen: set once, here
+        atexit.register(http.close)
 
     @classmethod
     def from_env(cls, script_env: Mapping[str, str] | None = None) -> KubeCluster:
@@ -132,13 +142,22 @@ class KubeCluster:
         return self.kubectl("apply", "-f", "-", input=manifest)
 
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        created: dict[str, Any] = json.loads(
-            self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(obj))
-        )
-        return created
+        found = resource(obj["kind"], obj["apiVersion"])
+        if found is None:
+            created: dict[str, Any] = json.loads(
+                self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(obj))
+            )
+            return created
+        path = found.path(obj["metadata"].get("namespace"))
+        result = self.http.request("POST", path, body=obj)
+        assert result is not None
+        return result
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
+        found = resource(kind)
+        if found is not None:
+            return self.http.request("GET", found.path(namespace, name), missing_ok=True)
         ns = ["--namespace", namespace] if namespace else []
         out = self.kubectl("get", kind, name, *ns, "-o", "json", "--ignore-not-found")
         if not out.strip():
@@ -146,13 +165,81 @@ class KubeCluster:
         obj: dict[str, Any] = json.loads(out)
         return obj
 
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        labels: str | None = None,
+        fields: str | None = None,
+    ) -> dict[str, Any]:
+        """``kubectl get KIND -o json``: the list (its ``items``) of the kind's objects in
+        ``namespace`` (default: default) matching the label and field selectors."""
+        found = resource(kind)
+        if found is None:
+            ns = ["--namespace", namespace] if namespace else []
+            selectors = [
+                *(["-l", labels] if labels else []),
+                *(["--field-selector", fields] if fields else []),
+            ]
+            listed: dict[str, Any] = self.kubectl_json("get", kind, *ns, *selectors)
+            return listed
+        params = {"labelSelector": labels or "", "fieldSelector": fields or ""}
+        result = self.http.request("GET", found.path(namespace), params=params)
+        assert result is not None
+        return result
+
+    def patch(
+        self, kind: str, name: str, patch: Mapping[str, Any], namespace: str | None = None
+    ) -> None:
+        """A merge patch (``kubectl patch --type=merge``)."""
+        self._merge_patch(kind, name, patch, namespace, subresource="")
+
     def patch_status(
         self, kind: str, name: str, status: Mapping[str, Any], namespace: str | None = None
     ) -> None:
         """A merge patch of ``status`` through the status subresource."""
-        ns = ["--namespace", namespace] if namespace else []
-        body = json.dumps({"status": status})
-        self.kubectl("patch", kind, name, *ns, "--subresource=status", "--type=merge", "-p", body)
+        self._merge_patch(kind, name, {"status": status}, namespace, subresource="status")
+
+    def _merge_patch(
+        self,
+        kind: str,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str | None,
+        subresource: str,
+    ) -> None:
+        found = resource(kind)
+        if found is None:
+            ns = ["--namespace", namespace] if namespace else []
+            sub = [f"--subresource={subresource}"] if subresource else []
+            self.kubectl("patch", kind, name, *ns, *sub, "--type=merge", "-p", json.dumps(patch))
+            return
+        path = found.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        self.http.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    def delete(
+        self,
+        kind: str,
+        name: str | None = None,
+        namespace: str | None = None,
+        labels: str | None = None,
+        force: bool = False,
+    ) -> None:
+        """``kubectl delete --ignore-not-found --wait=false`` of one object (``name``) or
+        of all those matching ``labels`` (all of them when None); ``force``: at once
+        (--grace-period=0 --force), as nothing would confirm a graceful deletion."""
+        found = resource(kind)
+        if found is None:
+            ns = ["--namespace", namespace] if namespace else []
+            which = [name] if name else (["-l", labels] if labels else ["--all"])
+            grace = ["--grace-period=0", "--force"] if force else []
+            self.kubectl("delete", kind, *which, *ns, "--ignore-not-found", "--wait=false", *grace)
+            return
+        body = {"gracePeriodSeconds": 0} if force else None
+        params = {} if name or not labels else {"labelSelector": labels}
+        self.http.request(
+            "DELETE", found.path(namespace, name), params=params, body=body, missing_ok=True
+        )
 
     # ------------------------------------------------------------------ nodes
 
@@ -203,13 +290,13 @@ class KubeCluster:
                 ],
             },
         )
-        self.kubectl("patch", "node", name, "--type=merge", "-p", '{"spec":{"taints":null}}')
+        self.patch("node", name, {"spec": {"taints": None}})
         node = self.get("node", name)
         assert node is not None
         return node
 
     def delete_node(self, name: str) -> None:
-        self.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
+        self.delete("node", name)
 
     # ------------------------------------------------------------------ pods
 
@@ -236,10 +323,7 @@ class KubeCluster:
 
     def delete_pod(self, name: str, namespace: str = "default") -> None:
         """Gone at once: no kubelet would ever confirm a graceful deletion."""
-        self.kubectl(
-            "delete", "pod", name, "--namespace", namespace,
-            "--ignore-not-found", "--grace-period=0", "--force", "--wait=false",
-        )  # fmt: skip
+        self.delete("pod", name, namespace, force=True)
 
     # ------------------------------------------------------------------ schedulers
 
