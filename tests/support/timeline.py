@@ -1,7 +1,8 @@
 """Where a run's time and CPU go, test by test: with NODELEDGER_TEST_TIMELINE=DIR each
 worker appends one JSON line per test to DIR/<worker>.jsonl (its start, wall seconds
 from setup to teardown, and the CPU seconds of the worker and of the processes it waited
-for: kubectl, scontrol, the services under test). The cluster daemons' CPU is not in it.
+for: kubectl, scontrol, the services under test) and its outcome. The cluster daemons'
+CPU is not in it.
 
     python -m tests.support.timeline DIR    # the heaviest tests, by directory, the tail
 """
@@ -21,6 +22,14 @@ from typing import Any
 import pytest
 
 ENV = "NODELEDGER_TEST_TIMELINE"
+
+
+_OUTCOMES: dict[str, str] = {}  # nodeid -> the first of its phases' outcomes not "passed"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get(ENV) and _OUTCOMES.get(report.nodeid, "passed") == "passed":
+        _OUTCOMES[report.nodeid] = report.outcome
 
 
 def _cpu(who: int) -> float:
@@ -44,6 +53,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         "wall": round(time.monotonic() - wall, 3),
         "cpu": round(_cpu(resource.RUSAGE_SELF) - own, 3),
         "children": round(_cpu(resource.RUSAGE_CHILDREN) - children, 3),
+        "outcome": _OUTCOMES.pop(item.nodeid, "passed"),
     }
     out = Path(directory) / f"{line['worker']}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -63,11 +73,13 @@ def summary(directory: Path, top: int = 30) -> dict[str, Any]:
             totals[i] += r[key]
     heaviest = sorted(rows, key=lambda r: -(r["cpu"] + r["children"]))[:top]
     ends = sorted(rows, key=lambda r: -(r["start"] + r["wall"]))[:10]
+    failed = [r["test"] for r in rows if r.get("outcome") == "failed"]
     return {
         "tests": len(rows),
         "span_s": round(max(r["start"] + r["wall"] for r in rows) - first),
         "cpu_s": round(sum(r["cpu"] for r in rows)),
         "children_cpu_s": round(sum(r["children"] for r in rows)),
+        "failed": failed,
         "by_directory": {
             d: {"wall_s": round(w), "cpu_s": round(c), "children_cpu_s": round(ch)}
             for d, (w, c, ch) in sorted(by_dir.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))
