@@ -43,9 +43,12 @@ def test_an_uncordon_leaves_what_slurm_set_alone(
         assert not drains.resume("n2")
         assert "DRAIN" in states(slurm)
         return
-    # slurmd gone, so that no ping answer returns the node (ReturnToService=2).
+    # slurmd gone, so that no ping answer returns the node (ReturnToService=2); DOWN set
+    # once slurmctld found it not responding: an answer sent before slurmd went, handled
+    # late on a busy machine, would return the node.
     slurm.stop_slurmd("n2")
     try:
+        wait_until(lambda: "NOT_RESPONDING" in states(slurm), 90, interval=1, what="n2 lost")
         slurm.run("scontrol", "update", "nodename=n2", "state=down", f"reason={ours}")
         assert {"DOWN", "DRAIN"} <= states(slurm)
         assert not drains.resume("n2")

@@ -134,9 +134,10 @@ class Site:
         return float(found.group(1)) if found else 0.0
 
     def reconciled(self, pods: frozenset[str]) -> None:
-        """Wait until Slurm withholds exactly the pods on ``pods`` everywhere."""
+        """Wait until Slurm withholds exactly the pods on ``pods`` everywhere (a pass over
+        1,000 nodes on busy cores: minutes)."""
         wait_until(
-            lambda: not self.wrong_counts(pods), 120, interval=1, what="every node's counts right"
+            lambda: not self.wrong_counts(pods), 300, interval=1, what="every node's counts right"
         )
 
     def job_holdings(self) -> set[str]:
