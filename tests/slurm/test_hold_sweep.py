@@ -146,25 +146,19 @@ def test_a_users_job_named_as_a_hold_is_confirmed_against_and_never_ended(
     k8scpu at 0, which Slurm then hides from gres_used, so the job listing tells what jobs
     use. ``holder``: the comment names a holder with a holding that names no hold job (the
     sweep kept such a job), or none (the sweep ended it). With each of FEATURES."""
-    with quiet_service(slurm, sqlite_url, **FEATURES[feature]) as quiet_api:
-        forged_job_is_confirmed_against(slurm, quiet_api, holder)
-
-
-def forged_job_is_confirmed_against(
-    slurm: SlurmCluster, quiet_api: TestClient, holder: str
-) -> None:
-    assert manual(quiet_api, "anchor", "1").status_code == 201
-    job = forged_hold(slurm, holder)
-    client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
-    sweep = HoldSweep(HoldJobs(client), quiet_api.app.state.services.ledger)  # type: ignore[attr-defined]
-    for _ in range(3):  # an orphan is ended at its second listing
-        assert sweep.sweep(listing(sweep)) == []
-    client.close()
-    assert slurm.job_state(job) == "RUNNING"
-    refused = manual(quiet_api, "fill", "15")
-    assert refused.status_code == 409, refused.text
-    assert "cpu: Slurm uses 8 of 16 CPUs" in refused.json()["detail"]
-    assert slurm.job_state(job) == "RUNNING"
+    with quiet_service(slurm, sqlite_url, **FEATURES[feature]) as api:
+        assert manual(api, "anchor", "1").status_code == 201
+        job = forged_hold(slurm, holder)
+        client = SlurmClient(slurm.url, FileToken(slurm.token_file), user_name=slurm.user)
+        sweep = HoldSweep(HoldJobs(client), api.app.state.services.ledger)  # type: ignore[attr-defined]
+        for _ in range(3):  # an orphan is ended at its second listing
+            assert sweep.sweep(listing(sweep)) == []
+        client.close()
+        assert slurm.job_state(job) == "RUNNING"
+        refused = manual(api, "fill", "15")
+        assert refused.status_code == 409, refused.text
+        assert "cpu: Slurm uses 8 of 16 CPUs" in refused.json()["detail"]
+        assert slurm.job_state(job) == "RUNNING"
 
 
 def test_a_users_job_named_as_a_hold_is_held_by_slurm_in_the_ledger(

@@ -43,16 +43,30 @@ def run_script(
 ) -> str:
     """Run a testenv script (bash), with ``env`` added to ours; its stdout, or RuntimeError
     with its stderr."""
-    result = subprocess.run(
+    return run_command(
         ["bash", str(script), *args],
-        capture_output=True,
-        text=True,
+        f"{script.name} {' '.join(args)}",
         timeout=timeout,
-        check=False,
+        check=check,
         env={**os.environ, **env} if env else None,
     )
+
+
+def run_command(
+    command: list[str],
+    what: str,
+    *,
+    timeout: float,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> str:
+    """``command``'s stdout, or RuntimeError naming ``what`` with its stderr."""
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, check=False, env=env, cwd=cwd
+    )
     if check and result.returncode != 0:
-        raise RuntimeError(f"{script.name} {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"{what} failed:\n{result.stderr[-3000:]}")
     return result.stdout
 
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import httpx
 
 from tests.support import workers
-from tests.support.realenv import REPO, run_script, wait_until
+from tests.support.realenv import REPO, run_command, run_script, wait_until
 from tests.support.workers import main_cache
 
 SCRIPT = Path(REPO) / "testenv" / "slurm" / "cluster.sh"
@@ -51,7 +51,7 @@ IN_CLUSTER_ENV = (
     "SLURM_CONF=/etc/slurm/slurm.conf",
 )
 MUNGED = "/usr/sbin/munged"  # started first, stopped last: the cluster's mount namespace
-_ANCHORS: dict[Path | None, int] = {}  # chroot -> its munged's pid
+_ANCHORS: dict[Path, int] = {}  # chroot -> its munged's pid
 # n3's four GPUs, one GRES type per device (gN is /dev/nvidiaN; cluster.sh, issue 23).
 N3_GPUS = "gpu:g0:1,gpu:g1:1,gpu:g2:1,gpu:g3:1"
 
@@ -176,22 +176,15 @@ class SlurmCluster:
         """A command inside the cluster, as `cluster.sh exec` runs it (the daemons' mount
         namespace, the chroot, a clean environment), started from here: the tests send
         thousands of them, and the script costs a dozen processes each."""
-        if self.chroot is None:
-            return self.script("exec", *args, check=check, timeout=60)
         command = ["nsenter", "-t", str(self.anchor()), "-m", "chroot", str(self.chroot)]
         command += ["/usr/bin/env", "-i", *IN_CLUSTER_ENV, *args]
-        result = subprocess.run(
-            command, cwd="/", capture_output=True, text=True, timeout=60, check=False
-        )
-        if check and result.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(args)} on Slurm {self.version} failed:\n{result.stderr[-3000:]}"
-            )
-        return result.stdout
+        what = f"{' '.join(args)} on Slurm {self.version}"
+        return run_command(command, what, timeout=60, check=check, cwd="/")
 
     def anchor(self) -> int:
         """A process in the daemons' mount namespace (their munged), as cluster.sh finds it;
         remembered while it runs."""
+        assert self.chroot is not None, "cluster.sh env names no SLURM_CHROOT"
         pid = _ANCHORS.get(self.chroot)
         if pid is not None and self._argv(pid)[:1] == [MUNGED]:
             return pid
