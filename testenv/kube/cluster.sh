@@ -13,6 +13,7 @@
 #
 #   cluster.sh build     go build the binaries, CoreDNS, helm and promtool (cached, keyed by
 #                        the pinned versions)
+#   cluster.sh built     exit 0 when the control plane's binaries are built
 #   cluster.sh up        certificates, etcd, apiserver, scheduler (and the nodes); waits
 #                        until ready
 #   cluster.sh down      stop everything, remove runtime state
@@ -58,7 +59,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LOG_TAG=kube-cluster
 # shellcheck source=scripts/lib.sh
 source "$HERE/../../scripts/lib.sh"
-CACHE_ROOT="${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}"
+# Builds are never changed once made: every worker's control planes run the main cache's
+# (NODELEDGER_MAIN_CACHE, tests/support/workers.py), so a build made while a worker runs is
+# one build, and its lock one lock.
+CACHE_ROOT="${NODELEDGER_MAIN_CACHE:-${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}}"
 pinned() { awk -v m="$1" '{sub(/^require[ \t]+/, "")} $1 == m {print $2; exit}' "$2"; }
 # The Kubernetes minor, pinned by tools/kube-MINOR/go.mod, with the etcd minor that release
 # is tested with upstream. The newest is the default and keeps the unversioned runtime
@@ -136,6 +140,17 @@ built() {
     && [ "$(cat "$BIN/.recipe" 2>/dev/null)" = "$RECIPE" ]
 }
 
+# go build in DIR (a module under tools/) with the cached modules and build cache, static.
+# Without debug information: nothing reads it, and leaving it out of every package saves
+# compile and link time on a new machine.
+go_build() {
+  local dir=$1
+  shift
+  (cd "$dir" && GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" \
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
+    go build -trimpath -gcflags=all=-dwarf=false "$@")
+}
+
 build_helm() {
   [ -x "$HELM" ] && return 0
   mkdir -p "$(dirname "$HELM")"
@@ -143,9 +158,7 @@ build_helm() {
   flock 8   # one build at a time
   [ -x "$HELM" ] && return 0
   log "building helm $HELM_VERSION"
-  (cd "$HERE/tools/helm" && GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" \
-    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
-    go build -trimpath -ldflags='-s -w' -o "$HELM.tmp" helm.sh/helm/v3/cmd/helm)
+  go_build "$HERE/tools/helm" -ldflags='-s -w' -o "$HELM.tmp" helm.sh/helm/v3/cmd/helm
   mv "$HELM.tmp" "$HELM"
 }
 
@@ -161,10 +174,8 @@ build_promtool() {   # checks and unit-tests the chart's alerting rules
   log "building promtool $release ($PROMTOOL_VERSION)"
   # remove_all_sd: without the service-discovery plugins (cloud SDKs), which checking and
   # testing rules never uses.
-  (cd "$HERE/tools/promtool" && GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" \
-    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
-    go build -trimpath -tags remove_all_sd -ldflags="-s -w -X $v.Version=$release" \
-    -o "$PROMTOOL.tmp" github.com/prometheus/prometheus/cmd/promtool)
+  go_build "$HERE/tools/promtool" -tags remove_all_sd -ldflags="-s -w -X $v.Version=$release" \
+    -o "$PROMTOOL.tmp" github.com/prometheus/prometheus/cmd/promtool
   mv "$PROMTOOL.tmp" "$PROMTOOL"
   log "built promtool in $((SECONDS - started)) s: $PROMTOOL"
 }
@@ -177,18 +188,20 @@ build_coredns() {   # the test cluster's DNS, only the plugins it uses (tools/co
   [ -x "$COREDNS" ] && return 0
   local started=$SECONDS
   log "building coredns $COREDNS_VERSION"
-  (cd "$HERE/tools/coredns" && GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" \
-    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
-    go build -trimpath -ldflags='-s -w' -o "$COREDNS.tmp" .)
+  go_build "$HERE/tools/coredns" -ldflags='-s -w' -o "$COREDNS.tmp" .
   mv "$COREDNS.tmp" "$COREDNS"
   log "built coredns in $((SECONDS - started)) s: $COREDNS"
 }
 
 build() {
+  build_kube   # first: helm's build reuses its compiled packages (tools/helm pins their versions)
   build_helm
   build_promtool
   build_coredns
   build_gpu_node
+}
+
+build_kube() {
   built && return 0
   command -v go >/dev/null || die "go is not installed (scripts/install-system-deps.sh)"
   mkdir -p "$CACHE_ROOT"
@@ -198,18 +211,15 @@ build() {
   local tmp="$BIN.building.$$" started=$SECONDS v=k8s.io/component-base/version
   rm -rf "$BIN".building.* "$BIN".old.*
   mkdir -p "$tmp"
-  export GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" GOTOOLCHAIN=local
-  export GOFLAGS=-mod=mod CGO_ENABLED=0
   # The version stamp hack/lib/version.sh would set: without it the servers report
   # v0.0.0-master, which clients (kubectl's version dispatcher, Helm) misread.
   local minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
   local stamp="-X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
   stamp="$stamp -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
   log "building ${BINARIES[*]} $KUBE_VERSION and etcd $ETCD_VERSION"
-  (cd "$KUBE_TOOLS" && go build -trimpath -ldflags="-s -w $stamp" -o "$tmp/" \
-    "${BINARIES[@]/#/k8s.io/kubernetes/cmd/}")
-  (cd "$ETCD_TOOLS" && go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" \
-    go.etcd.io/etcd/server/v3)
+  go_build "$KUBE_TOOLS" -ldflags="-s -w $stamp" -o "$tmp/" \
+    "${BINARIES[@]/#/k8s.io/kubernetes/cmd/}"
+  go_build "$ETCD_TOOLS" -ldflags='-s -w' -o "$tmp/etcd" go.etcd.io/etcd/server/v3
   echo "$RECIPE" >"$tmp/.recipe"
   # An incomplete build of this recipe may be running: move it aside, running processes keep
   # their binaries.
@@ -578,6 +588,7 @@ stop_scheduler() {   # stop_scheduler NAME
 
 case "${1:-}" in
   build) build; echo "$BIN" ;;
+  built) built ;;
   up) up ;;
   down) down ;;
   status) status ;;

@@ -71,23 +71,20 @@ build_gpu_node() {
   flock 5   # one build at a time; a second caller waits, then finds it done
   gpu_node_built && return 0
   local started=$SECONDS tmp="$CONTAINERD_BIN.building.$$"
-  local goenv=(env GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build"
-    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0)
   if [ ! -x "$CONTAINERD_BIN/containerd" ]; then
     log "building containerd $CONTAINERD_VERSION"
     rm -rf "$tmp"
-    (cd "$HERE/tools/containerd" && "${goenv[@]}" go build -trimpath \
-      -tags 'no_btrfs no_devmapper no_zfs' \
+    go_build "$HERE/tools/containerd" -tags 'no_btrfs no_devmapper no_zfs' \
       -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
-      -o "$tmp/" github.com/containerd/containerd/v2/cmd/{containerd,containerd-shim-runc-v2,ctr}) \
+      -o "$tmp/" github.com/containerd/containerd/v2/cmd/{containerd,containerd-shim-runc-v2,ctr} \
       || die "building containerd $CONTAINERD_VERSION failed"
     rm -rf "$CONTAINERD_BIN" && mv -T "$tmp" "$CONTAINERD_BIN"
   fi
   if [ ! -x "$GPU_PLUGIN" ]; then
     log "building the fake GPUs' DRA kubelet plugin"
     mkdir -p "$(dirname "$GPU_PLUGIN")"
-    (cd "$HERE/tools/gpu-plugin" && "${goenv[@]}" go build -trimpath -ldflags='-s -w' \
-      -o "$GPU_PLUGIN.tmp" .) || die "building the GPU plugin failed"
+    go_build "$HERE/tools/gpu-plugin" -ldflags='-s -w' -o "$GPU_PLUGIN.tmp" . \
+      || die "building the GPU plugin failed"
     mv "$GPU_PLUGIN.tmp" "$GPU_PLUGIN"
   fi
   log "GPU node built in $((SECONDS - started)) s: $CONTAINERD_BIN, $GPU_PLUGIN"
