@@ -99,7 +99,7 @@ testenv-down:
 	-for n in 0 1 2; do \
 	  at=$$([ $$n = 0 ] || echo -worker-$$n); \
 	  export NODELEDGER_RUNDIR=/tmp/nodeledger$$at NODELEDGER_CACHE=$$HOME/.cache/nodeledger$$at \
-	    NODELEDGER_PORT_OFFSET=$$((6000 * n)); \
+	    NODELEDGER_MAIN_CACHE=$$HOME/.cache/nodeledger NODELEDGER_PORT_OFFSET=$$((6000 * n)); \
 	  [ -d "$$NODELEDGER_RUNDIR" ] || continue; \
 	  for v in $(KUBE_RELEASES); do NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh down; done; \
 	  for v in $(SLURM_RELEASES); do NODELEDGER_SLURM_VERSION=$$v bash testenv/slurm/cluster.sh down; done; \
