@@ -12,7 +12,7 @@ TEST_WORKERS ?= 3
 # The tier that needs no real component (docs/development.md).
 FAST_TESTS := not postgres and not slurm and not kube and not deploy
 
-.PHONY: run test test-fast venv deps lint testenv testenv-first testenv-slurm testenv-kube testenv-older testenv-down bench clean image
+.PHONY: run test test-fast venv deps lint testenv testenv-slurm testenv-kube testenv-down bench clean image
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,17 +46,10 @@ comma := ,
 KUBE_RELEASES := 1.37 1.36 1.35
 KUBE_VERSIONS := $(subst $(comma), ,$(or $(NODELEDGER_TEST_KUBE_VERSIONS),$(KUBE_RELEASES)))
 
-# The newest minor runs most of the suite and is built before it; the older ones run the
-# API-facing tests only, and `make test` builds them beside the suite.
-KUBE_FIRST := $(lastword $(sort $(KUBE_VERSIONS)))
-KUBE_OLDER := $(filter-out $(KUBE_FIRST),$(KUBE_VERSIONS))
-
-# Every real component the tests run, built and cached.
-testenv: testenv-first testenv-older
-
-# What the first tests need. The Slurm chroots (mostly Debian's downloads) build beside the
-# Go builds (mostly CPU).
-testenv-first: deps
+# Heavy, cached builds first, so no test waits on them. The Slurm chroots (mostly Debian's
+# downloads and unpacking) build beside the Go builds (mostly compiling): on a new machine
+# that saves the Slurm chain's minutes (docs/development.md).
+testenv: deps
 	bash testenv/postgres/pg.sh up >/dev/null
 	$(MAKE) --no-print-directory -j2 testenv-slurm testenv-kube
 
@@ -65,31 +58,12 @@ testenv-slurm:
 	NODELEDGER_SLURM_VERSION=25.11 bash testenv/slurm/cluster.sh source
 
 testenv-kube:
-	NODELEDGER_KUBE_VERSION=$(KUBE_FIRST) bash testenv/kube/cluster.sh build >/dev/null
+	for v in $(KUBE_VERSIONS); do NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh build >/dev/null; done
 # The GPU node's containerd 2.x and DRA kubelet plugin (tests/gpu/test_gpu_pods_run.py).
-	$(if $(filter 1.37,$(KUBE_FIRST)),NODELEDGER_KUBE_NODES=1 NODELEDGER_KUBE_GPU_NODE=1 bash testenv/kube/cluster.sh build >/dev/null)
+	$(if $(filter 1.37,$(KUBE_VERSIONS)),NODELEDGER_KUBE_NODES=1 NODELEDGER_KUBE_GPU_NODE=1 bash testenv/kube/cluster.sh build >/dev/null)
 
-testenv-older:
-	for v in $(KUBE_OLDER); do NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh build >/dev/null; done
-
-# On a new machine the older minors' builds (minutes of CPU) run beside the suite, at a lower
-# priority: the tests of a minor still building come last (NODELEDGER_TEST_KUBE_BUILDING,
-# tests/support/ordering.py), and its control plane's fixture waits for the build.
-OLDER_LOG := $(or $(TMPDIR),/tmp)/nodeledger-kube-older.log
-test: venv lint testenv-first
-	building=; for v in $(KUBE_OLDER); do \
-	  NODELEDGER_KUBE_VERSION=$$v bash testenv/kube/cluster.sh built || building="$$building $$v"; \
-	done; \
-	if [ -n "$$building" ]; then \
-	  echo "building Kubernetes$$building beside the tests (log: $(OLDER_LOG))"; \
-	  nice -n 10 $(MAKE) --no-print-directory testenv-older >$(OLDER_LOG) 2>&1 & older=$$!; \
-	fi; \
-	NODELEDGER_TEST_KUBE_BUILDING="$$building" \
-	  $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
-	if [ -n "$$building" ] && ! wait $$older; then \
-	  tail -20 $(OLDER_LOG); echo "building Kubernetes$$building failed"; status=1; \
-	fi; \
-	exit $$status
+test: venv lint testenv
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: venv
 	$(BIN)/pytest -m "$(FAST_TESTS)" -n 2 $(PYTEST_ARGS)

@@ -13,7 +13,6 @@
 #
 #   cluster.sh build     go build the binaries, CoreDNS, helm and promtool (cached, keyed by
 #                        the pinned versions)
-#   cluster.sh built     exit 0 when the control plane's binaries are built
 #   cluster.sh up        certificates, etcd, apiserver, scheduler (and the nodes); waits
 #                        until ready
 #   cluster.sh down      stop everything, remove runtime state
@@ -588,7 +587,6 @@ stop_scheduler() {   # stop_scheduler NAME
 
 case "${1:-}" in
   build) build; echo "$BIN" ;;
-  built) built ;;
   up) up ;;
   down) down ;;
   status) status ;;
