@@ -58,9 +58,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LOG_TAG=kube-cluster
 # shellcheck source=scripts/lib.sh
 source "$HERE/../../scripts/lib.sh"
-# Builds are never changed once made: every worker's control planes run the main cache's
-# (NODELEDGER_MAIN_CACHE, tests/support/workers.py), so a build made while a worker runs is
-# one build, and its lock one lock.
+# Builds are never changed once made, so every worker's control planes run the main cache's
+# (NODELEDGER_MAIN_CACHE, tests/support/workers.py): one build and one lock, however many
+# workers start them.
 CACHE_ROOT="${NODELEDGER_MAIN_CACHE:-${NODELEDGER_CACHE:-$HOME/.cache/nodeledger}}"
 pinned() { awk -v m="$1" '{sub(/^require[ \t]+/, "")} $1 == m {print $2; exit}' "$2"; }
 # The Kubernetes minor, pinned by tools/kube-MINOR/go.mod, with the etcd minor that release
