@@ -16,7 +16,6 @@ from app.admission.service import AdmissionRequest, Admissions, ReleaseRequest
 from app.core.caps import KubeCaps
 from app.core.ledger_errors import AdmissionRejected
 from app.core.pod_release import NodeHealth
-from app.core.pods import PodInfo
 from app.core.records import (
     EventKind,
     HeldDevice,
@@ -38,9 +37,9 @@ from app.slurm.holds import HoldJobs
 from app.slurm.push import Pusher
 from tests.metrics.scrape import parse
 from tests.support.fake_slurm import FakeSlurm, slurm_node
+from tests.support.pod_accounting import GIB, pod, reporting, running
 from tests.support.slurm_cluster import k8s_counts
 
-GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -73,10 +72,6 @@ def accounting(ledger: Ledger, clock: Clock) -> PodAccounting:
         Admissions(ledger), {"n1"}.__contains__, gpu_resource="nvidia.com/gpu",
         binding_grace=30, clock=clock,
     )  # fmt: skip
-
-
-def pod(uid: str, cpu: int = 1000, node: str | None = "n1", phase: str = "Pending") -> PodInfo:
-    return PodInfo(uid, "ns", uid, node, phase, Resources(cpu, GIB))
 
 
 def pod_holdings(ledger: Ledger) -> dict[str, int]:
@@ -212,29 +207,11 @@ def reports() -> list[tuple[str, str, str]]:
     return []
 
 
-def reporting(
-    admissions: Admissions, clock: Clock, reports: list[tuple[str, str, str]]
-) -> PodAccounting:
-    """Pod accounting on n1, resynced, its Events in ``reports``."""
-    accounting = PodAccounting(
-        admissions, {"n1"}.__contains__, gpu_resource="nvidia.com/gpu", binding_grace=30,
-        clock=clock, report=lambda p, reason, message: reports.append((p.uid, reason, message)),
-    )  # fmt: skip
-    accounting.resync([])
-    return accounting
-
-
 @pytest.fixture
 def resizing(
     ledger: Ledger, clock: Clock, gate: _Gate, reports: list[tuple[str, str, str]]
 ) -> PodAccounting:
     return reporting(Admissions(ledger, gate), clock, reports)
-
-
-def running(uid: str, cpu: int, allocated: int | None) -> PodInfo:
-    """A pod asking ``cpu`` whose kubelet allocated it ``allocated`` (None: not reported)."""
-    amounts = None if allocated is None else Resources(allocated, GIB)
-    return replace(pod(uid, cpu, phase="Running"), allocated=amounts)
 
 
 def job(ledger: Ledger, cpu: int) -> None:

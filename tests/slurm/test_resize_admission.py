@@ -14,26 +14,17 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.core.pods import PodInfo
 from app.core.records import HolderKind
-from app.core.resources import Resources
-from app.kube.controllers.accounting import RESIZE_NOT_ADMITTED, PodAccounting
+from app.kube.controllers.accounting import RESIZE_NOT_ADMITTED
 from app.ledger.clock import utcnow
 from app.ledger.service import Ledger
+from tests.support.pod_accounting import reporting, running
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 
-GIB = 2**30
 # Fits beside the pod's 4 CPUs and the headroom's 2 (FEATURES) on n1's 16, not beside 8.
 JOB_CPUS = 10
-
-
-def running(cpu: int, allocated: int) -> PodInfo:
-    """Pod ``p`` on n1 asking ``cpu`` millicores, its kubelet having allocated ``allocated``."""
-    return PodInfo(
-        "p", "ns", "p", "n1", "Running", Resources(cpu, GIB), allocated=Resources(allocated, GIB)
-    )
 
 
 def slurm_cpus(slurm: SlurmCluster) -> int:
@@ -51,21 +42,16 @@ def test_a_growth_beside_a_running_job_waits_until_the_job_ends(
     slurm: SlurmCluster, features_api: TestClient
 ) -> None:
     services = features_api.app.state.services  # type: ignore[attr-defined]
-    reports: list[tuple[str, str]] = []
-    accounting = PodAccounting(
-        services.admissions, {"n1"}.__contains__, gpu_resource="nvidia.com/gpu",
-        binding_grace=30, clock=utcnow,
-        report=lambda _pod, reason, message: reports.append((reason, message)),
-    )  # fmt: skip
-    accounting.resync([])
-    accounting.on_event("ADDED", running(4000, 4000))
+    reports: list[tuple[str, str, str]] = []
+    accounting = reporting(services.admissions, utcnow, reports)
+    accounting.on_event("ADDED", running("p", 4000, 4000))
     wait_until(lambda: slurm_cpus(slurm) <= 12, 30, what="the pod's 4 CPUs withheld from Slurm")
     job = slurm.sbatch("-w", "n1", "-c", str(JOB_CPUS), "--mem=1000", "--wrap", "sleep 600")
     wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, what=f"job {job} running")
 
-    accounting.on_event("MODIFIED", running(8000, 4000))
+    accounting.on_event("MODIFIED", running("p", 8000, 4000))
     assert held(services.ledger) == 4000
-    [(reason, message)] = reports
+    [(_uid, reason, message)] = reports
     assert reason == RESIZE_NOT_ADMITTED, message
     assert slurm_cpus(slurm) >= JOB_CPUS  # what the job uses stays Slurm's
     accounting.sweep()  # the job still runs: the growth still waits
