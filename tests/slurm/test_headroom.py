@@ -17,10 +17,14 @@ from app.main import create_app
 from tests.slurm.helpers import admit, events, gres
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, slurm_settings
-from tests.support.slurm_race import pods_cpus, slurm_use, sync_check, within
+from tests.support.slurm_race import slurm_use, sync_check, within
 
 pytestmark = pytest.mark.slurm
 HEADROOM = {"headroom_cpu": "2", "headroom_memory": "4Gi", "headroom_idle_seconds": 600}
+
+
+def pods_cpus(api: TestClient, node: str) -> int:
+    return -(-int(api.get(f"/v1/nodes/{node}").json()["held_by_kubernetes"]["cpu_millis"]) // 1000)
 
 
 def assert_no_overlap(api: TestClient, slurm: SlurmCluster, node: str) -> None:

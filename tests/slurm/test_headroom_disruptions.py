@@ -30,14 +30,7 @@ from app.main import create_app
 from tests.slurm.helpers import admit, gres
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import register_nodes, service_with_nodes, slurm_settings
-from tests.support.slurm_race import (
-    check_invariant,
-    pods_cpus,
-    slurm_use,
-    state_saved_at,
-    sync_check,
-    within,
-)
+from tests.support.slurm_race import check_invariant, slurm_use, sync_check, within
 
 pytestmark = pytest.mark.slurm
 NODE = "n1"
@@ -55,6 +48,19 @@ def ctld_restored(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
     yield slurm
     if not slurm.ctld_pids():
         slurm.start_ctld()
+
+
+def pods_cpus(api: TestClient) -> int:
+    return -(-int(api.get(f"/v1/nodes/{NODE}").json()["held_by_kubernetes"]["cpu_millis"]) // 1000)
+
+
+def node_state_saved(slurm: SlurmCluster) -> float:
+    """When slurmctld last saved its nodes' state (0: being replaced right now)."""
+    assert slurm.chroot is not None
+    try:
+        return (slurm.chroot / "srv/run/state/node_state").stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def assert_fits(api: TestClient, slurm: SlurmCluster, what: str) -> None:
@@ -85,9 +91,7 @@ def test_no_admission_skips_slurm_on_a_grant_slurmctld_lost(
         forgot = time.time()
         update = {"gres": SlurmCluster.full_gres(NODE), "extra": ""}
         slurm.rest("POST", f"node/{NODE}", json=update).raise_for_status()
-        wait_until(
-            lambda: state_saved_at(slurm, "node_state") > forgot, 30, what="node state saved"
-        )
+        wait_until(lambda: node_state_saved(slurm) > forgot, 30, what="node state saved")
         if stop == "kill -9":
             slurm.kill_ctld()
         else:

@@ -20,22 +20,35 @@ from fastapi.testclient import TestClient
 from tests.slurm.helpers import admit
 from tests.support.slurm_cluster import SlurmCluster, wait_until
 from tests.support.slurm_fixtures import FEATURES, service_with_nodes, slurm_settings
-from tests.support.slurm_race import pods_cpus, slurm_use, state_saved_at
+from tests.support.slurm_race import slurm_use
 
 pytestmark = pytest.mark.slurm
 NODE = "n1"
 POD_CPUS = 4
 
 
+def saved_at(slurm: SlurmCluster, name: str) -> float:
+    """When slurmctld last saved one of its state files (0: being replaced right now)."""
+    assert slurm.chroot is not None
+    try:
+        return (slurm.chroot / "srv/run/state" / name).stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def pods_cpus(api: TestClient) -> int:
+    return -(-int(api.get(f"/v1/nodes/{NODE}").json()["held_by_kubernetes"]["cpu_millis"]) // 1000)
+
+
 def admitted_unsaved(api: TestClient, slurm: SlurmCluster, submitted: float) -> bool:
     """The pod admitted through Slurm right after slurmctld saved its state, so that its push
     is not saved yet: a job's submission (at ``submitted``) makes slurmctld save, and the
     next save comes at least 5 s later. False (the pod released) when one came between."""
-    wait_until(lambda: state_saved_at(slurm, "job_state") > submitted, 30, what="the job saved")
+    wait_until(lambda: saved_at(slurm, "job_state") > submitted, 30, what="the job saved")
     saved = time.time()
     response = admit(api, NODE, "p", str(POD_CPUS), "1Gi")
     assert response.status_code == 201, response.text
-    if time.time() - saved < 4 and state_saved_at(slurm, "node_state") < saved:
+    if time.time() - saved < 4 and saved_at(slurm, "node_state") < saved:
         return True
     assert api.delete("/v1/admissions/p").status_code == 200
     return False

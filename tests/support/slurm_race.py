@@ -22,21 +22,6 @@ def slurm_use(slurm: SlurmCluster, node: str = NODE) -> tuple[int, int]:
     return cpus, mb
 
 
-def pods_cpus(api: TestClient, node: str = NODE) -> int:
-    """The whole CPUs the ledger's pods hold on the node (their millicores, rounded up)."""
-    return -(-int(api.get(f"/v1/nodes/{node}").json()["held_by_kubernetes"]["cpu_millis"]) // 1000)
-
-
-def state_saved_at(slurm: SlurmCluster, name: str) -> float:
-    """When slurmctld last saved one of its state files, ``node_state`` or ``job_state``
-    (0: being replaced right now)."""
-    assert slurm.chroot is not None
-    try:
-        return (slurm.chroot / "srv/run/state" / name).stat().st_mtime
-    except FileNotFoundError:
-        return 0.0
-
-
 def check_invariant(api: TestClient, slurm: SlurmCluster) -> None:
     """Kubernetes + Slurm never above the node, seen from both sides."""
     node = api.get(f"/v1/nodes/{NODE}").json()
