@@ -73,11 +73,6 @@ def test_a_pod_admitted_just_before_slurmctld_is_killed_is_never_handed_to_jobs(
     settings = slurm_settings(slurm, sqlite_url, sync_interval=30, **FEATURES[features])
     job = ""
     with service_with_nodes(settings, slurm) as api:
-        # A node the ledger has kept for a while: its amounts in its extra, which slurmctld
-        # saves below. (One added within a save of the kill is not covered: docs/design.md.)
-        wait_until(
-            lambda: "nodeledger_k8scpu" in slurm.node(NODE)["extra"], 30, what="n1 the ledger's"
-        )
         try:
             for _ in range(3):
                 slurm.scancel(job)
