@@ -54,9 +54,7 @@ def test_a_job_larger_than_what_pods_leave_waits_for_them(
         disrupt()
         wait_until(lambda: slurm.k8s_counts("n1")["k8scpu"] == 4, 60, what="k8scpu 4 again")
         assert slurm.job_state(job) == "PENDING"
-        # Fenced at 0 after the start (the node_features plugin), the job's reason is
-        # another until slurmctld's next scheduling pass.
-        wait_until(lambda: reason(slurm, job) == "Constraints", 60, what="the job waiting")
+        assert reason(slurm, job) == "Constraints"
     assert queue_api.delete("/v1/admissions/web-1").status_code == 200
     wait_until(lambda: slurm.job_state(job) == "RUNNING", 60, what="the job running")
     assert queue_api.delete("/v1/admissions/web-2").status_code == 200

@@ -17,8 +17,7 @@
  *  per-node Gres=k8s... entries.
  *
  *  In slurmctld it also watches the nodes' states: when a node is drained,
- *  resumed, set DOWN or FAIL, stops responding, registers invalid or is fenced
- *  or released after a start (below), it runs
+ *  resumed, set DOWN or FAIL, stops responding or registers invalid, it runs
  *  the nodeledger-job-hint hook (found among PrologSlurmctld/EpilogSlurmctld)
  *  with "--post-nodes <names>", so that nodeledger reads those nodes at once
  *  instead of at its next listing of every node (seconds at 15,000 nodes).
@@ -143,7 +142,7 @@ static uint32_t fence_count = 0;
 
 static fence_t *_fence_of(node_record_t *node_ptr)
 {
-	uint32_t index = node_ptr->index;	/* an int on some releases */
+	uint32_t index = node_ptr->index;	/* int up to 25.11 */
 
 	if (index >= fence_count) {
 		uint32_t count = MAX(index + 1, (uint32_t) node_record_count);
@@ -165,12 +164,6 @@ static void _fence_node(node_record_t *node_ptr, fence_t *fence)
 	fence->fence = xstrdup(node_ptr->gres);
 	info("%s: %s: k8s counts at 0 until nodeledger sets them: slurmctld's saved state may predate its last update",
 	     plugin_type, node_ptr->name);
-}
-
-/* Whether the node is fenced (slurmctld, node lock held). */
-static bool _fenced(node_record_t *node_ptr)
-{
-	return (node_ptr->index < fence_count) && fences[node_ptr->index].fence;
 }
 
 /* Size one node at start or registration (slurmctld, node write lock held). */
@@ -221,7 +214,6 @@ extern char **environ;
 typedef struct {
 	uint32_t state;
 	time_t reason_time;
-	bool fenced;	/* at 0 since slurmctld started (_settle_node()) */
 } watched_t;
 
 static char *hook_path = NULL;
@@ -246,7 +238,6 @@ static watched_t _watched(node_record_t *node_ptr)
 			   (base == NODE_STATE_FUTURE) ||
 			   (base == NODE_STATE_UNKNOWN)) ? base : 0),
 		.reason_time = node_ptr->reason_time,
-		.fenced = _fenced(node_ptr),
 	};
 	return w;
 }
@@ -302,14 +293,9 @@ static int _changed_nodes(char **names)
 		watched_t now = _watched(node_ptr);
 
 		if ((seen[i].state == now.state) &&
-		    (seen[i].reason_time == now.reason_time) &&
-		    (seen[i].fenced == now.fenced))
+		    (seen[i].reason_time == now.reason_time))
 			continue;
-		/* A fenced node is news even at the first pass: the service
-		 * may have pushed it before the fence came (its registration,
-		 * from 25.11), and only its push lifts the fence. */
-		if (((seen[i].state != NO_VAL) || now.fenced) &&
-		    (++changed <= MAX_HINTED))
+		if ((seen[i].state != NO_VAL) && (++changed <= MAX_HINTED))
 			xstrfmtcat(*names, "%s%s", *names ? "," : "",
 				   node_ptr->name);
 		seen[i] = now;
