@@ -108,24 +108,27 @@ def extra_with_holdings(extra: str, held: SlurmUnits, *, marked: bool = False) -
     marker added when ``marked`` (jobs queue behind pods): with
     SchedulerParameters=extra_constraints slurmctld refuses any other Extra (error 2171,
     "Invalid extra constraints specification"). A site's text of another form gets our
-    token among its tokens. The amounts are written even when nothing is held: they are
-    how the node_features plugin knows the node is the ledger's, and fences it after a
-    slurmctld start (docs/design.md#slurmctld-starts-fenced)."""
+    token among its tokens. Nothing of ours when nothing is held and not ``marked``."""
     tokens = [t for t in extra.split() if not t.startswith(EXTRA_TOKEN)]
     # The text as it is first (a site's JSON keeps its strings' spaces), then without the
     # token an earlier release wrote.
     fields = _json_object(extra)
     fields = _json_object(" ".join(tokens)) if fields is None else fields
+    nothing = held == SlurmUnits(0, 0, 0)
     if fields is not None:
         kept = {k: v for k, v in fields.items() if k != EXTRA_KEY and not k.startswith(_KEYS)}
         marker = {EXTRA_KEY: 1} if marked else {}
-        amounts = {
+        amounts = {} if nothing else {
             f"{_KEYS}k8scpu": held.cpus,
             f"{_KEYS}k8smemory": held.memory_mb,
             f"{_KEYS}k8sgpu": held.gpus,
-        }
-        return json.dumps(kept | marker | amounts, separators=(",", ":"))
-    tokens.append(f"{EXTRA_TOKEN}k8scpu:{held.cpus},k8smemory:{held.memory_mb},k8sgpu:{held.gpus}")
+        }  # fmt: skip
+        written = kept | marker | amounts
+        return json.dumps(written, separators=(",", ":")) if written else ""
+    if not nothing:
+        tokens.append(
+            f"{EXTRA_TOKEN}k8scpu:{held.cpus},k8smemory:{held.memory_mb},k8sgpu:{held.gpus}"
+        )
     return " ".join(tokens)
 
 

@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.core.counts import MIB, in_place, job_on, withheld
+from app.core.counts import MIB, current_counts, desired_counts, in_place, job_on, withheld
 from app.core.gres import gres_count
 from app.core.records import HolderKind, Holding, NodeView, SnapshotEntry
 from app.core.resources import Resources
@@ -86,9 +86,8 @@ def plan_node(
     those jobs at the last full listing, which began at ``listed_at``. ``hold_user``: the
     service's Slurm user; of its jobs, those whose ids ``view``'s holdings recorded are
     their hold jobs (``LedgerHolds``). A push is due when
-    the counts or ``extra`` differ from what the ledger withholds (with the marker when
-    ``marked``, jobs queue behind pods; app.core.counts.in_place): ``extra`` is what the
-    node_features plugin sizes the node from, and fences it by, at slurmctld's start.
+    the counts differ from what the ledger withholds, or, ``marked`` (jobs queue behind
+    pods), ``extra`` does (app.core.counts.in_place).
 
     Jobs that would overcommit the node beside a holding confirmed after ``listed_at`` are
     not written (``deferred``): Slurm confirmed that holding after the listing was read, so
@@ -103,7 +102,11 @@ def plan_node(
         return NodePlan(health, None, None)
     holdings = slurm_snapshot(node, jobs, LedgerHolds.of(hold_user, view.holdings), unlisted)
     held = withheld(view)
-    push = None if in_place(node, held, marked=marked) else Push(node.name)
+    # Marked, ``extra`` too: a node without the marker is one no job queues behind pods on.
+    settled = in_place(node, held, marked=True) if marked else (
+        current_counts(node) == desired_counts(node, held)
+    )  # fmt: skip
+    push = None if settled else Push(node.name)
     if _same(view, holdings):
         return NodePlan(health, None, push)
     if _outdated(view, holdings, listed_at):

@@ -269,16 +269,6 @@ extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 	return false;
 }
 
-extern bool k8s_extra_managed(const char *extra)
-{
-	uint64_t cpus, memory_mb, gpus, marker;
-
-	if (k8s_extra_held(extra, &cpus, &memory_mb, &gpus))
-		return true;
-	return extra && (extra[strspn(extra, " \t")] == '{') &&
-	       _json_count(extra, "\"nodeledger\"", &marker);
-}
-
 /* Where the held GPU count is in "extra" (either form); false if absent. */
 static bool _extra_gpus_at(const char *extra, size_t *start, size_t *len)
 {

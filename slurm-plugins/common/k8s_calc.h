@@ -95,12 +95,6 @@ extern bool k8s_extra_held(const char *extra, uint64_t *cpus,
 			   uint64_t *memory_mb, uint64_t *gpus);
 
 /*
- * Whether the nodeledger service keeps this node: "extra" carries its token,
- * its amounts or the jobs queue's marker key "nodeledger".
- */
-extern bool k8s_extra_managed(const char *extra);
-
-/*
  * "extra" with the GPUs Kubernetes holds there set to "gpus" (the number in
  * either form k8s_extra_held() reads), into out[]. Returns 0, or -1 when
  * "extra" names no held GPUs or out[] is too small.

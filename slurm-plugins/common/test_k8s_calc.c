@@ -277,15 +277,6 @@ int main(void)
 	check_extra("{\"nodeledger_k8scpu\":\"x\"}", false, 0, 0, 0);
 	check_extra("{\"site\":\"nodeledger=k8scpu:4\"}", false, 0, 0, 0);
 
-	/* Nodes the service keeps: its token, its amounts or the jobs queue's marker */
-	check_u64("managed token", k8s_extra_managed("site nodeledger=k8scpu:0,k8smemory:0,k8sgpu:0"), 1);
-	check_u64("managed amounts", k8s_extra_managed("{\"nodeledger_k8scpu\":0}"), 1);
-	check_u64("managed marker", k8s_extra_managed(" {\"site\":\"a\",\"nodeledger\": 1}"), 1);
-	check_u64("managed not a key", k8s_extra_managed("{\"site\":\"nodeledger\"}"), 0);
-	check_u64("managed other text", k8s_extra_managed("site=nodeledger"), 0);
-	check_u64("managed empty", k8s_extra_managed(""), 0);
-	check_u64("managed null", k8s_extra_managed(NULL), 0);
-
 	/* Every GPU withheld, written into either form */
 	check_u64("set gpus json", k8s_extra_set_gpus("{\"nodeledger\":1,\"nodeledger_k8sgpu\": 1,\"x\":2}", 4, buf, sizeof(buf)), 0);
 	check_str("set gpus json", buf, "{\"nodeledger\":1,\"nodeledger_k8sgpu\": 4,\"x\":2}");

@@ -91,18 +91,11 @@ def test_extra_json_keys_are_ours_alone() -> None:
     assert extra_with_holdings("", held) == "{" + ours + "}"
     assert extra_with_holdings('{"site": "a"}', held) == '{"site":"a",' + ours + "}"
     assert extra_with_holdings('{"rack":"row  7"}', held) == '{"rack":"row  7",' + ours + "}"
-    # Nothing held still says so: the amounts mark the node as the ledger's for the plugin's
-    # fence at slurmctld's start.
-    zero = '"nodeledger_k8scpu":0,"nodeledger_k8smemory":0,"nodeledger_k8sgpu":0'
-    assert extra_with_holdings("", SlurmUnits(0, 0, 0)) == "{" + zero + "}"
-    assert extra_with_holdings("{" + ours + "}", SlurmUnits(0, 0, 0)) == "{" + zero + "}"
-    assert extra_with_holdings('{"site":1,"nodeledger":1}', SlurmUnits(0, 0, 0)) == (
-        '{"site":1,' + zero + "}"
-    )
+    assert extra_with_holdings("", SlurmUnits(0, 0, 0)) == ""
+    assert extra_with_holdings("{" + ours + "}", SlurmUnits(0, 0, 0)) == ""
+    assert extra_with_holdings('{"site":1,"nodeledger":1}', SlurmUnits(0, 0, 0)) == '{"site":1}'
     # Marked (jobs queue behind pods): the marker stays when nothing is held.
-    assert extra_with_holdings("", SlurmUnits(0, 0, 0), marked=True) == (
-        '{"nodeledger":1,' + zero + "}"
-    )
+    assert extra_with_holdings("", SlurmUnits(0, 0, 0), marked=True) == '{"nodeledger":1}'
     assert extra_with_holdings("", held, marked=True) == '{"nodeledger":1,' + ours + "}"
     # The token of an earlier release becomes the JSON form.
     old = "nodeledger=k8scpu:9,k8smemory:1,k8sgpu:0"
@@ -119,7 +112,7 @@ def test_extra_token_beside_a_sites_text_is_ours_alone() -> None:
     )
     assert (
         extra_with_holdings("nodeledger=k8scpu:9,k8smemory:1,k8sgpu:0 b", SlurmUnits(0, 0, 0))
-        == "b nodeledger=k8scpu:0,k8smemory:0,k8sgpu:0"
+        == "b"
     )
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.core.counts import K8sCounts, desired_counts, extra_with_holdings, fence_kept, withheld
+from app.core.counts import K8sCounts, desired_counts, fence_kept, withheld
 from app.core.plan import (
     HealthChange,
     NodePlan,
@@ -199,20 +199,9 @@ def test_plan(
     unlisted: Resources,
     expected: NodePlan,
 ) -> None:
-    if slurm is not None:  # ``extra`` as the last push left it: these cases are of counts
-        slurm = replace(slurm, extra=extra_with_holdings(slurm.extra, withheld(ledger)))
     plan = plan_node(ledger, slurm, jobs, unlisted, hold_user="slurm")
     assert plan == expected
     assert plan.settled == (expected == NodePlan(None, None, None))
-
-
-def test_extra_without_the_ledgers_amounts_is_pushed() -> None:
-    """Even with nothing held: the amounts are how the node_features plugin knows the node is
-    the ledger's, to fence it at slurmctld's start."""
-    empty = view()
-    assert plan_node(empty, node(extra=""), [], hold_user="slurm").push == Push("n1")
-    written = extra_with_holdings("", withheld(empty))
-    assert plan_node(empty, node(extra=written), [], hold_user="slurm").push is None
 
 
 def test_an_aliased_node_is_planned_by_its_slurm_name() -> None:

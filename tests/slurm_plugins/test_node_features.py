@@ -14,8 +14,6 @@ from tests.support.slurm_cluster import N3_GPUS, SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
 BAD_STATES = {"INVALID_REG", "INVALID", "DRAIN", "DOWN", "FAIL"}
-# A node the ledger keeps, after a slurmctld start and before its counts are set again.
-FENCED = {"k8scpu": 0, "k8smemory": 0}
 
 
 @pytest.fixture
@@ -105,33 +103,21 @@ def test_registration_keeps_what_kubernetes_holds(slurm: SlurmCluster, disruptio
     # Full counts, as a slurmctld restart without the plugin would leave them: only the
     # plugin's registration hook can bring them down to what Kubernetes leaves.
     slurm.set_gres("n1", "k8scpu:16,k8smemory:32000")
-    if disruption != "restart_slurmd":
-        # A slurmctld start fences n1 (its saved state may predate the service's last
-        # update) until somebody sets its counts; the next registration sizes it from extra.
+    if disruption == "restart_slurmd":
+        slurm.restart_slurmd("n1")
+    else:
         getattr(slurm, disruption)()
-        wait_until(lambda: healthy(slurm, "n1") and counts(slurm, "n1") == FENCED, 20,
-                   what="n1 fenced")  # fmt: skip
-        slurm.set_gres("n1", "k8scpu:16,k8smemory:32000")
-    slurm.restart_slurmd("n1")
     lowered = {"k8scpu": 12, "k8smemory": 24000}
     wait_until(lambda: healthy(slurm, "n1") and counts(slurm, "n1") == lowered, 20, what="counts")
     assert slurm.node("n1")["extra"].startswith('{"site":"a",')
 
 
-def test_a_node_the_ledger_does_not_keep_is_never_fenced(slurm: SlurmCluster) -> None:
-    slurm.run("scontrol", "update", "nodename=n2", 'extra={"site":"a"}')
-    slurm.restart_ctld()
-    wait_until(lambda: healthy(slurm, "n2") and counts(slurm, "n2")["k8scpu"] == 16, 20,
-               what="n2 sized from its hardware")  # fmt: skip
-
-
 def test_slurmctld_start_never_hands_out_what_kubernetes_holds(slurm: SlurmCluster) -> None:
     """slurmctld restarts while n1's slurmd is down, after the service lowered n1's counts
     and wrote what Kubernetes holds into its extra field (one update, as the service does).
-    Up to 24.11 the plugin fences n1 at start; from 25.11 (no plugin call at start)
-    slurmctld restores the counts from its saved state, and n1's registration fences it.
-    Either way n1 never shows more than Kubernetes leaves, before or after it registers,
-    and it is sized again once its counts are set."""
+    Up to 24.11 the plugin sizes n1 from extra at start; from 25.11 (no plugin call at start)
+    slurmctld restores the counts from its saved state. Either way n1 never shows more than
+    Kubernetes leaves, before or after it registers."""
     slurm.run(
         "scontrol", "update", "nodename=n1",
         'extra={"nodeledger_k8scpu":6,"nodeledger_k8smemory":1000}',
@@ -150,15 +136,12 @@ def test_slurmctld_start_never_hands_out_what_kubernetes_holds(slurm: SlurmClust
                 return False
 
         wait_until(new_slurmctld, 30, interval=0.2, what="the new slurmctld")
-        # n1 is still down: fenced (24.11), or the saved counts (25.11 on).
-        assert slurm.node("n1")["gres"] in ("k8scpu:0,k8smemory:0", "k8scpu:10,k8smemory:31000")
+        assert slurm.node("n1")["gres"] == "k8scpu:10,k8smemory:31000"  # n1 is still down
     finally:
         slurm.restart_slurmd("n1")
         assert restart.wait(90) == 0
-    wait_until(lambda: healthy(slurm, "n1") and counts(slurm, "n1") == FENCED, 20,
-               what="n1 registered, fenced")  # fmt: skip
-    slurm.set_gres("n1", "k8scpu:10,k8smemory:31000")  # what the service pushes then
-    assert counts(slurm, "n1")["k8scpu"] == 10
+    wait_until(lambda: healthy(slurm, "n1") and counts(slurm, "n1")["k8scpu"] == 10, 20,
+               what="n1 registered with the same totals")  # fmt: skip
 
 
 def test_running_jobs_are_not_subtracted_twice_at_registration(slurm: SlurmCluster) -> None:

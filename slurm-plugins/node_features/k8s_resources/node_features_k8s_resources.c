@@ -8,9 +8,6 @@
  *  nodeledger service keeps in the node's persisted "extra" field
  *  ("nodeledger=k8scpu:C,k8smemory:M,k8sgpu:G"), so neither a restart nor a
  *  re-registration ever hands Slurm resources that pods hold.
- *  Except at slurmctld's start: its saved state may predate the service's
- *  last update, so a node the service keeps starts with every k8s total at 0,
- *  until its counts are set again (see _settle_node()).
  *  gres_node_feature() marks the GRES as set by a node_features plugin, which
  *  makes slurmctld skip its registration count check for them: counts lowered
  *  or raised at runtime never make the node INVAL, and slurm.conf needs no
@@ -84,21 +81,15 @@ static uint64_t _minus(uint64_t total, uint64_t held)
 	return (held < total) ? total - held : 0;
 }
 
-/* The node's GPUs, as slurm.conf configures them. */
-static uint64_t _gpus(node_record_t *node_ptr)
-{
-	return k8s_gres_count(node_ptr->config_ptr ?
-			      node_ptr->config_ptr->gres : node_ptr->gres,
-			      "gpu");
-}
-
 /* Set one node's totals (slurmctld, node write lock held). */
 static void _size_node(node_record_t *node_ptr)
 {
 	uint64_t held_cpus, held_mem, held_gpus, cpus, mem, gpus;
 
 	k8s_extra_held(node_ptr->extra, &held_cpus, &held_mem, &held_gpus);
-	gpus = _gpus(node_ptr);
+	gpus = k8s_gres_count(node_ptr->config_ptr ?
+			      node_ptr->config_ptr->gres : node_ptr->gres,
+			      "gpu");
 	cpus = _minus(node_ptr->cpus, held_cpus);
 	mem = _minus(node_ptr->real_memory - node_ptr->mem_spec_limit,
 		     held_mem);
@@ -113,78 +104,6 @@ static void _size_node(node_record_t *node_ptr)
 	      " (Kubernetes holds %"PRIu64"/%"PRIu64"/%"PRIu64")", plugin_type,
 	      __func__, node_ptr->name, cpus, mem, _minus(gpus, held_gpus),
 	      held_cpus, held_mem, held_gpus);
-}
-
-/*
- * slurmctld saves its node state in the background, at most every
- * SAVE_MAX_WAIT (5 s): a slurmctld killed with -9 (or a backup taking over)
- * comes back with the "extra" and counts it saved, which may predate the
- * service's last update. Sized from those, a pod admitted just before the
- * kill is handed to jobs (measured on 24.11 and 26.05: k8scpu back at 16
- * under a 4-CPU pod, and a 14-CPU job running beside it). A graceful stop
- * saves everything, but nothing tells this plugin which stop it was.
- *
- * So after every start, each node the service keeps (k8s_extra_managed())
- * is fenced: all its k8s totals are 0 at its first sizing, and stay 0 at each
- * registration until somebody sets its counts (the service's next push,
- * within a sync step of its seeing the new slurmctld; or an operator's
- * "scontrol update gres="), seen as a "gres" that is no longer the one the
- * fence left. From then on the node is sized from "extra" as before.
- * By node index; written under the node write lock only.
- */
-typedef struct {
-	bool sized;	/* sized since this slurmctld started */
-	char *fence;	/* the node's "gres" as fenced; NULL: not fenced */
-} fence_t;
-
-static fence_t *fences = NULL;
-static uint32_t fence_count = 0;
-
-static fence_t *_fence_of(node_record_t *node_ptr)
-{
-	uint32_t index = node_ptr->index;	/* int up to 25.11 */
-
-	if (index >= fence_count) {
-		uint32_t count = MAX(index + 1, (uint32_t) node_record_count);
-
-		xrecalloc(fences, count, sizeof(fence_t));
-		fence_count = count;
-	}
-	return &fences[index];
-}
-
-static void _fence_node(node_record_t *node_ptr, fence_t *fence)
-{
-	if (!node_ptr->gres && node_ptr->config_ptr)
-		node_ptr->gres = xstrdup(node_ptr->config_ptr->gres);
-	k8s_set_total(node_ptr, "k8scpu", 0);
-	k8s_set_total(node_ptr, "k8smemory", 0);
-	if (_gpus(node_ptr))
-		k8s_set_total(node_ptr, "k8sgpu", 0);
-	fence->fence = xstrdup(node_ptr->gres);
-	info("%s: %s: k8s counts at 0 until nodeledger sets them: slurmctld's saved state may predate its last update",
-	     plugin_type, node_ptr->name);
-}
-
-/* Size one node at start or registration (slurmctld, node write lock held). */
-static void _settle_node(node_record_t *node_ptr)
-{
-	fence_t *fence = _fence_of(node_ptr);
-
-	if (!fence->sized) {
-		fence->sized = true;
-		if (k8s_extra_managed(node_ptr->extra)) {
-			_fence_node(node_ptr, fence);
-			return;
-		}
-	} else if (fence->fence) {
-		if (!xstrcmp(fence->fence, node_ptr->gres))
-			return;	/* nobody set the counts yet */
-		xfree(fence->fence);
-		info("%s: %s: counts set since slurmctld started: sized from extra again",
-		     plugin_type, node_ptr->name);
-	}
-	_size_node(node_ptr);
 }
 
 /* ------------------------------------------------------------- node hints */
@@ -521,10 +440,6 @@ extern int fini(void)
 	xfree(hook_path);
 	xfree(seen);
 	seen_count = 0;
-	for (uint32_t i = 0; i < fence_count; i++)
-		xfree(fences[i].fence);
-	xfree(fences);
-	fence_count = 0;
 	return SLURM_SUCCESS;
 }
 
@@ -546,7 +461,7 @@ extern char *node_features_p_node_xlate(char *new_features, char *orig_features,
 {
 	if ((node_inx >= 0) && (node_inx < node_record_count) &&
 	    node_record_table_ptr[node_inx])
-		_settle_node(node_record_table_ptr[node_inx]);
+		_size_node(node_record_table_ptr[node_inx]);
 	return xstrdup(orig_features);
 }
 
@@ -619,7 +534,7 @@ extern int node_features_p_get_node(char *node_list)
 	if (node_list)
 		return SLURM_SUCCESS;	/* a reboot: registration sizes it */
 	for (int i = 0; (node_ptr = next_node(&i)); i++)
-		_settle_node(node_ptr);
+		_size_node(node_ptr);
 	return SLURM_SUCCESS;
 }
 
